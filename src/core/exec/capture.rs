@@ -1,0 +1,189 @@
+//! Byte-bounded capture of stdout and stderr.
+//!
+//! One budget covers both streams and the truncation marker, counted in bytes. A cut never
+//! splits a UTF-8 character, and whatever was kept from the other stream stays.
+
+/// Appended to the stream that was cut.
+pub const TRUNCATION_MARKER: &str = "\n[TRUNCATED at maxBuffer]";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+  Stdout,
+  Stderr,
+}
+
+#[derive(Debug)]
+pub struct Capture {
+  max_bytes: usize,
+  budget: usize,
+  stdout: Vec<u8>,
+  stderr: Vec<u8>,
+  cut: Option<Stream>,
+}
+
+/// What a push did.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Pushed {
+  Kept,
+  /// This push went over the cap: the stream was cut and later bytes are dropped.
+  Overflowed,
+  /// The cap was reached earlier; the bytes were dropped.
+  Dropped,
+}
+
+impl Capture {
+  pub fn new(max_bytes: usize) -> Self {
+    Capture {
+      max_bytes,
+      budget: max_bytes.saturating_sub(TRUNCATION_MARKER.len()),
+      stdout: Vec::new(),
+      stderr: Vec::new(),
+      cut: None,
+    }
+  }
+
+  pub fn is_truncated(&self) -> bool {
+    self.cut.is_some()
+  }
+
+  /// Keeps bytes while the total stays within the cap. The push that would exceed it cuts
+  /// this stream so that both streams plus the marker fit, on a character boundary.
+  pub fn push(&mut self, stream: Stream, bytes: &[u8]) -> Pushed {
+    if self.cut.is_some() {
+      return Pushed::Dropped;
+    }
+    let room = self.max_bytes - (self.stdout.len() + self.stderr.len());
+    let (this, other) = match stream {
+      Stream::Stdout => (&mut self.stdout, &mut self.stderr),
+      Stream::Stderr => (&mut self.stderr, &mut self.stdout),
+    };
+    if bytes.len() <= room {
+      this.extend_from_slice(bytes);
+      return Pushed::Kept;
+    }
+    if other.len() > self.budget {
+      let keep = utf8_floor(&other[..self.budget]);
+      other.truncate(keep);
+    }
+    let keep = self.budget - other.len();
+    if this.len() > keep {
+      this.truncate(keep);
+    } else {
+      let take = keep - this.len();
+      this.extend_from_slice(&bytes[..take]);
+    }
+    let keep = utf8_floor(this);
+    this.truncate(keep);
+    self.cut = Some(stream);
+    Pushed::Overflowed
+  }
+
+  /// The captured text, marker appended to the cut stream (or, with a cap smaller than the
+  /// marker, as much of the marker as fits).
+  pub fn finish(mut self) -> (String, String, bool) {
+    if let Some(stream) = self.cut {
+      let marker = &TRUNCATION_MARKER.as_bytes()[..TRUNCATION_MARKER.len().min(self.max_bytes)];
+      match stream {
+        Stream::Stdout => self.stdout.extend_from_slice(marker),
+        Stream::Stderr => self.stderr.extend_from_slice(marker),
+      }
+    }
+    (
+      into_string(self.stdout),
+      into_string(self.stderr),
+      self.cut.is_some(),
+    )
+  }
+}
+
+fn into_string(bytes: Vec<u8>) -> String {
+  String::from_utf8(bytes).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// Length of `buf` without a trailing incomplete UTF-8 sequence.
+pub fn utf8_floor(buf: &[u8]) -> usize {
+  let len = buf.len();
+  // A sequence is at most 4 bytes: look back at most 3 for its lead byte.
+  for back in 1..=len.min(4) {
+    let byte = buf[len - back];
+    if byte & 0b1100_0000 != 0b1000_0000 {
+      let needed = match byte {
+        0x00..=0x7f => 1,
+        0xc0..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf7 => 4,
+        _ => return len, // not a lead byte: invalid data, leave it as it is
+      };
+      return if needed > back { len - back } else { len };
+    }
+  }
+  len
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn floor_never_splits_a_character() {
+    let text = "aé€😀";
+    let bytes = text.as_bytes();
+    for cut in 0..=bytes.len() {
+      let kept = utf8_floor(&bytes[..cut]);
+      assert!(
+        std::str::from_utf8(&bytes[..kept]).is_ok(),
+        "cut {cut} kept {kept}"
+      );
+      assert!(cut - kept < 4);
+    }
+  }
+
+  #[test]
+  fn budget_counts_both_streams_and_the_marker() {
+    let mut c = Capture::new(40);
+    assert_eq!(c.push(Stream::Stderr, b"oops\n"), Pushed::Kept);
+    assert_eq!(c.push(Stream::Stdout, &[b'y'; 100]), Pushed::Overflowed);
+    assert_eq!(c.push(Stream::Stderr, b"late"), Pushed::Dropped);
+    let (out, err, truncated) = c.finish();
+    assert!(truncated);
+    assert_eq!(err, "oops\n");
+    assert!(out.ends_with(TRUNCATION_MARKER));
+    assert_eq!(out.len() + err.len(), 40);
+  }
+
+  #[test]
+  fn multibyte_cut_lands_on_a_boundary() {
+    let mut c = Capture::new(TRUNCATION_MARKER.len() + 5);
+    c.push(Stream::Stdout, "é".repeat(20).as_bytes()); // 40 bytes, 5 kept before the marker
+    let (out, _, truncated) = c.finish();
+    assert!(truncated);
+    assert_eq!(out, format!("éé{TRUNCATION_MARKER}"));
+  }
+
+  #[test]
+  fn exact_fit_is_not_truncated() {
+    let mut c = Capture::new(3);
+    assert_eq!(c.push(Stream::Stdout, b"abc"), Pushed::Kept);
+    assert_eq!(c.finish(), ("abc".into(), String::new(), false));
+  }
+
+  #[test]
+  fn a_large_earlier_stream_is_trimmed_too() {
+    let mut c = Capture::new(TRUNCATION_MARKER.len() + 10);
+    c.push(Stream::Stderr, &[b'e'; 30]);
+    c.push(Stream::Stdout, &[b'o'; 30]);
+    let (out, err, truncated) = c.finish();
+    assert!(truncated);
+    assert_eq!(err.len(), 10);
+    assert_eq!(out, TRUNCATION_MARKER);
+  }
+
+  #[test]
+  fn tiny_cap_keeps_a_prefix_of_the_marker() {
+    let mut c = Capture::new(4);
+    c.push(Stream::Stdout, b"hello");
+    let (out, _, truncated) = c.finish();
+    assert!(truncated);
+    assert_eq!(out, &TRUNCATION_MARKER[..4]);
+  }
+}

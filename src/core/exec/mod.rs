@@ -1,0 +1,14 @@
+//! Spawn, capture, terminate: one child from start to a dead tree. Free of pool and napi
+//! concerns so sessions and isolation can reuse it.
+
+pub mod capture;
+pub mod outcome;
+pub mod pidfd;
+pub mod run;
+pub mod spawn;
+pub mod tree;
+
+pub use capture::TRUNCATION_MARKER;
+pub use outcome::{EndedBy, ExitStatus, Finished};
+pub use run::{Limits, REAP_BOUND, Stop, run};
+pub use spawn::{SpawnError, SpawnSpec, resolve_program};

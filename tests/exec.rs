@@ -1,0 +1,225 @@
+//! core::exec against real processes.
+
+use std::ffi::CString;
+use std::future::pending;
+use std::time::Duration;
+
+use finn_sandbox::core::exec::{
+  EndedBy, ExitStatus, Limits, SpawnSpec, Stop, TRUNCATION_MARKER, run,
+};
+
+fn spec(program: &str, args: &[&str]) -> SpawnSpec {
+  let c = |s: &str| CString::new(s).unwrap();
+  let mut argv = vec![c(program)];
+  argv.extend(args.iter().map(|a| c(a)));
+  SpawnSpec {
+    program: c(program),
+    argv,
+    env: vec![c("PATH=/usr/bin:/bin")],
+    cwd: c("/"),
+  }
+}
+
+fn limits(timeout_ms: u64, cap: usize, grace_ms: u64) -> Limits {
+  Limits {
+    timeout: Some(Duration::from_millis(timeout_ms)),
+    max_output_bytes: cap,
+    kill_grace: Duration::from_millis(grace_ms),
+  }
+}
+
+fn never() -> impl Future<Output = Stop<()>> {
+  pending()
+}
+
+/// A pid is gone when it no longer exists or is a zombie awaiting a reaper that is not us.
+fn gone(pid: i32) -> bool {
+  match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+    Err(_) => true,
+    Ok(stat) => {
+      let state = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+      state == "Z" || state == "X"
+    }
+  }
+}
+
+#[tokio::test]
+async fn captures_output_and_real_exit_codes() {
+  let done = run(
+    &spec("/bin/sh", &["-c", "echo out; echo err >&2; exit 42"]),
+    &limits(5000, 1 << 20, 100),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.status, Some(ExitStatus::Exited(42)));
+  assert_eq!(done.exit_code(), 42);
+  assert_eq!(done.stdout, "out\n");
+  assert_eq!(done.stderr, "err\n");
+  assert!(!done.truncated);
+  assert_eq!(done.ended_by, EndedBy::Exit);
+}
+
+#[tokio::test]
+async fn signal_death_is_128_plus_signo() {
+  let done = run(
+    &spec("/bin/sh", &["-c", "kill -USR1 $$"]),
+    &limits(5000, 1024, 100),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.status, Some(ExitStatus::Signaled(libc::SIGUSR1)));
+  assert_eq!(done.exit_code(), 128 + libc::SIGUSR1);
+}
+
+#[tokio::test]
+async fn child_gets_exact_env_dev_null_stdin_own_session_default_signals() {
+  let script = "echo \"env=$(env | sort | tr '\\n' ' ')\"; cat; echo \"sid=$(ps -o sid= -p $$) pid=$$\"; \
+                grep -E '^(SigIgn|SigBlk)' /proc/self/status";
+  let done = run(
+    &spec("/bin/sh", &["-c", script]),
+    &limits(5000, 1 << 16, 100),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert!(
+    done.stdout.contains("env=PATH=/usr/bin:/bin PWD=/ "),
+    "{}",
+    done.stdout
+  );
+  let line = done.stdout.lines().find(|l| l.starts_with("sid=")).unwrap();
+  let sid: i32 = line["sid=".len()..]
+    .split_whitespace()
+    .next()
+    .unwrap()
+    .parse()
+    .unwrap();
+  let pid: i32 = line.rsplit_once("pid=").unwrap().1.parse().unwrap();
+  assert_eq!(sid, pid, "the child leads its own session");
+  assert!(
+    done.stdout.contains("SigBlk:\t0000000000000000"),
+    "{}",
+    done.stdout
+  );
+}
+
+#[tokio::test]
+async fn timeout_kills_the_whole_tree_including_term_ignorers_and_setsid_escapees() {
+  // The leader and a child ignore SIGTERM; a grandchild; a child that moved to its own session.
+  let script = "trap '' TERM; echo leader $$; \
+                sh -c 'trap \"\" TERM; echo ignorer $$; exec sleep 60' & \
+                (sleep 61 & echo grandchild $!) ; \
+                setsid sleep 62 & echo escapee $!; \
+                sleep 0.3; echo escapee-sid $(cut -d' ' -f6 /proc/$!/stat); wait";
+  let done = run(
+    &spec("/bin/sh", &["-c", script]),
+    &limits(700, 1 << 16, 200),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  let field = |name: &str| -> i32 {
+    let line = done
+      .stdout
+      .lines()
+      .find(|l| l.starts_with(&format!("{name} ")))
+      .unwrap_or_else(|| panic!("{name} in {}", done.stdout));
+    line[name.len() + 1..].trim().parse().unwrap()
+  };
+  let (leader, escapee) = (field("leader"), field("escapee"));
+  assert_ne!(field("escapee-sid"), leader, "the escapee left the session");
+  for pid in [leader, field("ignorer"), field("grandchild"), escapee] {
+    assert!(gone(pid), "pid {pid} survived: {}", done.stdout);
+  }
+  assert!(done.survivors.is_empty());
+  // The leader ignores SIGTERM, so it took the grace and a SIGKILL.
+  assert_eq!(done.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
+  assert!(done.duration >= Duration::from_millis(900));
+}
+
+#[tokio::test]
+async fn a_tree_that_obeys_sigterm_dies_without_waiting_for_the_grace() {
+  let done = run(
+    &spec("/bin/sh", &["-c", "sleep 60 & sleep 60"]),
+    &limits(200, 1024, 30_000),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert_eq!(done.status, Some(ExitStatus::Signaled(libc::SIGTERM)));
+  assert!(
+    done.duration < Duration::from_secs(5),
+    "{:?}",
+    done.duration
+  );
+}
+
+#[tokio::test]
+async fn output_cap_stops_an_endless_producer_and_keeps_earlier_stderr() {
+  let done = run(
+    &spec("/bin/sh", &["-c", "echo oops >&2; exec yes"]),
+    &limits(30_000, 4096, 5000),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::OutputLimit);
+  assert!(done.truncated);
+  assert_eq!(done.stderr, "oops\n");
+  assert!(done.stdout.ends_with(TRUNCATION_MARKER));
+  assert_eq!(done.stdout.len() + done.stderr.len(), 4096);
+  assert!(done.duration < Duration::from_secs(5));
+}
+
+#[tokio::test]
+async fn caller_stop_terminates_with_its_reason() {
+  let stop = async {
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    Stop {
+      grace: Duration::from_millis(50),
+      reason: "abort",
+    }
+  };
+  let done = run(
+    &spec("/bin/sleep", &["60"]),
+    &limits(60_000, 1024, 5000),
+    stop,
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Stopped("abort"));
+  assert_eq!(done.status, Some(ExitStatus::Signaled(libc::SIGTERM)));
+}
+
+#[tokio::test]
+async fn spawn_failures_say_why() {
+  let err = run(
+    &spec("/no/such/binary", &[]),
+    &limits(1000, 1024, 100),
+    never(),
+  )
+  .await
+  .unwrap_err();
+  assert_eq!(err.exit_code(), 127);
+  assert!(err.to_string().contains("No such file"), "{err}");
+  let mut s = spec("/bin/true", &[]);
+  s.cwd = CString::new("/no/such/dir").unwrap();
+  let err = run(&s, &limits(1000, 1024, 100), never())
+    .await
+    .unwrap_err();
+  assert!(
+    err.to_string().contains("working directory /no/such/dir"),
+    "{err}"
+  );
+}
