@@ -223,3 +223,34 @@ async fn spawn_failures_say_why() {
     "{err}"
   );
 }
+
+#[tokio::test]
+async fn an_escapee_is_found_even_when_its_leader_dies_on_sigterm_at_once() {
+  // The leader obeys SIGTERM: without freezing the tree first, it would die before the /proc
+  // walk and take the escapee's parent link with it.
+  let script = "echo leader $$; setsid sleep 63 & echo escapee $!; sleep 0.2; \
+                echo escapee-sid $(cut -d' ' -f6 /proc/$!/stat); wait";
+  let done = run(
+    &spec("/bin/sh", &["-c", script]),
+    &limits(500, 1 << 16, 5_000),
+    never(),
+  )
+  .await
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  let field = |name: &str| -> i32 {
+    let line = done
+      .stdout
+      .lines()
+      .find(|l| l.starts_with(&format!("{name} ")))
+      .unwrap();
+    line[name.len() + 1..].trim().parse().unwrap()
+  };
+  assert_ne!(field("escapee-sid"), field("leader"));
+  assert!(gone(field("escapee")), "escapee survived: {}", done.stdout);
+  assert!(
+    done.duration < Duration::from_secs(3),
+    "no grace was needed: {:?}",
+    done.duration
+  );
+}

@@ -1,1 +1,5 @@
+//! The only code that touches napi: classes, option conversion, error mapping.
 
+pub mod convert;
+pub mod logging;
+pub mod pool;

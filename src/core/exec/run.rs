@@ -82,11 +82,7 @@ where
         ended_by = Some(EndedBy::Exit);
         break;
       }
-      Some(t) if reaped || lost => {
-        if t.tree_gone() {
-          break;
-        }
-      }
+      Some(t) if (reaped || lost) && t.tree_gone() => break,
       _ => {}
     }
     let tick_at = term.as_ref().map_or(far, Terminator::next_wake);
@@ -127,11 +123,11 @@ where
         }
       }
       () = sleep_until(tick_at), if term.is_some() => {
-        if let Some(t) = &mut term {
-          if let Some(left) = t.on_tick(reaped) {
-            survivors = left;
-            break;
-          }
+        if let Some(t) = &mut term
+          && let Some(left) = t.on_tick(reaped)
+        {
+          survivors = left;
+          break;
         }
       }
     }
@@ -212,8 +208,6 @@ impl Terminator {
       t.kill();
     } else {
       t.signal(Signal::SIGTERM);
-      // A stopped process only acts on SIGTERM once continued.
-      t.signal(Signal::SIGCONT);
     }
     t
   }
@@ -228,20 +222,34 @@ impl Terminator {
     self.kill_at = self.kill_at.min(Instant::now() + grace);
   }
 
-  /// Signals the group (atomic against fork) and every escapee found in /proc.
+  /// Signals the whole tree. It is frozen first (SIGSTOP to the group, then to every escapee
+  /// found in /proc, until a scan finds no new one): a stopped process can neither fork nor
+  /// die, so parent links stay intact while the tree is walked. Then the signal, then SIGCONT
+  /// so that stopped processes act on it.
   fn signal(&mut self, signal: Signal) {
-    let _ = killpg(self.leader, signal);
-    let procs = tree::scan();
-    for pid in tree::escapees(&procs, self.leader.as_raw()) {
-      if self.escapees.iter().any(|e| e.pid == pid) {
-        continue;
+    let _ = killpg(self.leader, Signal::SIGSTOP);
+    for _ in 0..8 {
+      let procs = tree::scan();
+      let mut found_new = false;
+      for pid in tree::escapees(&procs, self.leader.as_raw()) {
+        if self.escapees.iter().any(|e| e.pid == pid) {
+          continue;
+        }
+        if let Ok(pidfd) = pidfd::open(pid) {
+          pidfd::send_signal(&pidfd, Signal::SIGSTOP);
+          self.escapees.push(Escapee { pid, pidfd });
+          found_new = true;
+        }
       }
-      if let Ok(pidfd) = pidfd::open(pid) {
-        self.escapees.push(Escapee { pid, pidfd });
+      if !found_new {
+        break;
       }
     }
-    for e in &self.escapees {
-      pidfd::send_signal(&e.pidfd, signal);
+    for sig in [signal, Signal::SIGCONT] {
+      let _ = killpg(self.leader, sig);
+      for e in &self.escapees {
+        pidfd::send_signal(&e.pidfd, sig);
+      }
     }
   }
 
@@ -289,7 +297,7 @@ impl Terminator {
   }
 
   /// True when no process of the tree is left. Only meaningful once the leader is reaped.
-  fn tree_gone(&mut self) -> bool {
+  fn tree_gone(&self) -> bool {
     if self.escapees.iter().any(|e| !pidfd::exited(&e.pidfd)) {
       return false;
     }

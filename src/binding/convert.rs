@@ -1,0 +1,176 @@
+//! JS values to core types, with errors that name the offending field. Nothing here throws a
+//! type error of napi's own: every check is ours, so every message says which field is wrong.
+
+use napi::bindgen_prelude::{Array, Object, Unknown};
+use napi::{JsValue, ValueType};
+
+use crate::core::pool::{Lane, PoolError, RawJob};
+
+pub type Checked<T> = Result<T, PoolError>;
+
+fn invalid(msg: String) -> PoolError {
+  PoolError::InvalidSpec(msg)
+}
+
+/// napi failures while reading a value (a throwing getter, say) are still the caller's input.
+fn napi_err(field: &str) -> impl Fn(napi::Error) -> PoolError + '_ {
+  move |e| invalid(format!("{field} could not be read: {}", e.reason))
+}
+
+fn type_of(value: &Unknown, field: &str) -> Checked<ValueType> {
+  value.get_type().map_err(napi_err(field))
+}
+
+pub fn is_nullish(value: Option<&Unknown>) -> Checked<bool> {
+  match value {
+    None => Ok(true),
+    Some(v) => Ok(matches!(
+      type_of(v, "value")?,
+      ValueType::Undefined | ValueType::Null
+    )),
+  }
+}
+
+pub fn string(value: &Unknown, field: &str) -> Checked<String> {
+  if type_of(value, field)? != ValueType::String {
+    return Err(invalid(format!("{field} must be a string")));
+  }
+  // SAFETY: the type was checked just above.
+  unsafe { value.cast::<String>() }.map_err(napi_err(field))
+}
+
+pub fn object<'a>(value: &Unknown<'a>, field: &str) -> Checked<Object<'a>> {
+  if type_of(value, field)? != ValueType::Object || value.is_array().map_err(napi_err(field))? {
+    return Err(invalid(format!("{field} must be an object")));
+  }
+  // SAFETY: the type was checked just above.
+  unsafe { value.cast::<Object>() }.map_err(napi_err(field))
+}
+
+pub fn get<'a>(obj: &Object<'a>, key: &str, field: &str) -> Checked<Option<Unknown<'a>>> {
+  let value: Option<Unknown> = obj.get(key).map_err(napi_err(field))?;
+  match &value {
+    Some(v) if type_of(v, field)? == ValueType::Null => Ok(None),
+    _ => Ok(value),
+  }
+}
+
+pub fn required_string(obj: &Object, key: &str, field: &str) -> Checked<String> {
+  match get(obj, key, field)? {
+    Some(v) => string(&v, field),
+    None => Err(invalid(format!("{field} is required (a string)"))),
+  }
+}
+
+pub fn optional_string(obj: &Object, key: &str, field: &str) -> Checked<Option<String>> {
+  get(obj, key, field)?.map(|v| string(&v, field)).transpose()
+}
+
+/// A non-negative integer no larger than 2^53 - 1 (JS's exact integers).
+pub fn optional_uint(obj: &Object, key: &str, field: &str) -> Checked<Option<u64>> {
+  let Some(value) = get(obj, key, field)? else {
+    return Ok(None);
+  };
+  let bad = || invalid(format!("{field} must be a non-negative integer"));
+  if type_of(&value, field)? != ValueType::Number {
+    return Err(bad());
+  }
+  // SAFETY: the type was checked just above.
+  let n: f64 = unsafe { value.cast::<f64>() }.map_err(napi_err(field))?;
+  if !n.is_finite() || n < 0.0 || n.fract() != 0.0 || n > 9_007_199_254_740_991.0 {
+    return Err(bad());
+  }
+  Ok(Some(n as u64))
+}
+
+pub fn string_array(value: &Unknown, field: &str) -> Checked<Vec<String>> {
+  if type_of(value, field)? != ValueType::Object || !value.is_array().map_err(napi_err(field))? {
+    return Err(invalid(format!("{field} must be an array of strings")));
+  }
+  // SAFETY: checked to be an array just above.
+  let array: Array = unsafe { value.cast::<Array>() }.map_err(napi_err(field))?;
+  (0..array.len())
+    .map(|i| {
+      let item: Option<Unknown> = array.get(i).map_err(napi_err(field))?;
+      let item_field = format!("{field}[{i}]");
+      match item {
+        Some(v) => string(&v, &item_field),
+        None => Err(invalid(format!("{item_field} must be a string"))),
+      }
+    })
+    .collect()
+}
+
+/// `Record<string, string>`; `undefined` values are left out, as Node's child_process does.
+pub fn string_map(value: &Unknown, field: &str) -> Checked<Vec<(String, String)>> {
+  let obj = object(value, field)?;
+  let keys = Object::keys(&obj).map_err(napi_err(field))?;
+  let mut out = Vec::with_capacity(keys.len());
+  for key in keys {
+    let entry_field = format!("{field}.{key}");
+    if let Some(v) = get(&obj, &key, &entry_field)? {
+      out.push((key, string(&v, &entry_field)?));
+    }
+  }
+  Ok(out)
+}
+
+pub fn lane(value: Option<&Unknown>) -> Checked<Lane> {
+  if is_nullish(value)? {
+    return Ok(Lane::Interactive);
+  }
+  let value = value.expect("checked not nullish");
+  match string(value, "lane")?.as_str() {
+    "interactive" => Ok(Lane::Interactive),
+    "system" => Ok(Lane::System),
+    other => Err(invalid(format!(
+      "lane must be \"interactive\" or \"system\", not {other:?}"
+    ))),
+  }
+}
+
+/// An `ExecSpec` plus `exec`'s lane and jailRoot arguments.
+pub fn raw_job(
+  spec: &Unknown,
+  lane_arg: Option<&Unknown>,
+  jail_root: Option<&Unknown>,
+) -> Checked<RawJob> {
+  if is_nullish(Some(spec))? {
+    return Err(invalid("spec is required (an ExecSpec object)".into()));
+  }
+  let obj = object(spec, "spec")?;
+  let binary_path = required_string(&obj, "binaryPath", "spec.binaryPath")?;
+  let args = match get(&obj, "args", "spec.args")? {
+    Some(v) => string_array(&v, "spec.args")?,
+    None => {
+      return Err(invalid(
+        "spec.args is required (an array of strings)".into(),
+      ));
+    }
+  };
+  let cwd = required_string(&obj, "cwd", "spec.cwd")?;
+  let env = match get(&obj, "env", "spec.env")? {
+    Some(v) => string_map(&v, "spec.env")?,
+    None => {
+      return Err(invalid(
+        "spec.env is required (an object of strings)".into(),
+      ));
+    }
+  };
+  let jail_root = if is_nullish(jail_root)? {
+    None
+  } else {
+    Some(string(jail_root.expect("checked not nullish"), "jailRoot")?)
+  };
+  Ok(RawJob {
+    binary_path,
+    args,
+    cwd,
+    env,
+    timeout_ms: optional_uint(&obj, "timeoutMs", "spec.timeoutMs")?,
+    max_buffer: optional_uint(&obj, "maxBuffer", "spec.maxBuffer")?,
+    session_id: optional_string(&obj, "sessionId", "spec.sessionId")?,
+    jail_root,
+    lane: Some(lane(lane_arg)?),
+  })
+}

@@ -1,0 +1,16 @@
+//! Lanes, queue and fairness, dispatch, stats, shutdown.
+
+pub mod config;
+pub mod error;
+pub mod lane;
+#[expect(
+  clippy::module_inception,
+  reason = "the pool type lives in pool/pool.rs beside its parts"
+)]
+pub mod pool;
+pub mod stats;
+
+pub use config::{JobSpec, Lane, PoolConfig, RawJob};
+pub use error::PoolError;
+pub use pool::{ExecResult, JobOutcome, Pool, Submitted, TEST_PANIC_SESSION};
+pub use stats::PoolStats;

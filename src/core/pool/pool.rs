@@ -1,0 +1,416 @@
+//! The pool: two lanes of slots, one tokio task per running job, shutdown.
+
+use std::collections::HashMap;
+use std::future::pending;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, oneshot};
+use tracing::Instrument;
+
+use super::config::{JobSpec, Lane, PoolConfig};
+use super::error::PoolError;
+use super::lane::{Admit, LaneQueue};
+use super::stats::{LaneStats, PoolStats, SystemStats, Totals};
+use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, Stop};
+
+/// What a job resolves with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExecResult {
+  pub stdout: String,
+  pub stderr: String,
+  pub exit_code: i32,
+  pub truncated: bool,
+  pub duration_ms: f64,
+}
+
+pub type JobOutcome = Result<ExecResult, PoolError>;
+
+/// Handle on a submitted job.
+pub struct Submitted {
+  pub id: u64,
+  pub result: oneshot::Receiver<JobOutcome>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum StopReason {
+  Abort,
+  Shutdown,
+}
+
+struct Queued {
+  id: u64,
+  job: JobSpec,
+  reply: oneshot::Sender<JobOutcome>,
+}
+
+struct Running {
+  stop: Option<oneshot::Sender<Stop<StopReason>>>,
+}
+
+struct State {
+  closing: bool,
+  interactive: LaneQueue<Queued>,
+  system: LaneQueue<Queued>,
+  running: HashMap<u64, Running>,
+  totals: Totals,
+  next_id: u64,
+}
+
+impl State {
+  fn lane(&mut self, lane: Lane) -> &mut LaneQueue<Queued> {
+    match lane {
+      Lane::Interactive => &mut self.interactive,
+      Lane::System => &mut self.system,
+    }
+  }
+}
+
+struct Inner {
+  config: PoolConfig,
+  runtime: Handle,
+  state: Mutex<State>,
+  idle: Notify,
+  test_hooks: bool,
+}
+
+/// A native worker pool. Cheap to clone; all clones share one pool.
+#[derive(Clone)]
+pub struct Pool {
+  inner: Arc<Inner>,
+}
+
+/// Session id that makes a job panic when `FINN_SANDBOX_TEST_HOOKS=1` was set at pool creation,
+/// so the tests can prove a panic becomes a rejection and the pool keeps working.
+pub const TEST_PANIC_SESSION: &str = "__finn_sandbox_test_panic__";
+
+/// How a finished job counts in the totals.
+enum Tally {
+  Completed(f64),
+  Failed,
+  TimedOut,
+  Uncounted,
+}
+
+impl Pool {
+  /// `runtime` runs the job tasks; all waiting happens there.
+  pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
+    let state = State {
+      closing: false,
+      interactive: LaneQueue::new(config.interactive_workers, config.max_queue_depth),
+      system: LaneQueue::new(1, config.max_queue_depth),
+      running: HashMap::new(),
+      totals: Totals::default(),
+      next_id: 1,
+    };
+    Pool {
+      inner: Arc::new(Inner {
+        config,
+        runtime,
+        state: Mutex::new(state),
+        idle: Notify::new(),
+        test_hooks: std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1"),
+      }),
+    }
+  }
+
+  pub fn config(&self) -> &PoolConfig {
+    &self.inner.config
+  }
+
+  /// Admits a job synchronously: when this returns, `stats()` already counts it as active or
+  /// queued, and a full queue or a closed pool has been detected.
+  pub fn submit(&self, job: JobSpec) -> Result<Submitted, PoolError> {
+    let mut state = self.inner.lock();
+    if state.closing {
+      return Err(PoolError::Closed);
+    }
+    let id = state.next_id;
+    state.next_id += 1;
+    let (reply, result) = oneshot::channel();
+    let lane = job.lane;
+    let session = job.session_id.clone();
+    match state.lane(lane).admit(session, Queued { id, job, reply }) {
+      Admit::Run(queued) => self.inner.start(&mut state, queued),
+      Admit::Queued => {}
+      Admit::Full(_) => return Err(PoolError::QueueFull(lane)),
+    }
+    Ok(Submitted { id, result })
+  }
+
+  /// Aborts a job: a queued one is removed, a running one is terminated like a timeout.
+  /// Unknown or finished ids are ignored.
+  pub fn abort(&self, id: u64) {
+    let mut state = self.inner.lock();
+    for lane in [Lane::Interactive, Lane::System] {
+      if let Some(queued) = state.lane(lane).remove_where(|q| q.id == id) {
+        drop(state);
+        let _ = queued.reply.send(Err(PoolError::Aborted));
+        return;
+      }
+    }
+    if let Some(stop) = state.running.get_mut(&id).and_then(|r| r.stop.take()) {
+      let _ = stop.send(Stop {
+        grace: self.inner.config.kill_grace,
+        reason: StopReason::Abort,
+      });
+    }
+  }
+
+  /// A snapshot of the pool right now.
+  pub fn stats(&self) -> PoolStats {
+    let state = self.inner.lock();
+    PoolStats {
+      interactive: LaneStats {
+        active: state.interactive.active,
+        idle: state.interactive.capacity - state.interactive.active,
+        queued: state.interactive.queued(),
+      },
+      system: SystemStats {
+        active: state.system.active > 0,
+        queued: state.system.queued(),
+      },
+      totals: state.totals.clone(),
+    }
+  }
+
+  /// Stops accepting jobs, rejects the queued ones, terminates the running ones (SIGTERM now,
+  /// SIGKILL at the shutdown deadline). All of that happens before this returns; the future
+  /// resolves once no child of the pool is alive. Idempotent: every call waits for the same end.
+  pub fn shutdown(&self) -> impl Future<Output = ()> + Send + 'static {
+    let rejected: Vec<Queued> = {
+      let mut state = self.inner.lock();
+      if state.closing {
+        Vec::new()
+      } else {
+        state.closing = true;
+        let grace = self.inner.config.shutdown_deadline;
+        for running in state.running.values_mut() {
+          if let Some(stop) = running.stop.take() {
+            let _ = stop.send(Stop {
+              grace,
+              reason: StopReason::Shutdown,
+            });
+          }
+        }
+        let mut queued: Vec<Queued> = state.interactive.drain().collect();
+        queued.extend(state.system.drain());
+        queued
+      }
+    };
+    for queued in rejected {
+      let _ = queued.reply.send(Err(PoolError::ShutDown));
+    }
+    let inner = Arc::clone(&self.inner);
+    async move {
+      loop {
+        let idle = inner.idle.notified();
+        tokio::pin!(idle);
+        idle.as_mut().enable();
+        if inner.lock().running.is_empty() {
+          return;
+        }
+        idle.await;
+      }
+    }
+  }
+}
+
+impl Inner {
+  fn lock(&self) -> MutexGuard<'_, State> {
+    // A panic never happens while the lock is held, but a poisoned lock must not wedge the pool.
+    self.state.lock().unwrap_or_else(|e| e.into_inner())
+  }
+
+  /// Starts a job whose slot is already taken.
+  fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
+    let (stop_tx, stop_rx) = oneshot::channel();
+    state.running.insert(
+      queued.id,
+      Running {
+        stop: Some(stop_tx),
+      },
+    );
+    let inner = Arc::clone(self);
+    let span = tracing::info_span!(
+      "job",
+      id = %uuid::Uuid::new_v4(),
+      seq = queued.id,
+      lane = ?queued.job.lane,
+      binary = %queued.job.binary_path,
+    );
+    self
+      .runtime
+      .spawn(inner.run_job(queued, stop_rx).instrument(span));
+  }
+
+  async fn run_job(self: Arc<Self>, queued: Queued, stop: oneshot::Receiver<Stop<StopReason>>) {
+    let Queued { id, job, reply } = queued;
+    // Frees the slot even if the job panics; the dropped `reply` then reads as a crash.
+    let mut slot = Slot {
+      inner: &self,
+      id,
+      lane: job.lane,
+      tally: Some(Tally::Failed),
+    };
+    if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
+      panic!("test hook: job {id} panics on purpose");
+    }
+    let (outcome, tally) = execute(&job, stop, self.config.kill_grace).await;
+    tracing::debug!(?outcome, "job settled");
+    slot.tally = Some(tally);
+    drop(slot);
+    let _ = reply.send(outcome);
+  }
+
+  /// Bookkeeping when a job ends: totals, the slot, the next queued job, shutdown's wait.
+  fn finish(self: &Arc<Self>, id: u64, lane: Lane, tally: Tally) {
+    let mut state = self.lock();
+    match tally {
+      Tally::Completed(ms) => {
+        state.totals.completed += 1;
+        state.totals.total_exec_ms += ms;
+      }
+      Tally::Failed => state.totals.failed += 1,
+      Tally::TimedOut => state.totals.timed_out += 1,
+      Tally::Uncounted => {}
+    }
+    state.totals.refresh_average();
+    state.running.remove(&id);
+    let lane_queue = state.lane(lane);
+    lane_queue.release();
+    if let Some(next) = lane_queue.dispatch_next() {
+      self.start(&mut state, next);
+    }
+    if state.running.is_empty() {
+      self.idle.notify_waiters();
+    }
+  }
+}
+
+struct Slot<'a> {
+  inner: &'a Arc<Inner>,
+  id: u64,
+  lane: Lane,
+  tally: Option<Tally>,
+}
+
+impl Drop for Slot<'_> {
+  fn drop(&mut self) {
+    let tally = self.tally.take().unwrap_or(Tally::Failed);
+    self.inner.finish(self.id, self.lane, tally);
+  }
+}
+
+const JAIL_REJECTION: &str = "Working directory validation failed";
+
+/// `cwd` must resolve inside `root` (compared by path components, after realpath).
+fn cwd_inside_jail(cwd: &str, root: &str) -> Result<(), String> {
+  let root = std::fs::canonicalize(root).map_err(|e| format!("jailRoot {root}: {e}"))?;
+  let real = std::fs::canonicalize(cwd).map_err(|e| format!("cwd {cwd}: {e}"))?;
+  if Path::new(&real).starts_with(&root) {
+    Ok(())
+  } else {
+    Err(format!(
+      "cwd {} is outside jailRoot {}",
+      real.display(),
+      root.display()
+    ))
+  }
+}
+
+fn result(
+  stdout: String,
+  stderr: String,
+  exit_code: i32,
+  truncated: bool,
+  duration: Duration,
+) -> ExecResult {
+  ExecResult {
+    stdout,
+    stderr,
+    exit_code,
+    truncated,
+    duration_ms: duration.as_secs_f64() * 1000.0,
+  }
+}
+
+async fn execute(
+  job: &JobSpec,
+  stop: oneshot::Receiver<Stop<StopReason>>,
+  kill_grace: Duration,
+) -> (JobOutcome, Tally) {
+  if let Some(root) = &job.jail_root
+    && let Err(detail) = cwd_inside_jail(&job.cwd, root)
+  {
+    // The caller sees the sanitized message only; the detail goes to the log.
+    tracing::warn!(%detail, "working directory rejected");
+    let rejected = result(
+      String::new(),
+      JAIL_REJECTION.into(),
+      1,
+      false,
+      Duration::ZERO,
+    );
+    return (Ok(rejected), Tally::Completed(0.0));
+  }
+  let started = tokio::time::Instant::now();
+  let spawn_failure = |e: exec::SpawnError| {
+    let failed = result(
+      String::new(),
+      format!("{e}\n"),
+      e.exit_code(),
+      false,
+      started.elapsed(),
+    );
+    (Ok(failed), Tally::Failed)
+  };
+  let program = match exec::resolve_program(&job.binary_path, job.path_var.as_deref()) {
+    Ok(program) => program,
+    Err(e) => return spawn_failure(e),
+  };
+  let spec = SpawnSpec {
+    program,
+    argv: job.argv.clone(),
+    env: job.env.clone(),
+    cwd: std::ffi::CString::new(job.cwd.as_str()).expect("validated without NUL"),
+  };
+  let limits = Limits {
+    timeout: Some(Duration::from_millis(job.timeout_ms)),
+    max_output_bytes: job.max_buffer,
+    kill_grace,
+  };
+  let stop = async move {
+    match stop.await {
+      Ok(request) => request,
+      // The pool dropped the sender without asking for a stop: never stop.
+      Err(_) => pending().await,
+    }
+  };
+  let finished = match exec::run(&spec, &limits, stop).await {
+    Ok(finished) => finished,
+    Err(e) => return spawn_failure(e),
+  };
+  if !finished.survivors.is_empty() {
+    tracing::error!(survivors = ?finished.survivors, "processes outlived SIGKILL and the reap bound");
+  }
+  let exit_code = finished.exit_code();
+  match finished.ended_by {
+    EndedBy::Exit | EndedBy::OutputLimit => {
+      let done = result(
+        finished.stdout,
+        finished.stderr,
+        exit_code,
+        finished.truncated,
+        finished.duration,
+      );
+      let ms = done.duration_ms;
+      (Ok(done), Tally::Completed(ms))
+    }
+    EndedBy::Timeout => (Err(PoolError::Timeout(job.timeout_ms)), Tally::TimedOut),
+    EndedBy::Stopped(StopReason::Abort) => (Err(PoolError::Aborted), Tally::Uncounted),
+    EndedBy::Stopped(StopReason::Shutdown) => (Err(PoolError::ShutDown), Tally::Uncounted),
+  }
+}
