@@ -62,6 +62,18 @@ function settle(settled, signal) {
   throw new PoolError(settled.errorCode, settled.errorMessage)
 }
 
+// Pools alive in this process. When Node exits (process.exit() included, and a worker thread's
+// exit) every running tree is SIGKILLed synchronously: nothing will await those jobs any more.
+const livePools = new Set()
+let exitHookInstalled = false
+function killAllOnExit() {
+  for (const ref of livePools) {
+    const pool = ref.deref()
+    if (pool) pool.killAllNow()
+  }
+}
+const forgetPool = new FinalizationRegistry((ref) => livePools.delete(ref))
+
 class WorkerPool {
   #native
 
@@ -70,6 +82,13 @@ class WorkerPool {
       this.#native = new native.NativeWorkerPool(config)
     } catch (err) {
       throw toPoolError(err)
+    }
+    const ref = new WeakRef(this.#native)
+    livePools.add(ref)
+    forgetPool.register(this.#native, ref)
+    if (!exitHookInstalled) {
+      process.on('exit', killAllOnExit)
+      exitHookInstalled = true
     }
   }
 

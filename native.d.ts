@@ -14,6 +14,12 @@ export declare class NativeWorkerPool {
   /** Throws `"INVALID_SPEC: <message>"` for a bad config. */
   constructor(config?: unknown | undefined | null)
   /**
+   * SIGKILLs every running tree synchronously and closes the pool. `index.js` calls it from
+   * `process.on('exit')`: once Node exits nothing awaits the jobs, and their trees must not
+   * outlive it.
+   */
+  killAllNow(): void
+  /**
    * Admits a job at once (stats count it before this returns). Returns `{ id, promise }`,
    * or `{ errorCode, errorMessage }` when the job is refused; never throws for bad input.
    */

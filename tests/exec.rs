@@ -56,6 +56,7 @@ async fn captures_output_and_real_exit_codes() {
     &spec("/bin/sh", &["-c", "echo out; echo err >&2; exit 42"]),
     &limits(5000, 1 << 20, 100),
     never(),
+    |_| (),
   )
   .await
   .unwrap();
@@ -73,6 +74,7 @@ async fn signal_death_is_128_plus_signo() {
     &spec("/bin/sh", &["-c", "kill -USR1 $$"]),
     &limits(5000, 1024, 100),
     never(),
+    |_| (),
   )
   .await
   .unwrap();
@@ -88,6 +90,7 @@ async fn child_gets_exact_env_dev_null_stdin_own_session_default_signals() {
     &spec("/bin/sh", &["-c", script]),
     &limits(5000, 1 << 16, 100),
     never(),
+    |_| (),
   )
   .await
   .unwrap();
@@ -124,6 +127,7 @@ async fn timeout_kills_the_whole_tree_including_term_ignorers_and_setsid_escapee
     &spec("/bin/sh", &["-c", script]),
     &limits(700, 1 << 16, 200),
     never(),
+    |_| (),
   )
   .await
   .unwrap();
@@ -153,6 +157,7 @@ async fn a_tree_that_obeys_sigterm_dies_without_waiting_for_the_grace() {
     &spec("/bin/sh", &["-c", "sleep 60 & sleep 60"]),
     &limits(200, 1024, 30_000),
     never(),
+    |_| (),
   )
   .await
   .unwrap();
@@ -171,6 +176,7 @@ async fn output_cap_stops_an_endless_producer_and_keeps_earlier_stderr() {
     &spec("/bin/sh", &["-c", "echo oops >&2; exec yes"]),
     &limits(30_000, 4096, 5000),
     never(),
+    |_| (),
   )
   .await
   .unwrap();
@@ -195,6 +201,7 @@ async fn caller_stop_terminates_with_its_reason() {
     &spec("/bin/sleep", &["60"]),
     &limits(60_000, 1024, 5000),
     stop,
+    |_| (),
   )
   .await
   .unwrap();
@@ -208,6 +215,7 @@ async fn spawn_failures_say_why() {
     &spec("/no/such/binary", &[]),
     &limits(1000, 1024, 100),
     never(),
+    |_| (),
   )
   .await
   .unwrap_err();
@@ -215,7 +223,7 @@ async fn spawn_failures_say_why() {
   assert!(err.to_string().contains("No such file"), "{err}");
   let mut s = spec("/bin/true", &[]);
   s.cwd = CString::new("/no/such/dir").unwrap();
-  let err = run(&s, &limits(1000, 1024, 100), never())
+  let err = run(&s, &limits(1000, 1024, 100), never(), |_| ())
     .await
     .unwrap_err();
   assert!(
@@ -234,6 +242,7 @@ async fn an_escapee_is_found_even_when_its_leader_dies_on_sigterm_at_once() {
     &spec("/bin/sh", &["-c", script]),
     &limits(500, 1 << 16, 5_000),
     never(),
+    |_| (),
   )
   .await
   .unwrap();

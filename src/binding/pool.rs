@@ -134,6 +134,14 @@ impl NativeWorkerPool {
     })
   }
 
+  /// SIGKILLs every running tree synchronously and closes the pool. `index.js` calls it from
+  /// `process.on('exit')`: once Node exits nothing awaits the jobs, and their trees must not
+  /// outlive it.
+  #[napi(catch_unwind)]
+  pub fn kill_all_now(&self) {
+    self.pool.kill_all_now();
+  }
+
   /// Admits a job at once (stats count it before this returns). Returns `{ id, promise }`,
   /// or `{ errorCode, errorMessage }` when the job is refused; never throws for bad input.
   #[napi(

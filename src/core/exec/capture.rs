@@ -6,6 +6,9 @@
 /// Appended to the stream that was cut.
 pub const TRUNCATION_MARKER: &str = "\n[TRUNCATED at maxBuffer]";
 
+/// Room kept for the other stream when one stream overflows (at most a quarter of the budget).
+const STDERR_RESERVE: usize = 4096;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stream {
   Stdout,
@@ -19,6 +22,10 @@ pub struct Capture {
   stdout: Vec<u8>,
   stderr: Vec<u8>,
   cut: Option<Stream>,
+  /// The cut stream's bytes just past the cut, at most the reserve: returned to it at
+  /// `finish` as far as the other stream left the reserve unused.
+  tail: Vec<u8>,
+  tail_cap: usize,
 }
 
 /// What a push did.
@@ -39,6 +46,8 @@ impl Capture {
       stdout: Vec::new(),
       stderr: Vec::new(),
       cut: None,
+      tail: Vec::new(),
+      tail_cap: 0,
     }
   }
 
@@ -46,42 +55,82 @@ impl Capture {
     self.cut.is_some()
   }
 
-  /// Keeps bytes while the total stays within the cap. The push that would exceed it cuts
-  /// this stream so that both streams plus the marker fit, on a character boundary.
+  /// Keeps bytes while the total stays within the cap. The push that first exceeds it cuts
+  /// its stream so that both streams plus the marker fit, on a character boundary, leaving a
+  /// small reserve for the other stream: a short stderr written while stdout floods (and read
+  /// after it) is kept. The other stream then fills up to the cap; the cut stream takes no more.
   pub fn push(&mut self, stream: Stream, bytes: &[u8]) -> Pushed {
-    if self.cut.is_some() {
-      return Pushed::Dropped;
-    }
-    let room = self.max_bytes - (self.stdout.len() + self.stderr.len());
+    let used = self.stdout.len() + self.stderr.len();
+    let budget = self.budget;
     let (this, other) = match stream {
       Stream::Stdout => (&mut self.stdout, &mut self.stderr),
       Stream::Stderr => (&mut self.stderr, &mut self.stdout),
     };
-    if bytes.len() <= room {
-      this.extend_from_slice(bytes);
-      return Pushed::Kept;
+    match self.cut {
+      Some(cut) if cut == stream => {
+        let more = self.tail_cap - self.tail.len();
+        self.tail.extend_from_slice(&bytes[..more.min(bytes.len())]);
+        Pushed::Dropped
+      }
+      Some(_) => {
+        let room = budget.saturating_sub(used);
+        if bytes.len() <= room {
+          this.extend_from_slice(bytes);
+          Pushed::Kept
+        } else {
+          this.extend_from_slice(&bytes[..room]);
+          let keep = utf8_floor(this);
+          this.truncate(keep);
+          Pushed::Dropped
+        }
+      }
+      None if bytes.len() <= self.max_bytes - used => {
+        this.extend_from_slice(bytes);
+        Pushed::Kept
+      }
+      None => {
+        if other.len() > budget {
+          let keep = utf8_floor(&other[..budget]);
+          other.truncate(keep);
+        }
+        let reserve_left = (budget / 4).min(STDERR_RESERVE).saturating_sub(other.len());
+        let keep = budget - other.len() - reserve_left;
+        let mut continuation = if this.len() > keep {
+          let mut cut_off = this.split_off(keep);
+          cut_off.extend_from_slice(&bytes[..bytes.len().min(reserve_left)]);
+          cut_off
+        } else {
+          let take = keep - this.len();
+          this.extend_from_slice(&bytes[..take]);
+          bytes[take..].iter().take(reserve_left).copied().collect()
+        };
+        let floor = utf8_floor(this);
+        let mut moved = this.split_off(floor);
+        moved.append(&mut continuation);
+        // Room at finish is at most the reserve plus the bytes of a character the floor moved.
+        self.tail_cap = reserve_left + (keep - floor);
+        moved.truncate(self.tail_cap);
+        self.tail = moved;
+        self.cut = Some(stream);
+        Pushed::Overflowed
+      }
     }
-    if other.len() > self.budget {
-      let keep = utf8_floor(&other[..self.budget]);
-      other.truncate(keep);
-    }
-    let keep = self.budget - other.len();
-    if this.len() > keep {
-      this.truncate(keep);
-    } else {
-      let take = keep - this.len();
-      this.extend_from_slice(&bytes[..take]);
-    }
-    let keep = utf8_floor(this);
-    this.truncate(keep);
-    self.cut = Some(stream);
-    Pushed::Overflowed
   }
 
   /// The captured text, marker appended to the cut stream (or, with a cap smaller than the
   /// marker, as much of the marker as fits).
   pub fn finish(mut self) -> (String, String, bool) {
     if let Some(stream) = self.cut {
+      let room = self
+        .budget
+        .saturating_sub(self.stdout.len() + self.stderr.len());
+      let this = match stream {
+        Stream::Stdout => &mut self.stdout,
+        Stream::Stderr => &mut self.stderr,
+      };
+      this.extend_from_slice(&self.tail[..room.min(self.tail.len())]);
+      let keep = utf8_floor(this);
+      this.truncate(keep);
       let marker = &TRUNCATION_MARKER.as_bytes()[..TRUNCATION_MARKER.len().min(self.max_bytes)];
       match stream {
         Stream::Stdout => self.stdout.extend_from_slice(marker),
@@ -176,6 +225,51 @@ mod tests {
     assert!(truncated);
     assert_eq!(err.len(), 10);
     assert_eq!(out, TRUNCATION_MARKER);
+  }
+
+  #[test]
+  fn stderr_read_after_the_flood_still_fits_in_the_reserve() {
+    let marker = TRUNCATION_MARKER.len();
+    let mut c = Capture::new(marker + 100);
+    assert_eq!(c.push(Stream::Stdout, &[b'y'; 200]), Pushed::Overflowed);
+    assert_eq!(c.push(Stream::Stderr, b"oops\n"), Pushed::Kept);
+    assert_eq!(c.push(Stream::Stdout, b"more"), Pushed::Dropped);
+    assert_eq!(c.push(Stream::Stderr, &[b'e'; 100]), Pushed::Dropped);
+    let (out, err, truncated) = c.finish();
+    assert!(truncated);
+    assert_eq!(out.len(), 75 + marker);
+    assert_eq!(err.len(), 25, "oops plus what fit of the rest");
+    assert!(err.starts_with("oops\n"));
+  }
+
+  #[test]
+  fn an_unused_reserve_goes_back_to_the_cut_stream() {
+    let marker = TRUNCATION_MARKER.len();
+    let mut c = Capture::new(marker + 100);
+    c.push(Stream::Stdout, &[b'y'; 90]);
+    assert_eq!(c.push(Stream::Stdout, &[b'z'; 90]), Pushed::Overflowed);
+    c.push(Stream::Stderr, b"ab");
+    let (out, err, _) = c.finish();
+    assert_eq!(err, "ab");
+    assert_eq!(out.len(), 98 + marker, "the cap is used in full");
+    assert_eq!(
+      &out[..100 - 2],
+      format!("{}{}", "y".repeat(90), "z".repeat(8))
+    );
+  }
+
+  #[test]
+  fn the_reserve_never_splits_a_character_either() {
+    for cap in 26..60 {
+      let mut c = Capture::new(cap);
+      c.push(Stream::Stdout, "€".repeat(40).as_bytes());
+      c.push(Stream::Stdout, "€".repeat(40).as_bytes());
+      let (out, _, truncated) = c.finish();
+      assert!(truncated);
+      assert!(out.len() <= cap, "cap {cap}: {}", out.len());
+      assert!(out.len() + 3 > cap, "cap {cap}: {} wastes room", out.len());
+      assert!(!out.contains('\u{FFFD}'));
+    }
   }
 
   #[test]

@@ -10,5 +10,5 @@ pub mod tree;
 
 pub use capture::TRUNCATION_MARKER;
 pub use outcome::{EndedBy, ExitStatus, Finished};
-pub use run::{Limits, REAP_BOUND, Stop, run};
+pub use run::{Limits, REAP_BOUND, Stop, kill_tree_now, run};
 pub use spawn::{SpawnError, SpawnSpec, resolve_program};

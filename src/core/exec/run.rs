@@ -48,10 +48,14 @@ pub struct Stop<R> {
 ///
 /// Returns once the leader is reaped and, if the run was stopped, no process of its tree is
 /// left (or [`REAP_BOUND`] passed after SIGKILL).
+///
+/// `on_spawn` receives the leader's pid (= its pgid and sid) right after the spawn, so a caller
+/// can reach the tree synchronously, e.g. with [`kill_tree_now`] when the host process exits.
 pub async fn run<R, F>(
   spec: &SpawnSpec,
   limits: &Limits,
   stop: F,
+  on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, SpawnError>
 where
   F: Future<Output = Stop<R>>,
@@ -59,6 +63,7 @@ where
   let started = Instant::now();
   let mut child = spawn(spec)?;
   let leader = child.pid();
+  on_spawn(leader.as_raw());
   let mut stdout = child.stdout.take();
   let mut stderr = child.stderr.take();
   let mut capture = Capture::new(limits.max_output_bytes);
@@ -133,6 +138,19 @@ where
     }
   }
 
+  // Whatever the dead tree left buffered in the pipes (a stderr line written during a flood).
+  // Bounded: a survivor past the reap bound could write forever.
+  for (pipe, stream) in [(&stdout, Stream::Stdout), (&stderr, Stream::Stderr)] {
+    let Some(p) = pipe else { continue };
+    for _ in 0..64 {
+      match p.try_read(&mut out_buf) {
+        Ok(n) if n > 0 => {
+          capture.push(stream, &out_buf[..n]);
+        }
+        _ => break,
+      }
+    }
+  }
   let status = child.status();
   if status.is_none() && !lost {
     // Gave up after SIGKILL: keep reaping in the background so no zombie is left.
@@ -174,6 +192,12 @@ fn on_read(
     }
     Ok(n) => capture.push(stream, &buf[..n]) == Pushed::Overflowed,
   }
+}
+
+/// SIGKILLs the tree led by `leader` at once, escapees included, without waiting: for the
+/// host's exit, when nothing will be awaited any more.
+pub fn kill_tree_now(leader: i32) {
+  Terminator::start(Pid::from_raw(leader), Duration::ZERO);
 }
 
 /// The TERM -> grace -> KILL sequence for one tree, and the check that it is gone.

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::future::pending;
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -48,6 +49,8 @@ struct Queued {
 
 struct Running {
   stop: Option<oneshot::Sender<Stop<StopReason>>>,
+  /// The leader's pid once spawned (0 before), for [`Pool::kill_all_now`].
+  leader: Arc<AtomicI32>,
 }
 
 struct State {
@@ -218,6 +221,21 @@ impl Pool {
   }
 }
 
+impl Pool {
+  /// SIGKILLs every running tree now, synchronously, and closes the pool: for the host
+  /// process's exit, when no promise will be awaited any more.
+  pub fn kill_all_now(&self) {
+    let mut state = self.inner.lock();
+    state.closing = true;
+    for running in state.running.values() {
+      let pid = running.leader.load(Ordering::SeqCst);
+      if pid > 0 {
+        exec::kill_tree_now(pid);
+      }
+    }
+  }
+}
+
 impl Inner {
   fn lock(&self) -> MutexGuard<'_, State> {
     // A panic never happens while the lock is held, but a poisoned lock must not wedge the pool.
@@ -227,10 +245,12 @@ impl Inner {
   /// Starts a job whose slot is already taken.
   fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
     let (stop_tx, stop_rx) = oneshot::channel();
+    let leader = Arc::new(AtomicI32::new(0));
     state.running.insert(
       queued.id,
       Running {
         stop: Some(stop_tx),
+        leader: Arc::clone(&leader),
       },
     );
     let inner = Arc::clone(self);
@@ -243,10 +263,15 @@ impl Inner {
     );
     self
       .runtime
-      .spawn(inner.run_job(queued, stop_rx).instrument(span));
+      .spawn(inner.run_job(queued, stop_rx, leader).instrument(span));
   }
 
-  async fn run_job(self: Arc<Self>, queued: Queued, stop: oneshot::Receiver<Stop<StopReason>>) {
+  async fn run_job(
+    self: Arc<Self>,
+    queued: Queued,
+    stop: oneshot::Receiver<Stop<StopReason>>,
+    leader: Arc<AtomicI32>,
+  ) {
     let Queued { id, job, reply } = queued;
     // Frees the slot even if the job panics; the dropped `reply` then reads as a crash.
     let mut slot = Slot {
@@ -258,7 +283,7 @@ impl Inner {
     if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
       panic!("test hook: job {id} panics on purpose");
     }
-    let (outcome, tally) = execute(&job, stop, self.config.kill_grace).await;
+    let (outcome, tally) = execute(&job, stop, self.config.kill_grace, &leader).await;
     tracing::debug!(?outcome, "job settled");
     slot.tally = Some(tally);
     drop(slot);
@@ -341,6 +366,7 @@ async fn execute(
   job: &JobSpec,
   stop: oneshot::Receiver<Stop<StopReason>>,
   kill_grace: Duration,
+  leader: &AtomicI32,
 ) -> (JobOutcome, Tally) {
   if let Some(root) = &job.jail_root
     && let Err(detail) = cwd_inside_jail(&job.cwd, root)
@@ -389,7 +415,8 @@ async fn execute(
       Err(_) => pending().await,
     }
   };
-  let finished = match exec::run(&spec, &limits, stop).await {
+  let on_spawn = |pid| leader.store(pid, Ordering::SeqCst);
+  let finished = match exec::run(&spec, &limits, stop, on_spawn).await {
     Ok(finished) => finished,
     Err(e) => return spawn_failure(e),
   };

@@ -1,0 +1,70 @@
+import { execFile, execFileSync } from 'node:child_process'
+import { copyFileSync, mkdirSync, mkdtempSync, symlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { describe, expect, test } from 'vitest'
+import { alive, pidsOf, readOr } from './helpers.js'
+
+const run = promisify(execFile)
+const root = join(import.meta.dirname, '..')
+
+/** Runs a CommonJS snippet in a fresh Node process with the package loaded as `sandbox`. */
+function node(body: string, timeout = 10_000) {
+  const script = `const sandbox = require(${JSON.stringify(join(root, 'index.js'))});\n${body}`
+  return run(process.execPath, ['-e', script], { timeout, cwd: root })
+}
+
+describe('process lifetime', () => {
+  test('an idle pool does not keep Node alive', async () => {
+    const started = performance.now()
+    const { stdout } = await node(`new sandbox.WorkerPool(); console.log('constructed')`)
+    expect(stdout).toBe('constructed\n')
+    expect(performance.now() - started).toBeLessThan(5000)
+  })
+
+  test('a pending job keeps Node alive until it settles', async () => {
+    const { stdout } = await node(`
+      new sandbox.WorkerPool()
+        .exec({ binaryPath: '/bin/sh', args: ['-c', 'sleep 0.3; echo finished'], cwd: '/', env: {} })
+        .then((r) => console.log(r.stdout.trim()))`)
+    expect(stdout).toBe('finished\n')
+  })
+
+  test('process.exit() during a job exits cleanly and kills the job tree', async () => {
+    const log = join(mkdtempSync(join(tmpdir(), 'finn-exit-')), 'pids')
+    const child = node(`
+      const pool = new sandbox.WorkerPool()
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', 'echo leader $$ >> ${log}; sleep 100 & echo child $! >> ${log}; wait'], cwd: '/', env: {} }).catch(() => {})
+      const poll = setInterval(() => {
+        if (require('node:fs').readFileSync('${log}', { encoding: 'utf8', flag: 'a+' }).includes('child')) process.exit(7)
+      }, 5)`)
+    const err = (await child.then(() => null, (e) => e)) as { code: number; signal: string | null }
+    expect(err).toMatchObject({ code: 7, signal: null })
+    const pids = pidsOf(readOr(log))
+    expect(Object.keys(pids).sort()).toEqual(['child', 'leader'])
+    for (const pid of Object.values(pids)) expect(alive(pid)).toBe(false)
+  })
+})
+
+describe('packaging', () => {
+  test('ES modules get named exports from the CommonJS entry, including the JS-defined classes', async () => {
+    // A consumer project of its own ("type": "module", like loa-finn) with the package in node_modules.
+    const project = mkdtempSync(join(tmpdir(), 'finn-esm-'))
+    mkdirSync(join(project, 'node_modules'))
+    symlinkSync(root, join(project, 'node_modules', 'finn-sandbox'))
+    copyFileSync(join(import.meta.dirname, 'fixtures', 'esm-import.mjs'), join(project, 'main.mjs'))
+    const { stdout } = await run(process.execPath, [join(project, 'main.mjs')], { cwd: project })
+    const out = JSON.parse(stdout)
+    expect(out.stdout).toBe('esm\n')
+    expect(out.names).toEqual(expect.arrayContaining(['PoolError', 'PoolErrorCode', 'SandboxError', 'WorkerPool']))
+    expect(out.poolError).toEqual([true, 'PoolError', 'SANDBOX_DISABLED', 'disabled'])
+    expect(out.sandboxError).toEqual(['SandboxError'])
+  })
+
+  test.runIf(readOr(join(root, '.git', 'HEAD')) !== '')('the committed native loader matches what napi build generates', () => {
+    // npm install / npm test rebuild native.js and native.d.ts; they must not drift from git.
+    const diff = execFileSync('git', ['diff', '--name-only', '--', 'native.js', 'native.d.ts'], { cwd: root, encoding: 'utf8' })
+    expect(diff).toBe('')
+  })
+})
