@@ -1,0 +1,181 @@
+//! core::pool with real processes: dispatch, lanes, timeouts, abort, shutdown, stats.
+
+use std::time::{Duration, Instant};
+
+use finn_sandbox::core::pool::{JobSpec, Lane, Pool, PoolConfig, PoolError, RawJob, Submitted};
+use tokio::runtime::Handle;
+
+fn job(script: &str, lane: Lane) -> JobSpec {
+  JobSpec::new(RawJob {
+    binary_path: "/bin/sh".into(),
+    args: vec!["-c".into(), script.into()],
+    cwd: "/".into(),
+    env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+    lane: Some(lane),
+    ..RawJob::default()
+  })
+  .unwrap()
+}
+
+fn pool(workers: usize, depth: usize) -> Pool {
+  let config = PoolConfig {
+    interactive_workers: workers,
+    max_queue_depth: depth,
+    kill_grace: Duration::from_millis(200),
+    shutdown_deadline: Duration::from_millis(300),
+  };
+  Pool::new(config, Handle::current())
+}
+
+async fn settle(s: Submitted) -> Result<String, PoolError> {
+  s.result
+    .await
+    .expect("job task ended without a reply")
+    .map(|r| r.stdout)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lanes_have_their_own_slots_and_queues() {
+  let p = pool(1, 1);
+  let busy = p
+    .submit(job("sleep 0.3; echo i1", Lane::Interactive))
+    .unwrap();
+  let queued = p.submit(job("echo i2", Lane::Interactive)).unwrap();
+  assert_eq!(
+    p.submit(job("echo i3", Lane::Interactive)).err(),
+    Some(PoolError::QueueFull(Lane::Interactive))
+  );
+  // The system slot is free although the interactive lane is full.
+  let started = Instant::now();
+  assert_eq!(
+    settle(p.submit(job("echo s", Lane::System)).unwrap())
+      .await
+      .unwrap(),
+    "s\n"
+  );
+  assert!(started.elapsed() < Duration::from_millis(250));
+  assert_eq!(p.stats().interactive.queued, 1);
+  assert_eq!(settle(busy).await.unwrap(), "i1\n");
+  assert_eq!(settle(queued).await.unwrap(), "i2\n");
+  let totals = p.stats().totals;
+  assert_eq!(
+    (totals.completed, totals.failed, totals.timed_out),
+    (3, 0, 0)
+  );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_is_counted_and_frees_the_slot_for_the_queue() {
+  let p = pool(1, 4);
+  let mut spec = job("sleep 100", Lane::Interactive);
+  spec.timeout_ms = 100;
+  let slow = p.submit(spec).unwrap();
+  let next = p.submit(job("echo next", Lane::Interactive)).unwrap();
+  assert_eq!(settle(slow).await, Err(PoolError::Timeout(100)));
+  assert_eq!(settle(next).await.unwrap(), "next\n");
+  assert_eq!(p.stats().totals.timed_out, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_removes_a_queued_job_and_stops_a_running_one() {
+  let p = pool(1, 4);
+  let running = p.submit(job("sleep 100", Lane::Interactive)).unwrap();
+  let queued = p.submit(job("echo never", Lane::Interactive)).unwrap();
+  p.abort(queued.id);
+  assert_eq!(settle(queued).await, Err(PoolError::Aborted));
+  assert_eq!(p.stats().interactive.queued, 0);
+  p.abort(running.id);
+  assert_eq!(settle(running).await, Err(PoolError::Aborted));
+  let stats = p.stats();
+  assert_eq!((stats.interactive.active, stats.totals.timed_out), (0, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_rejects_everything_and_waits_for_term_ignoring_trees() {
+  let p = pool(1, 4);
+  let dir = tempfile::tempdir().unwrap();
+  let ready = dir.path().join("ready");
+  let script = format!("trap '' TERM; touch {}; sleep 100", ready.display());
+  let running = p.submit(job(&script, Lane::Interactive)).unwrap();
+  let queued = p.submit(job("echo never", Lane::Interactive)).unwrap();
+  // The child's own signal that its trap is installed.
+  while !ready.exists() {
+    tokio::time::sleep(Duration::from_millis(2)).await;
+  }
+  let started = Instant::now();
+  let done = p.shutdown();
+  assert_eq!(
+    p.submit(job("echo late", Lane::System)).err(),
+    Some(PoolError::Closed)
+  );
+  done.await;
+  // SIGTERM was ignored: the deadline's SIGKILL ended it.
+  assert!(
+    started.elapsed() >= Duration::from_millis(290),
+    "{:?}",
+    started.elapsed()
+  );
+  assert_eq!(settle(running).await, Err(PoolError::ShutDown));
+  assert_eq!(settle(queued).await, Err(PoolError::ShutDown));
+  assert_eq!(p.stats().totals.timed_out, 0);
+  p.shutdown().await; // idempotent
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spawn_failures_resolve_and_count_as_failed() {
+  let p = pool(1, 1);
+  let mut spec = job("true", Lane::Interactive);
+  spec.binary_path = "no-such-binary-here".into();
+  let r = p.submit(spec).unwrap().result.await.unwrap().unwrap();
+  assert_eq!(r.exit_code, 127);
+  assert!(r.stderr.contains("not found in PATH"), "{}", r.stderr);
+  assert_eq!(
+    (p.stats().totals.failed, p.stats().totals.completed),
+    (1, 0)
+  );
+}
+
+#[test]
+fn invalid_specs_name_the_field() {
+  let bad = |raw: RawJob| JobSpec::new(raw).unwrap_err().to_string();
+  let base = RawJob {
+    binary_path: "/bin/true".into(),
+    cwd: "/".into(),
+    ..RawJob::default()
+  };
+  assert!(
+    bad(RawJob {
+      binary_path: String::new(),
+      ..base.clone()
+    })
+    .contains("spec.binaryPath")
+  );
+  assert!(
+    bad(RawJob {
+      args: vec!["a\0".into()],
+      ..base.clone()
+    })
+    .contains("spec.args[0]")
+  );
+  assert!(
+    bad(RawJob {
+      env: vec![("A=B".into(), "x".into())],
+      ..base.clone()
+    })
+    .contains("spec.env key")
+  );
+  assert!(
+    bad(RawJob {
+      timeout_ms: Some(0),
+      ..base.clone()
+    })
+    .contains("spec.timeoutMs")
+  );
+  assert!(
+    bad(RawJob {
+      max_buffer: Some(u64::MAX),
+      ..base
+    })
+    .contains("spec.maxBuffer")
+  );
+}
