@@ -119,3 +119,142 @@ export declare class WorkerPool {
   /** A synchronous snapshot of the pool. */
   stats(): WorkerPoolStats
 }
+
+// ── Sandbox (loa-finn's src/agent/sandbox.ts, audit-log.ts, sandbox-executor.ts) ──────────
+
+/** One allowed binary. */
+export interface CommandPolicy {
+  /** Absolute path of the binary (realpath-resolved at execution; a missing one fails closed). */
+  binary: string
+  /** When non-empty, the first argument must be one of these. */
+  subcommands: string[]
+  /** Refused as `-x`, `-xvalue`, `--flag`, `--flag=value`, and 3+ character abbreviations of long flags. */
+  deniedFlags: string[]
+  /** Non-flag arguments must be paths inside the jail (replaced by their canonical form). */
+  validatePaths: boolean
+}
+
+/** loa-finn's `FinnConfig["sandbox"]`, plus optional policies replacing the defaults. */
+export interface SandboxConfig {
+  /** False refuses every command ("Bash execution is disabled"). Missing means false. */
+  allowBash: boolean
+  /** The jail: must exist; commands run with it as cwd and HOME. */
+  jailRoot: string
+  /** Timeout of each command in ms, a positive integer. */
+  execTimeout: number
+  /** Cap on stdout+stderr bytes of each command. */
+  maxOutput: number
+  /** Replaces the default policies (git, br, ls, cat, wc). */
+  policies?: Record<string, CommandPolicy>
+}
+
+export interface SandboxCommand {
+  binary: string
+  args: string[]
+}
+
+export interface SandboxResult {
+  stdout: string
+  stderr: string
+  exitCode: number
+  /** True when the command hit `execTimeout` (then exitCode is 137); never guessed from exit codes. */
+  timedOut: boolean
+  truncated: boolean
+}
+
+/** Anything that runs an `ExecSpec`: loa-finn's executors, or a `WorkerPool`. */
+export interface SandboxExecutor {
+  exec(spec: ExecSpec): Promise<ExecResult>
+}
+
+export type SandboxMode = 'worker' | 'child_process' | 'disabled'
+
+export interface AuditEntry {
+  /** `new Date().toISOString()` */
+  timestamp: string
+  action: 'allow' | 'deny'
+  command: string
+  args: string[]
+  reason?: string
+  /** Milliseconds. */
+  duration?: number
+  /** Bytes of redacted stdout+stderr. */
+  outputSize?: number
+}
+
+export interface AuditLogOptions {
+  /** Rotate once the current file reaches this size. Default 10 MiB. */
+  maxFileSize?: number
+  /** Rotated files kept (audit.1.log .. audit.N.log). Default 5. */
+  maxFiles?: number
+}
+
+/**
+ * JSONL audit log at `<dataDir>/audit/audit.log` with size-based rotation. All instances on one
+ * directory share a single writer in the process (the first instance's options apply), so
+ * per-session instances rotate as one file and lines never interleave.
+ */
+export declare class AuditLog {
+  constructor(dataDir: string, options?: AuditLogOptions)
+  /** Never throws: false on any error. */
+  append(entry: AuditEntry): boolean
+  /** `<dataDir>/audit` */
+  getLogDir(): string
+}
+
+/** Paths must resolve inside the jail root, through no symlink. */
+export declare class FilesystemJail {
+  /** The root is the realpath of `dataDir`; throws (ENOENT) when it does not exist. */
+  constructor(dataDir: string)
+  /** The canonical path, or throws `SandboxError` ("Path escapes jail: …", "Symlink rejected: …"). */
+  validatePath(inputPath: string): string
+  getJailRoot(): string
+}
+
+/** Replaces secret values (from `env`) and secret-looking tokens with `[REDACTED]`. */
+export declare class SecretRedactor {
+  constructor(env?: Record<string, string | undefined>)
+  redact(output: string): string
+}
+
+export interface SandboxExecuteOptions {
+  /** Aborting terminates the command's process tree; rejects `PoolError` ABORTED. */
+  signal?: AbortSignal
+  /** Fairness key for the pool's round-robin dispatch. */
+  sessionId?: string
+}
+
+/**
+ * loa-finn's policy pipeline in Rust: gate, tokenize, policy, subcommand, denied flags, jail,
+ * audit, execute, redact. With a `WorkerPool` (or a `WorkerExecutor`) as executor the whole
+ * pipeline runs natively on the pool's interactive lane, with the jail as `jailRoot`.
+ */
+export declare class ToolSandbox {
+  constructor(config: SandboxConfig, auditLog: AuditLog, executor?: SandboxExecutor | WorkerPool)
+  /** Throws `SandboxError` for an empty command or shell metacharacters. */
+  tokenize(commandString: string): SandboxCommand
+  /** Refusals throw `SandboxError`; executor failures other than a timeout are rethrown. */
+  execute(commandString: string, options?: SandboxExecuteOptions): Promise<SandboxResult>
+  getJail(): FilesystemJail
+}
+
+/** Runs specs on a pool's interactive lane. */
+export declare class WorkerExecutor implements SandboxExecutor {
+  constructor(pool: WorkerPool)
+  readonly pool: WorkerPool
+  exec(spec: ExecSpec): Promise<ExecResult>
+}
+
+/** Runs each spec at once, without lanes, with the same kill and output guarantees. */
+export declare class ChildProcessExecutor implements SandboxExecutor {
+  constructor()
+  exec(spec: ExecSpec): Promise<ExecResult>
+}
+
+/** Always rejects `PoolError` SANDBOX_DISABLED. */
+export declare class DisabledExecutor implements SandboxExecutor {
+  exec(spec: ExecSpec): Promise<ExecResult>
+}
+
+/** `worker` | `child_process` | `disabled`; anything else throws `PoolError` SANDBOX_DISABLED. */
+export declare function createExecutor(mode: SandboxMode, pool: WorkerPool): SandboxExecutor

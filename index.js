@@ -124,9 +124,244 @@ class WorkerPool {
   stats() {
     return this.#native.stats()
   }
+
+  static nativeOf(pool) {
+    return pool.#native
+  }
+}
+
+// ── Sandbox ──────────────────────────────────────────────────────────────────
+
+/** Native refusals carry "SANDBOX_ERROR: message". */
+function rethrowSandbox(err) {
+  const text = String(err && err.message !== undefined ? err.message : err)
+  if (text.startsWith('SANDBOX_ERROR: ')) throw new SandboxError(text.slice('SANDBOX_ERROR: '.length))
+  throw err
+}
+
+class AuditLog {
+  #native
+
+  constructor(dataDir, options) {
+    try {
+      this.#native = new native.NativeAuditLog(dataDir, options)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+  }
+
+  /** Appends one JSON line; never throws, false on any error. */
+  append(entry) {
+    try {
+      return this.#native.append(entry)
+    } catch {
+      return false
+    }
+  }
+
+  getLogDir() {
+    return this.#native.getLogDir()
+  }
+
+  static nativeOf(log) {
+    return log.#native
+  }
+}
+
+class FilesystemJail {
+  #native
+
+  constructor(dataDir) {
+    this.#native = new native.NativeJail(dataDir)
+  }
+
+  validatePath(inputPath) {
+    if (typeof inputPath !== 'string') throw new SandboxError('Path must be a string')
+    const check = this.#native.validatePath(inputPath)
+    if (check.error != null) throw new SandboxError(check.error)
+    return check.path
+  }
+
+  getJailRoot() {
+    return this.#native.getJailRoot()
+  }
+}
+
+class SecretRedactor {
+  #native
+
+  constructor(env = process.env) {
+    try {
+      this.#native = new native.NativeRedactor(env)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+  }
+
+  redact(output) {
+    return this.#native.redact(String(output))
+  }
+}
+
+// ── Executors (loa-finn's sandbox-executor.ts) ───────────────────────────────
+
+class WorkerExecutor {
+  constructor(pool) {
+    if (!(pool instanceof WorkerPool)) throw new TypeError('WorkerExecutor needs a finn-sandbox WorkerPool')
+    this.pool = pool
+  }
+
+  exec(spec) {
+    return this.pool.exec(spec, 'interactive')
+  }
+}
+
+/**
+ * Runs each command at once, without lanes or queue limits, on its own native pool: still
+ * non-blocking, with the same process-group kills and byte-bounded output.
+ */
+class ChildProcessExecutor {
+  constructor() {
+    this.pool = new WorkerPool({ interactiveWorkers: 4096, maxQueueDepth: 0 })
+  }
+
+  exec(spec) {
+    return this.pool.exec(spec, 'interactive')
+  }
+}
+
+class DisabledExecutor {
+  exec() {
+    return Promise.reject(
+      new PoolError(
+        PoolErrorCode.SANDBOX_DISABLED,
+        'Sandbox is disabled (SANDBOX_MODE=disabled). Tool execution is not available.',
+      ),
+    )
+  }
+}
+
+function createExecutor(mode, pool) {
+  switch (mode) {
+    case 'worker':
+      return new WorkerExecutor(pool)
+    case 'child_process':
+      return new ChildProcessExecutor()
+    case 'disabled':
+      return new DisabledExecutor()
+    default:
+      throw new PoolError(
+        PoolErrorCode.SANDBOX_DISABLED,
+        `Invalid SANDBOX_MODE: ${String(mode)}. Tool execution is not available.`,
+      )
+  }
+}
+
+/** The native pool behind an executor, when there is one: then the pipeline runs in Rust. */
+function nativePoolOf(executor) {
+  if (executor instanceof WorkerPool) return WorkerPool.nativeOf(executor)
+  if (executor instanceof WorkerExecutor || executor instanceof ChildProcessExecutor) return WorkerPool.nativeOf(executor.pool)
+  return undefined
+}
+
+class ToolSandbox {
+  #native
+  #executor
+  #jail
+  #warnedNoExecutor = false
+
+  constructor(config, auditLog, executor) {
+    if (!(auditLog instanceof AuditLog)) throw new TypeError('ToolSandbox needs an AuditLog from finn-sandbox')
+    if (executor != null && typeof executor.exec !== 'function') {
+      throw new TypeError('executor must be a WorkerPool or an object with exec(spec)')
+    }
+    try {
+      this.#native = new native.NativeToolSandbox(config, AuditLog.nativeOf(auditLog), process.env)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+    this.#executor = executor ?? undefined
+  }
+
+  tokenize(commandString) {
+    try {
+      return this.#native.tokenize(String(commandString))
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+  }
+
+  getJail() {
+    if (!this.#jail) this.#jail = new FilesystemJail(this.#native.getJailRoot())
+    return this.#jail
+  }
+
+  async execute(commandString, options) {
+    const signal = options == null ? undefined : options.signal
+    const sessionId = options == null ? undefined : options.sessionId
+    if (signal != null && !isAbortSignal(signal)) throw new SandboxError('options.signal must be an AbortSignal')
+    if (sessionId != null && typeof sessionId !== 'string') throw new SandboxError('options.sessionId must be a string')
+    if (signal && signal.aborted) throw abortedError(signal)
+    const command = String(commandString)
+    const pool = nativePoolOf(this.#executor)
+    if (pool) return this.#executeOnPool(command, pool, signal, sessionId)
+
+    let prepared
+    try {
+      prepared = this.#native.prepare(command, sessionId)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+    if (!this.#executor) {
+      if (!this.#warnedNoExecutor) {
+        this.#warnedNoExecutor = true
+        console.warn('[sandbox] executor unavailable — all tool calls will fail.')
+      }
+      return this.#native.complete(prepared, { noExecutor: true })
+    }
+    let result
+    try {
+      result = await this.#executor.exec(prepared.spec)
+    } catch (err) {
+      if (err && err.name === 'PoolError' && err.code === PoolErrorCode.EXEC_TIMEOUT) {
+        return this.#native.complete(prepared, { timeoutMessage: String(err.message) })
+      }
+      const code = err && (err.code ?? err.message)
+      this.#native.complete(prepared, { failedCode: String(code ?? 'unknown') })
+      throw err
+    }
+    return this.#native.complete(prepared, result)
+  }
+
+  async #executeOnPool(command, pool, signal, sessionId) {
+    let job
+    try {
+      job = this.#native.executeWithPool(command, pool, sessionId)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+    const onAbort = () => pool.abort(job.id)
+    if (signal) signal.addEventListener('abort', onAbort, { once: true })
+    try {
+      const settled = await job.promise
+      if (settled.errorCode == null) return settled.result
+      if (settled.errorCode === PoolErrorCode.ABORTED && signal) throw abortedError(signal)
+      throw new PoolError(settled.errorCode, settled.errorMessage)
+    } finally {
+      if (signal) signal.removeEventListener('abort', onAbort)
+    }
+  }
 }
 
 module.exports.PoolErrorCode = PoolErrorCode
 module.exports.PoolError = PoolError
 module.exports.SandboxError = SandboxError
 module.exports.WorkerPool = WorkerPool
+module.exports.AuditLog = AuditLog
+module.exports.FilesystemJail = FilesystemJail
+module.exports.SecretRedactor = SecretRedactor
+module.exports.ToolSandbox = ToolSandbox
+module.exports.WorkerExecutor = WorkerExecutor
+module.exports.ChildProcessExecutor = ChildProcessExecutor
+module.exports.DisabledExecutor = DisabledExecutor
+module.exports.createExecutor = createExecutor

@@ -9,6 +9,56 @@
  */
 export declare const __napiBindingTarget: 'native' | 'wasm32-wasi' | 'wasm32-wasip1'
 
+/** The append-only audit log; instances on one directory share one writer. */
+export declare class NativeAuditLog {
+  constructor(dataDir: string, options?: unknown | undefined | null)
+  /** Never throws: false on any error, a malformed entry included. */
+  append(entry: unknown): boolean
+  getLogDir(): string
+}
+
+/** The filesystem jail. */
+export declare class NativeJail {
+  /** Throws when `dir` does not exist (its realpath is the jail root). */
+  constructor(dir: string)
+  validatePath(input: string): JailCheck
+  getJailRoot(): string
+}
+
+/** A command that passed stages 1-7, waiting for its executor's outcome. */
+export declare class NativePrepared {
+  /** The `ExecSpec` to hand to the executor. */
+  get spec(): import('./index').ExecSpec
+}
+
+/** Redacts secrets from text. */
+export declare class NativeRedactor {
+  constructor(env?: unknown | undefined | null)
+  redact(text: string): string
+}
+
+/** loa-finn's ToolSandbox pipeline. */
+export declare class NativeToolSandbox {
+  /** `secretsEnv` is the environment the redactor takes its secret values from. */
+  constructor(config: unknown, auditLog: NativeAuditLog, secretsEnv?: unknown | undefined | null)
+  /** Throws `SANDBOX_ERROR: <message>` for an empty command or shell metacharacters. */
+  tokenize(command: string): SandboxCommand
+  getJailRoot(): string
+  /** Stages 1-7; throws `SANDBOX_ERROR: <message>` for a refusal (already audited). */
+  prepare(command: string, sessionId?: string | undefined | null): NativePrepared
+  /**
+   * Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
+   * failure (`{ failedCode }`) or absence (`{ noExecutor: true }`).
+   */
+  complete(prepared: NativePrepared, outcome: unknown): SandboxResult
+  /**
+   * The whole pipeline in Rust on the native pool's interactive lane, with the jail as
+   * jailRoot. Returns `{ id, promise }`, or throws `SANDBOX_ERROR: ...` for a refusal; a pool
+   * rejection (queue full, shutdown) settles the promise with its code.
+   */
+  executeWithPool(command: string, pool: NativeWorkerPool, sessionId?: string | undefined | null): { id: number; promise: Promise<SandboxSettled> }
+}
+
 /** The native pool. Use `WorkerPool` from the package entry instead. */
 export declare class NativeWorkerPool {
   /** Throws `"INVALID_SPEC: <message>"` for a bad config. */
@@ -50,6 +100,12 @@ export interface InteractiveLaneStats {
   queued: number
 }
 
+/** Result of `validatePath`: the canonical path, or the refusal. */
+export interface JailCheck {
+  path?: string
+  error?: string
+}
+
 /** Settled value of a job's promise: the result, or the error `index.js` turns into a PoolError. */
 export interface JobSettled {
   result?: ExecResult
@@ -62,6 +118,32 @@ export interface PoolTotals {
   failed: number
   timedOut: number
   avgExecMs: number
+}
+
+/** A tokenized command. */
+export interface SandboxCommand {
+  binary: string
+  args: Array<string>
+}
+
+/** What `ToolSandbox.execute` resolves with. */
+export interface SandboxResult {
+  stdout: string
+  stderr: string
+  exitCode: number
+  /**
+   * True only when the pool rejected with EXEC_TIMEOUT (the tree is dead), never guessed
+   * from an exit code.
+   */
+  timedOut: boolean
+  truncated: boolean
+}
+
+/** Settled value of `executeWithPool`'s promise. */
+export interface SandboxSettled {
+  result?: SandboxResult
+  errorCode?: string
+  errorMessage?: string
 }
 
 export interface SystemLaneStats {

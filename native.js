@@ -835,4 +835,9 @@ function __napiStampBindingTarget(exportsObject, target) {
 // linked import resolves to `undefined`.
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
+module.exports.NativeAuditLog = nativeBinding.NativeAuditLog
+module.exports.NativeJail = nativeBinding.NativeJail
+module.exports.NativePrepared = nativeBinding.NativePrepared
+module.exports.NativeRedactor = nativeBinding.NativeRedactor
+module.exports.NativeToolSandbox = nativeBinding.NativeToolSandbox
 module.exports.NativeWorkerPool = nativeBinding.NativeWorkerPool

@@ -174,3 +174,47 @@ pub fn raw_job(
     lane: Some(lane(lane_arg)?),
   })
 }
+
+pub fn optional_bool(obj: &Object, key: &str, field: &str) -> Checked<Option<bool>> {
+  let Some(value) = get(obj, key, field)? else {
+    return Ok(None);
+  };
+  if type_of(&value, field)? != ValueType::Boolean {
+    return Err(invalid(format!("{field} must be a boolean")));
+  }
+  // SAFETY: the type was checked just above.
+  unsafe { value.cast::<bool>() }
+    .map(Some)
+    .map_err(napi_err(field))
+}
+
+/// Any finite number, kept integral when it is one (so JSON shows `12`, not `12.0`).
+pub fn optional_number(
+  obj: &Object,
+  key: &str,
+  field: &str,
+) -> Checked<Option<serde_json::Number>> {
+  let Some(value) = get(obj, key, field)? else {
+    return Ok(None);
+  };
+  if type_of(&value, field)? != ValueType::Number {
+    return Err(invalid(format!("{field} must be a number")));
+  }
+  // SAFETY: the type was checked just above.
+  let n: f64 = unsafe { value.cast::<f64>() }.map_err(napi_err(field))?;
+  if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
+    return Ok(Some(serde_json::Number::from(n as i64)));
+  }
+  serde_json::Number::from_f64(n)
+    .map(Some)
+    .ok_or_else(|| invalid(format!("{field} must be a finite number")))
+}
+
+pub fn required_string_array(obj: &Object, key: &str, field: &str) -> Checked<Vec<String>> {
+  match get(obj, key, field)? {
+    Some(v) => string_array(&v, field),
+    None => Err(invalid(format!(
+      "{field} is required (an array of strings)"
+    ))),
+  }
+}

@@ -3,3 +3,4 @@
 pub mod convert;
 pub mod logging;
 pub mod pool;
+pub mod sandbox;

@@ -19,7 +19,7 @@ pub struct JobSettled {
 }
 
 impl JobSettled {
-  fn error(e: &PoolError) -> Self {
+  pub(crate) fn error(e: &PoolError) -> Self {
     JobSettled {
       result: None,
       error_code: Some(e.code().into()),
@@ -111,14 +111,14 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
   Ok(out)
 }
 
-fn to_napi(e: PoolError) -> napi::Error {
+pub(crate) fn to_napi(e: PoolError) -> napi::Error {
   napi::Error::new(Status::InvalidArg, format!("{}: {}", e.code(), e))
 }
 
 /// The native pool. Use `WorkerPool` from the package entry instead.
 #[napi]
 pub struct NativeWorkerPool {
-  pool: Pool,
+  pub(crate) pool: Pool,
 }
 
 #[napi]

@@ -1,2 +1,4 @@
+pub mod audit;
 pub mod exec;
+pub mod policy;
 pub mod pool;

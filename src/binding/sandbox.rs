@@ -1,0 +1,527 @@
+//! ToolSandbox, FilesystemJail, SecretRedactor and AuditLog as JS sees them. `index.js` wraps
+//! them so that refusals throw `SandboxError` instances.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use napi::bindgen_prelude::{Object, PromiseRaw, Unknown};
+use napi::{Env, Status};
+use napi_derive::napi;
+
+use super::convert::{self, Checked};
+use super::pool::{JobSettled, NativeWorkerPool};
+use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
+use crate::core::policy::sandbox::ExecOutcome;
+use crate::core::policy::{self, CommandPolicy, Prepared, SandboxConfig};
+use crate::core::pool::{JobSpec, PoolError, config::MAX_BUFFER_LIMIT};
+
+fn sandbox_error(message: impl Into<String>) -> napi::Error {
+  napi::Error::new(
+    Status::GenericFailure,
+    format!("SANDBOX_ERROR: {}", message.into()),
+  )
+}
+
+fn checked_to_sandbox(e: PoolError) -> napi::Error {
+  sandbox_error(e.to_string())
+}
+
+/// A tokenized command.
+#[napi(object)]
+pub struct SandboxCommand {
+  pub binary: String,
+  pub args: Vec<String>,
+}
+
+/// What `ToolSandbox.execute` resolves with.
+#[napi(object)]
+pub struct SandboxResult {
+  pub stdout: String,
+  pub stderr: String,
+  pub exit_code: i32,
+  /// True only when the pool rejected with EXEC_TIMEOUT (the tree is dead), never guessed
+  /// from an exit code.
+  pub timed_out: bool,
+  pub truncated: bool,
+}
+
+impl From<policy::SandboxResult> for SandboxResult {
+  fn from(r: policy::SandboxResult) -> Self {
+    SandboxResult {
+      stdout: r.stdout,
+      stderr: r.stderr,
+      exit_code: r.exit_code,
+      timed_out: r.timed_out,
+      truncated: r.truncated,
+    }
+  }
+}
+
+/// Settled value of `executeWithPool`'s promise.
+#[napi(object)]
+pub struct SandboxSettled {
+  pub result: Option<SandboxResult>,
+  pub error_code: Option<String>,
+  pub error_message: Option<String>,
+}
+
+/// The append-only audit log; instances on one directory share one writer.
+#[napi]
+pub struct NativeAuditLog {
+  pub(crate) log: audit::AuditLog,
+}
+
+#[napi]
+impl NativeAuditLog {
+  #[napi(constructor, catch_unwind)]
+  pub fn new(data_dir: String, options: Option<Unknown>) -> napi::Result<Self> {
+    let options = audit_options(options).map_err(checked_to_sandbox)?;
+    Ok(NativeAuditLog {
+      log: audit::AuditLog::new(Path::new(&data_dir), options),
+    })
+  }
+
+  /// Never throws: false on any error, a malformed entry included.
+  #[napi(catch_unwind)]
+  pub fn append(&self, entry: Unknown) -> bool {
+    match audit_entry(&entry) {
+      Ok(entry) => self.log.append(&entry),
+      Err(_) => false,
+    }
+  }
+
+  #[napi(catch_unwind)]
+  pub fn get_log_dir(&self) -> String {
+    self.log.log_dir().to_string_lossy().into_owned()
+  }
+}
+
+fn audit_options(options: Option<Unknown>) -> Checked<AuditOptions> {
+  let mut out = AuditOptions::default();
+  if convert::is_nullish(options.as_ref())? {
+    return Ok(out);
+  }
+  let obj = convert::object(options.as_ref().expect("not nullish"), "options")?;
+  if let Some(size) = convert::optional_uint(&obj, "maxFileSize", "options.maxFileSize")? {
+    out.max_file_size = size;
+  }
+  if let Some(files) = convert::optional_uint(&obj, "maxFiles", "options.maxFiles")? {
+    out.max_files = u32::try_from(files).unwrap_or(u32::MAX);
+  }
+  Ok(out)
+}
+
+fn audit_entry(value: &Unknown) -> Checked<AuditEntry> {
+  let obj = convert::object(value, "entry")?;
+  let action = match convert::required_string(&obj, "action", "entry.action")?.as_str() {
+    "allow" => Action::Allow,
+    "deny" => Action::Deny,
+    _ => {
+      return Err(PoolError::InvalidSpec(
+        "entry.action must be allow or deny".into(),
+      ));
+    }
+  };
+  let mut entry = AuditEntry::new(
+    action,
+    &convert::required_string(&obj, "command", "entry.command")?,
+    &convert::required_string_array(&obj, "args", "entry.args")?,
+  );
+  entry.timestamp = convert::required_string(&obj, "timestamp", "entry.timestamp")?;
+  entry.reason = convert::optional_string(&obj, "reason", "entry.reason")?;
+  entry.duration = convert::optional_number(&obj, "duration", "entry.duration")?;
+  entry.output_size = convert::optional_number(&obj, "outputSize", "entry.outputSize")?;
+  Ok(entry)
+}
+
+/// Result of `validatePath`: the canonical path, or the refusal.
+#[napi(object)]
+pub struct JailCheck {
+  pub path: Option<String>,
+  pub error: Option<String>,
+}
+
+/// The filesystem jail.
+#[napi]
+pub struct NativeJail {
+  jail: policy::FilesystemJail,
+}
+
+#[napi]
+impl NativeJail {
+  /// Throws when `dir` does not exist (its realpath is the jail root).
+  #[napi(constructor, catch_unwind)]
+  pub fn new(dir: String) -> napi::Result<Self> {
+    let jail = policy::FilesystemJail::new(&dir).map_err(|e| {
+      napi::Error::from_reason(format!("{}: {e}, realpath '{dir}'", errno_name(&e)))
+    })?;
+    Ok(NativeJail { jail })
+  }
+
+  #[napi(catch_unwind)]
+  pub fn validate_path(&self, input: String) -> JailCheck {
+    match self.jail.validate_path(&input) {
+      Ok(path) => JailCheck {
+        path: Some(path.to_string_lossy().into_owned()),
+        error: None,
+      },
+      Err(d) => JailCheck {
+        path: None,
+        error: Some(d.message),
+      },
+    }
+  }
+
+  #[napi(catch_unwind)]
+  pub fn get_jail_root(&self) -> String {
+    self.jail.root().to_string_lossy().into_owned()
+  }
+}
+
+fn errno_name(e: &std::io::Error) -> &'static str {
+  match e.raw_os_error() {
+    Some(libc::ENOENT) => "ENOENT",
+    Some(libc::EACCES) => "EACCES",
+    Some(libc::ENOTDIR) => "ENOTDIR",
+    _ => "EIO",
+  }
+}
+
+fn string_env(env: Option<Unknown>, field: &str) -> Checked<Vec<(String, String)>> {
+  if convert::is_nullish(env.as_ref())? {
+    return Ok(Vec::new());
+  }
+  // Non-string values (loa-finn passes `process.env`-like records) are left out.
+  let obj = convert::object(env.as_ref().expect("not nullish"), field)?;
+  let mut out = Vec::new();
+  for key in Object::keys(&obj).map_err(|e| PoolError::InvalidSpec(e.reason.clone()))? {
+    if let Ok(Some(v)) = convert::optional_string(&obj, &key, field) {
+      out.push((key, v));
+    }
+  }
+  Ok(out)
+}
+
+/// Redacts secrets from text.
+#[napi]
+pub struct NativeRedactor {
+  redactor: policy::SecretRedactor,
+}
+
+#[napi]
+impl NativeRedactor {
+  #[napi(constructor, catch_unwind)]
+  pub fn new(env: Option<Unknown>) -> napi::Result<Self> {
+    let env = string_env(env, "env").map_err(checked_to_sandbox)?;
+    Ok(NativeRedactor {
+      redactor: policy::SecretRedactor::new(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+    })
+  }
+
+  #[napi(catch_unwind)]
+  pub fn redact(&self, text: String) -> String {
+    self.redactor.redact(&text)
+  }
+}
+
+fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
+  let obj = convert::object(value, "config")?;
+  let exec_timeout_ms =
+    convert::optional_uint(&obj, "execTimeout", "config.execTimeout")?.unwrap_or(30_000);
+  if exec_timeout_ms == 0 {
+    return Err(PoolError::InvalidSpec(
+      "config.execTimeout must be a positive integer".into(),
+    ));
+  }
+  let max_output = convert::optional_uint(&obj, "maxOutput", "config.maxOutput")?.unwrap_or(65_536);
+  if max_output > MAX_BUFFER_LIMIT as u64 {
+    return Err(PoolError::InvalidSpec(format!(
+      "config.maxOutput must be at most {MAX_BUFFER_LIMIT}"
+    )));
+  }
+  let policies = match convert::get(&obj, "policies", "config.policies")? {
+    None => None,
+    Some(v) => Some(policies(&v)?),
+  };
+  Ok(SandboxConfig {
+    allow_bash: convert::optional_bool(&obj, "allowBash", "config.allowBash")?.unwrap_or(false),
+    jail_root: convert::required_string(&obj, "jailRoot", "config.jailRoot")?,
+    exec_timeout_ms,
+    max_output,
+    policies,
+  })
+}
+
+fn policies(value: &Unknown) -> Checked<BTreeMap<String, CommandPolicy>> {
+  let obj = convert::object(value, "config.policies")?;
+  let mut out = BTreeMap::new();
+  for name in Object::keys(&obj).map_err(|e| PoolError::InvalidSpec(e.reason.clone()))? {
+    let field = format!("config.policies.{name}");
+    let Some(entry) = convert::get(&obj, &name, &field)? else {
+      continue;
+    };
+    let p = convert::object(&entry, &field)?;
+    let binary = convert::required_string(&p, "binary", &format!("{field}.binary"))?;
+    if !binary.starts_with('/') {
+      return Err(PoolError::InvalidSpec(format!(
+        "{field}.binary must be an absolute path"
+      )));
+    }
+    out.insert(
+      name.clone(),
+      CommandPolicy {
+        binary,
+        subcommands: convert::required_string_array(
+          &p,
+          "subcommands",
+          &format!("{field}.subcommands"),
+        )?,
+        denied_flags: convert::required_string_array(
+          &p,
+          "deniedFlags",
+          &format!("{field}.deniedFlags"),
+        )?,
+        validate_paths: convert::optional_bool(
+          &p,
+          "validatePaths",
+          &format!("{field}.validatePaths"),
+        )?
+        .unwrap_or(true),
+      },
+    );
+  }
+  Ok(out)
+}
+
+/// A command that passed stages 1-7, waiting for its executor's outcome.
+#[napi]
+pub struct NativePrepared {
+  prepared: Option<Prepared>,
+}
+
+#[napi]
+impl NativePrepared {
+  /// The `ExecSpec` to hand to the executor.
+  #[napi(getter, ts_return_type = "import('./index').ExecSpec")]
+  pub fn spec<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
+    let job = &self
+      .prepared
+      .as_ref()
+      .ok_or_else(|| sandbox_error("command already completed"))?
+      .job;
+    let mut spec = Object::new(env)?;
+    spec.set("binaryPath", job.binary_path.as_str())?;
+    spec.set("args", job.args.clone())?;
+    spec.set("cwd", job.cwd.as_str())?;
+    spec.set("timeoutMs", job.timeout_ms.unwrap_or(30_000) as f64)?;
+    let mut env_obj = Object::new(env)?;
+    for (k, v) in &job.env {
+      env_obj.set(k, v.as_str())?;
+    }
+    spec.set("env", env_obj)?;
+    spec.set("maxBuffer", job.max_buffer.unwrap_or(0) as f64)?;
+    if let Some(session) = &job.session_id {
+      spec.set("sessionId", session.as_str())?;
+    }
+    Ok(spec)
+  }
+}
+
+/// loa-finn's ToolSandbox pipeline.
+#[napi]
+pub struct NativeToolSandbox {
+  sandbox: Arc<policy::ToolSandbox>,
+}
+
+#[napi]
+impl NativeToolSandbox {
+  /// `secretsEnv` is the environment the redactor takes its secret values from.
+  #[napi(constructor, catch_unwind)]
+  pub fn new(
+    config: Unknown,
+    audit_log: &NativeAuditLog,
+    secrets_env: Option<Unknown>,
+  ) -> napi::Result<Self> {
+    let config = sandbox_config(&config).map_err(checked_to_sandbox)?;
+    let secrets = string_env(secrets_env, "secretsEnv").map_err(checked_to_sandbox)?;
+    let jail_root = config.jail_root.clone();
+    let sandbox =
+      policy::ToolSandbox::new(config, audit_log.log.clone(), &secrets).map_err(|e| {
+        napi::Error::from_reason(format!("{}: {e}, realpath '{jail_root}'", errno_name(&e)))
+      })?;
+    Ok(NativeToolSandbox {
+      sandbox: Arc::new(sandbox),
+    })
+  }
+
+  /// Throws `SANDBOX_ERROR: <message>` for an empty command or shell metacharacters.
+  #[napi(catch_unwind)]
+  pub fn tokenize(&self, command: String) -> napi::Result<SandboxCommand> {
+    let cmd = self
+      .sandbox
+      .tokenize(&command)
+      .map_err(|d| sandbox_error(d.message))?;
+    Ok(SandboxCommand {
+      binary: cmd.binary,
+      args: cmd.args,
+    })
+  }
+
+  #[napi(catch_unwind)]
+  pub fn get_jail_root(&self) -> String {
+    self.sandbox.jail().root().to_string_lossy().into_owned()
+  }
+
+  /// Stages 1-7; throws `SANDBOX_ERROR: <message>` for a refusal (already audited).
+  #[napi(catch_unwind)]
+  pub fn prepare(
+    &self,
+    command: String,
+    session_id: Option<String>,
+  ) -> napi::Result<NativePrepared> {
+    let prepared = self
+      .sandbox
+      .prepare(&command, session_id)
+      .map_err(|d| sandbox_error(d.message))?;
+    Ok(NativePrepared {
+      prepared: Some(prepared),
+    })
+  }
+
+  /// Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
+  /// failure (`{ failedCode }`) or absence (`{ noExecutor: true }`).
+  #[napi(catch_unwind)]
+  pub fn complete(
+    &self,
+    prepared: &mut NativePrepared,
+    outcome: Unknown,
+  ) -> napi::Result<SandboxResult> {
+    let prepared = prepared
+      .prepared
+      .take()
+      .ok_or_else(|| sandbox_error("command already completed"))?;
+    let outcome = exec_outcome(&outcome).map_err(checked_to_sandbox)?;
+    self
+      .sandbox
+      .complete(prepared, outcome)
+      .map(Into::into)
+      .map_err(|code| napi::Error::from_reason(format!("execution failed: {code}")))
+  }
+
+  /// The whole pipeline in Rust on the native pool's interactive lane, with the jail as
+  /// jailRoot. Returns `{ id, promise }`, or throws `SANDBOX_ERROR: ...` for a refusal; a pool
+  /// rejection (queue full, shutdown) settles the promise with its code.
+  #[napi(
+    catch_unwind,
+    ts_return_type = "{ id: number; promise: Promise<SandboxSettled> }"
+  )]
+  pub fn execute_with_pool<'env>(
+    &self,
+    env: &'env Env,
+    command: String,
+    pool: &NativeWorkerPool,
+    session_id: Option<String>,
+  ) -> napi::Result<Object<'env>> {
+    let prepared = self
+      .sandbox
+      .prepare(&command, session_id)
+      .map_err(|d| sandbox_error(d.message))?;
+    let sandbox = Arc::clone(&self.sandbox);
+    let submitted = JobSpec::new(prepared.job.clone()).and_then(|job| pool.pool.submit(job));
+    let mut out = Object::new(env)?;
+    let promise: PromiseRaw<SandboxSettled> = match submitted {
+      Ok(job) => {
+        out.set("id", job.id as f64)?;
+        env.spawn_future(async move {
+          let outcome = match job.result.await {
+            Ok(Ok(r)) => ExecOutcome::Finished {
+              stdout: r.stdout,
+              stderr: r.stderr,
+              exit_code: r.exit_code,
+              truncated: r.truncated,
+            },
+            Ok(Err(e @ PoolError::Timeout(_))) => ExecOutcome::TimedOut(e.to_string()),
+            Ok(Err(e)) => return Ok(failed(&sandbox, prepared, e)),
+            Err(_) => {
+              return Ok(failed(
+                &sandbox,
+                prepared,
+                PoolError::Crashed("the job's task panicked".into()),
+              ));
+            }
+          };
+          Ok(settled(sandbox.complete(prepared, outcome)))
+        })?
+      }
+      Err(e) => {
+        out.set("id", -1.0)?;
+        let settled = failed(&sandbox, prepared, e);
+        env.spawn_future(async move { Ok(settled) })?
+      }
+    };
+    out.set("promise", promise)?;
+    Ok(out)
+  }
+}
+
+fn settled(result: Result<policy::SandboxResult, String>) -> SandboxSettled {
+  match result {
+    Ok(r) => SandboxSettled {
+      result: Some(r.into()),
+      error_code: None,
+      error_message: None,
+    },
+    Err(code) => SandboxSettled {
+      result: None,
+      error_code: Some("WORKER_CRASHED".into()),
+      error_message: Some(code),
+    },
+  }
+}
+
+/// Audits `execution_failed: <code>` and carries the pool's error to JS.
+fn failed(sandbox: &policy::ToolSandbox, prepared: Prepared, e: PoolError) -> SandboxSettled {
+  let _ = sandbox.complete(prepared, ExecOutcome::Failed(e.code().into()));
+  let JobSettled {
+    error_code,
+    error_message,
+    ..
+  } = JobSettled::error(&e);
+  SandboxSettled {
+    result: None,
+    error_code,
+    error_message,
+  }
+}
+
+fn exec_outcome(value: &Unknown) -> Checked<ExecOutcome> {
+  let obj = convert::object(value, "outcome")?;
+  if convert::optional_bool(&obj, "noExecutor", "outcome.noExecutor")? == Some(true) {
+    return Ok(ExecOutcome::NoExecutor);
+  }
+  if let Some(message) = convert::optional_string(&obj, "timeoutMessage", "outcome.timeoutMessage")?
+  {
+    return Ok(ExecOutcome::TimedOut(message));
+  }
+  if let Some(code) = convert::optional_string(&obj, "failedCode", "outcome.failedCode")? {
+    return Ok(ExecOutcome::Failed(code));
+  }
+  let exit_code = match convert::optional_number(&obj, "exitCode", "result.exitCode")? {
+    Some(n) => n
+      .as_i64()
+      .and_then(|n| i32::try_from(n).ok())
+      .ok_or_else(|| PoolError::InvalidSpec("result.exitCode must be an integer".into()))?,
+    None => {
+      return Err(PoolError::InvalidSpec(
+        "result.exitCode is required (a number)".into(),
+      ));
+    }
+  };
+  Ok(ExecOutcome::Finished {
+    stdout: convert::optional_string(&obj, "stdout", "result.stdout")?.unwrap_or_default(),
+    stderr: convert::optional_string(&obj, "stderr", "result.stderr")?.unwrap_or_default(),
+    exit_code,
+    truncated: convert::optional_bool(&obj, "truncated", "result.truncated")?.unwrap_or(false),
+  })
+}

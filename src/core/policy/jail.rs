@@ -1,0 +1,158 @@
+//! The filesystem jail: paths must resolve inside the root, through no symlink.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+use super::error::Denial;
+
+#[derive(Debug, Clone)]
+pub struct FilesystemJail {
+  root: PathBuf,
+}
+
+/// `path.resolve(base, input)`: lexical, without touching the filesystem.
+pub fn resolve_lexically(base: &Path, input: &str) -> PathBuf {
+  let mut out = if input.starts_with('/') {
+    PathBuf::from("/")
+  } else {
+    base.to_path_buf()
+  };
+  for component in Path::new(input).components() {
+    match component {
+      Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+      Component::ParentDir => {
+        out.pop();
+      }
+      Component::Normal(part) => out.push(part),
+    }
+  }
+  out
+}
+
+impl FilesystemJail {
+  /// The root is the realpath of `dir` (relative to the process cwd); it must exist.
+  pub fn new(dir: &str) -> io::Result<Self> {
+    Ok(FilesystemJail {
+      root: std::fs::canonicalize(dir)?,
+    })
+  }
+
+  pub fn root(&self) -> &Path {
+    &self.root
+  }
+
+  /// The canonical path of `input` inside the jail, or a refusal. A missing path inside the jail
+  /// is allowed (returned resolved). Any symlink component is refused, even one pointing inside.
+  /// Unlike loa-finn, an lstat error other than "missing" refuses (it used to let the path
+  /// through), and the post-realpath containment check is enforced.
+  pub fn validate_path(&self, input: &str) -> Result<PathBuf, Denial> {
+    let escapes = || Denial::plain(format!("Path escapes jail: {input}"));
+    if input.contains('\0') {
+      return Err(escapes());
+    }
+    let resolved = resolve_lexically(&self.root, input);
+    let Ok(rel) = resolved.strip_prefix(&self.root) else {
+      return Err(escapes());
+    };
+    let mut current = self.root.clone();
+    for part in rel.components() {
+      current.push(part);
+      match std::fs::symlink_metadata(&current) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+          return Err(Denial::plain(format!("Symlink rejected: {input}")));
+        }
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+        Err(_) => return Err(Denial::plain(format!("Path cannot be validated: {input}"))),
+      }
+    }
+    match std::fs::canonicalize(&resolved) {
+      Ok(canonical) if canonical.starts_with(&self.root) => Ok(canonical),
+      Ok(_) => Err(escapes()),
+      Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(resolved),
+      Err(_) => Err(Denial::plain(format!("Path cannot be validated: {input}"))),
+    }
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use std::os::unix::fs::symlink;
+
+  #[test]
+  fn lexical_resolution_matches_node() {
+    let base = Path::new("/jail");
+    assert_eq!(resolve_lexically(base, "a/../b"), Path::new("/jail/b"));
+    assert_eq!(resolve_lexically(base, "../../.."), Path::new("/"));
+    assert_eq!(
+      resolve_lexically(base, "/etc/./passwd"),
+      Path::new("/etc/passwd")
+    );
+    assert_eq!(resolve_lexically(base, ""), Path::new("/jail"));
+  }
+
+  #[test]
+  fn inside_outside_symlinks_and_missing_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    let root = jail.root().to_path_buf();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    std::fs::write(root.join("sub/file"), "x").unwrap();
+    symlink("/etc/passwd", root.join("out")).unwrap();
+    symlink(root.join("sub"), root.join("in")).unwrap();
+
+    assert_eq!(
+      jail.validate_path("sub/file").unwrap(),
+      root.join("sub/file")
+    );
+    assert_eq!(jail.validate_path(".").unwrap(), root);
+    assert_eq!(
+      jail.validate_path("sub/missing/deeper").unwrap(),
+      root.join("sub/missing/deeper")
+    );
+    assert_eq!(
+      jail
+        .validate_path("../../../etc/passwd")
+        .unwrap_err()
+        .message,
+      "Path escapes jail: ../../../etc/passwd"
+    );
+    assert_eq!(
+      jail.validate_path("/etc").unwrap_err().message,
+      "Path escapes jail: /etc"
+    );
+    // A sibling that shares the root's string prefix is outside.
+    let sibling = format!("{}x/file", root.display());
+    assert!(
+      jail
+        .validate_path(&sibling)
+        .unwrap_err()
+        .message
+        .starts_with("Path escapes jail")
+    );
+    assert_eq!(
+      jail.validate_path("out").unwrap_err().message,
+      "Symlink rejected: out"
+    );
+    assert_eq!(
+      jail.validate_path("in/file").unwrap_err().message,
+      "Symlink rejected: in/file"
+    );
+  }
+
+  #[test]
+  fn an_unreadable_component_refuses_instead_of_passing() {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    std::fs::write(jail.root().join("file"), "x").unwrap();
+    // ENOTDIR: a component below a regular file.
+    assert!(
+      jail
+        .validate_path("file/below")
+        .unwrap_err()
+        .message
+        .starts_with("Path cannot be validated")
+    );
+  }
+}

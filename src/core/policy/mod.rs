@@ -1,0 +1,17 @@
+//! The sandbox's policy pipeline: tokenize, command policy, jail, redaction, environment.
+
+pub mod command;
+pub mod env;
+pub mod error;
+pub mod git;
+pub mod jail;
+pub mod redact;
+pub mod sandbox;
+pub mod tokenize;
+
+pub use command::{CommandPolicy, default_policies};
+pub use error::Denial;
+pub use jail::FilesystemJail;
+pub use redact::SecretRedactor;
+pub use sandbox::{Prepared, SandboxConfig, SandboxResult, ToolSandbox};
+pub use tokenize::{SandboxCommand, tokenize};
