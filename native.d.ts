@@ -48,9 +48,10 @@ export declare class NativeToolSandbox {
   prepare(command: string, sessionId?: string | undefined | null): NativePrepared
   /**
    * Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
-   * failure (`{ failedCode }`) or absence (`{ noExecutor: true }`).
+   * failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
+   * error) or absence (`{ noExecutor: true }`).
    */
-  complete(prepared: NativePrepared, outcome: unknown): SandboxResult
+  complete(prepared: NativePrepared, outcome: unknown): SandboxResult | null
   /**
    * The whole pipeline in Rust on the native pool's interactive lane, with the jail as
    * jailRoot. Returns `{ id, promise }`, or throws `SANDBOX_ERROR: ...` for a refusal; a pool

@@ -390,23 +390,26 @@ impl NativeToolSandbox {
   }
 
   /// Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
-  /// failure (`{ failedCode }`) or absence (`{ noExecutor: true }`).
+  /// failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
+  /// error) or absence (`{ noExecutor: true }`).
   #[napi(catch_unwind)]
   pub fn complete(
     &self,
     prepared: &mut NativePrepared,
     outcome: Unknown,
-  ) -> napi::Result<SandboxResult> {
+  ) -> napi::Result<Option<SandboxResult>> {
     let prepared = prepared
       .prepared
       .take()
       .ok_or_else(|| sandbox_error("command already completed"))?;
     let outcome = exec_outcome(&outcome).map_err(checked_to_sandbox)?;
-    self
-      .sandbox
-      .complete(prepared, outcome)
-      .map(Into::into)
-      .map_err(|code| napi::Error::from_reason(format!("execution failed: {code}")))
+    Ok(
+      self
+        .sandbox
+        .complete(prepared, outcome)
+        .ok()
+        .map(Into::into),
+    )
   }
 
   /// The whole pipeline in Rust on the native pool's interactive lane, with the jail as
