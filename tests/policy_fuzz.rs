@@ -1,0 +1,152 @@
+//! Property tests for the policy pieces. CI runs PROPTEST_CASES (default 2000 per property);
+//! the nightly-style run in the README uses PROPTEST_CASES=1000000.
+
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, LazyLock};
+
+use finn_sandbox::core::policy::redact::REDACTED;
+use finn_sandbox::core::policy::{FilesystemJail, SecretRedactor, tokenize};
+use proptest::prelude::*;
+
+const METACHARS: [char; 16] = [
+  '|', '&', ';', '$', '`', '(', ')', '{', '}', '!', '<', '>', '\\', '#', '~', '\0',
+];
+
+fn config() -> ProptestConfig {
+  let cases = std::env::var("PROPTEST_CASES")
+    .ok()
+    .and_then(|c| c.parse().ok())
+    .unwrap_or(2000);
+  ProptestConfig {
+    cases,
+    failure_persistence: None,
+    ..ProptestConfig::default()
+  }
+}
+
+/// Path-ish strings: components from a small alphabet that includes the dangerous ones.
+fn path_input() -> impl Strategy<Value = String> {
+  let part = prop_oneof![
+    Just("..".to_owned()),
+    Just(".".to_owned()),
+    Just("".to_owned()),
+    Just("in".to_owned()),
+    Just("out".to_owned()),
+    Just("file".to_owned()),
+    Just("dir".to_owned()),
+    Just("etc".to_owned()),
+    "[a-z\\-. ]{1,6}",
+  ];
+  (any::<bool>(), prop::collection::vec(part, 0..8)).prop_map(|(abs, parts)| {
+    let joined = parts.join("/");
+    if abs { format!("/{joined}") } else { joined }
+  })
+}
+
+/// One fixture for every case: the properties only read it.
+static FIXTURE: LazyLock<(tempfile::TempDir, FilesystemJail)> = LazyLock::new(jail_fixture);
+
+fn jail_fixture() -> (tempfile::TempDir, FilesystemJail) {
+  let dir = tempfile::tempdir().unwrap();
+  let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+  let root = jail.root().to_path_buf();
+  std::fs::create_dir_all(root.join("dir/sub")).unwrap();
+  std::fs::write(root.join("file"), "x").unwrap();
+  std::fs::write(root.join("dir/file"), "x").unwrap();
+  symlink("/etc", root.join("out")).unwrap();
+  symlink(root.join("dir"), root.join("in")).unwrap();
+  symlink("../../..", root.join("dir/up")).unwrap();
+  (dir, jail)
+}
+
+proptest! {
+  #![proptest_config(config())]
+
+  #[test]
+  fn tokenizer_never_panics_and_tokens_are_clean(input in any::<String>()) {
+    if let Ok(cmd) = tokenize(&input) {
+      for token in std::iter::once(&cmd.binary).chain(&cmd.args) {
+        prop_assert!(!token.is_empty());
+        prop_assert!(!token.chars().any(char::is_whitespace));
+        let dirty = token.contains(METACHARS);
+        prop_assert!(!dirty, "{token:?}");
+      }
+    }
+  }
+
+  #[test]
+  fn jail_never_returns_a_path_outside(input in path_input()) {
+    let jail = &FIXTURE.1;
+    if let Ok(path) = jail.validate_path(&input) {
+      prop_assert!(path.starts_with(jail.root()), "{input:?} -> {path:?}");
+      // Whatever exists of it resolves inside too: no symlink was followed out.
+      if let Ok(real) = std::fs::canonicalize(&path) {
+        prop_assert!(real.starts_with(jail.root()), "{input:?} -> {real:?}");
+      }
+    }
+  }
+
+  #[test]
+  fn jail_never_panics_on_arbitrary_strings(input in any::<String>()) {
+    let jail = &FIXTURE.1;
+    if let Ok(path) = jail.validate_path(&input) {
+      prop_assert!(path.starts_with(jail.root()));
+    }
+  }
+
+  #[test]
+  fn redactor_removes_every_secret_value(
+    secret in "[A-Z0-9_]{8,40}",
+    before in "[a-z .,:=\n\"']{0,40}",
+    after in "[a-z .,:=\n\"']{0,40}",
+  ) {
+    // Lowercase surroundings cannot rebuild an uppercase/digit secret around the replacement.
+    let r = SecretRedactor::new([("GIT_TOKEN", secret.as_str())]);
+    let out = r.redact(&format!("{before}{secret}{after}"));
+    prop_assert!(out.contains(REDACTED));
+    prop_assert!(!out.contains(&secret), "{out:?}");
+  }
+
+  #[test]
+  fn redactor_never_panics(text in any::<String>()) {
+    let _ = SecretRedactor::new([("ANTHROPIC_API_KEY", "sk-ant-api-0123456789abcdef")]).redact(&text);
+  }
+}
+
+/// A component flips between a directory and a symlink out of the jail while paths through it
+/// are validated: no answer may ever lie outside.
+#[test]
+fn jail_holds_while_a_component_is_swapped_for_a_symlink() {
+  let (_dir, jail) = jail_fixture();
+  let root = jail.root().to_path_buf();
+  let stop = Arc::new(AtomicBool::new(false));
+  let flipper = {
+    let (root, stop) = (root.clone(), Arc::clone(&stop));
+    std::thread::spawn(move || {
+      let target = root.join("race");
+      while !stop.load(Ordering::Relaxed) {
+        let _ = std::fs::create_dir(&target);
+        let _ = std::fs::write(target.join("passwd"), "inside");
+        let _ = std::fs::remove_dir_all(&target);
+        let _ = symlink("/etc", &target);
+        let _ = std::fs::remove_file(&target);
+      }
+    })
+  };
+  let mut answers = 0;
+  for _ in 0..20_000 {
+    if let Ok(path) = jail.validate_path("race/passwd") {
+      answers += 1;
+      assert!(path.starts_with(&root), "{path:?}");
+      assert_ne!(path, Path::new("/etc/passwd"));
+    }
+  }
+  stop.store(true, Ordering::Relaxed);
+  flipper.join().unwrap();
+  assert!(
+    answers > 0,
+    "the race never let a validation through, so it tested nothing"
+  );
+}
