@@ -57,7 +57,11 @@ describe('packaging', () => {
     const { stdout } = await run(process.execPath, [join(project, 'main.mjs')], { cwd: project })
     const out = JSON.parse(stdout)
     expect(out.stdout).toBe('esm\n')
-    expect(out.names).toEqual(expect.arrayContaining(['PoolError', 'PoolErrorCode', 'SandboxError', 'WorkerPool']))
+    expect(out.names).toEqual(
+      expect.arrayContaining(['PoolError', 'PoolErrorCode', 'SandboxError', 'WorkerPool', 'ToolSandbox', 'FilesystemJail', 'SecretRedactor', 'AuditLog', 'createExecutor', 'WorkerExecutor', 'ChildProcessExecutor', 'DisabledExecutor']),
+    )
+    expect(out.classes).toEqual(Array(7).fill('function'))
+    expect(out.executor).toBe('WorkerExecutor')
     expect(out.poolError).toEqual([true, 'PoolError', 'SANDBOX_DISABLED', 'disabled'])
     expect(out.sandboxError).toEqual(['SandboxError'])
   })
