@@ -48,6 +48,16 @@ describe('results', () => {
     delete process.env.FINN_LEAK_CHECK
   })
 
+  test('no standard signal is ignored or blocked in the child, although Node ignores SIGPIPE', async () => {
+    const r = await pool().exec(sh('grep -E "^Sig(Ign|Blk)" /proc/self/status'))
+    const [blocked, ignored] = r.stdout.trim().split('\n').map((l) => BigInt(`0x${l.split('\t')[1]}`))
+    expect(blocked).toBe(0n)
+    // Signals 1-31 at default. glibc's posix_spawn leaves only its internal real-time signals
+    // 32 and 33 ignored (sigaddset refuses them); glibc programs reinstall those at start-up.
+    expect(ignored & 0x7fffffffn).toBe(0n)
+    expect(ignored & ~0x1ffffffffn).toBe(0n)
+  })
+
   test('bare binary names are looked up in the child PATH', async () => {
     const r = await pool().exec({ binaryPath: 'echo', args: ['found'], cwd: '/', env: ENV })
     expect(r.stdout).toBe('found\n')
