@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { expect } from 'vitest'
 import type { ExecSpec } from '../index.js'
 
 export const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin' }
@@ -44,5 +45,35 @@ export function readOr(path: string): string {
     return readFileSync(path, 'utf8')
   } catch {
     return ''
+  }
+}
+
+/** The rejection of `promise`, checked to be an instance of `type`. */
+export async function rejectionOf<T>(promise: Promise<unknown>, type: abstract new (...args: never[]) => T): Promise<T> {
+  const err = await promise.then(
+    () => {
+      throw new Error(`expected a rejection with ${type.name}`)
+    },
+    (e: unknown) => e,
+  )
+  expect(err).toBeInstanceOf(type)
+  return err as T
+}
+
+/** Worst lateness of a 10 ms interval (ms) while `work` runs, and `work`'s value. */
+export async function lateness<T>(work: () => Promise<T>, onTick?: () => void): Promise<{ worst: number; value: T }> {
+  let worst = 0
+  let last = performance.now()
+  const timer = setInterval(() => {
+    const now = performance.now()
+    worst = Math.max(worst, now - last - 10)
+    last = now
+    onTick?.()
+  }, 10)
+  try {
+    const value = await work()
+    return { worst, value }
+  } finally {
+    clearInterval(timer)
   }
 }

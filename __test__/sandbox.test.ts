@@ -3,6 +3,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSyn
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, test } from 'vitest'
+import { rejectionOf } from './helpers.js'
 import {
   AuditLog,
   ChildProcessExecutor,
@@ -42,15 +43,9 @@ function audit(log: AuditLog): (AuditEntry & Record<string, unknown>)[] {
 }
 
 async function refusal(promise: Promise<unknown>): Promise<SandboxError> {
-  const err = await promise.then(
-    () => {
-      throw new Error('expected a SandboxError')
-    },
-    (e: unknown) => e,
-  )
-  expect(err).toBeInstanceOf(SandboxError)
-  expect((err as Error).name).toBe('SandboxError')
-  return err as SandboxError
+  const err = await rejectionOf(promise, SandboxError)
+  expect(err.name).toBe('SandboxError')
+  return err
 }
 
 function policy(binary: string, extra: Partial<CommandPolicy> = {}): CommandPolicy {

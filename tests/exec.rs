@@ -28,6 +28,16 @@ fn limits(timeout_ms: u64, cap: usize, grace_ms: u64) -> Limits {
   }
 }
 
+/// The pid a test script printed as `<name> <pid>`.
+fn printed_pid(stdout: &str, name: &str) -> i32 {
+  let prefix = format!("{name} ");
+  let line = stdout
+    .lines()
+    .find(|l| l.starts_with(&prefix))
+    .unwrap_or_else(|| panic!("{name} in {stdout}"));
+  line[prefix.len()..].trim().parse().unwrap()
+}
+
 fn never() -> impl Future<Output = Stop<()>> {
   pending()
 }
@@ -132,17 +142,21 @@ async fn timeout_kills_the_whole_tree_including_term_ignorers_and_setsid_escapee
   .await
   .unwrap();
   assert_eq!(done.ended_by, EndedBy::Timeout);
-  let field = |name: &str| -> i32 {
-    let line = done
-      .stdout
-      .lines()
-      .find(|l| l.starts_with(&format!("{name} ")))
-      .unwrap_or_else(|| panic!("{name} in {}", done.stdout));
-    line[name.len() + 1..].trim().parse().unwrap()
-  };
-  let (leader, escapee) = (field("leader"), field("escapee"));
-  assert_ne!(field("escapee-sid"), leader, "the escapee left the session");
-  for pid in [leader, field("ignorer"), field("grandchild"), escapee] {
+  let (leader, escapee) = (
+    printed_pid(&done.stdout, "leader"),
+    printed_pid(&done.stdout, "escapee"),
+  );
+  assert_ne!(
+    printed_pid(&done.stdout, "escapee-sid"),
+    leader,
+    "the escapee left the session"
+  );
+  for pid in [
+    leader,
+    printed_pid(&done.stdout, "ignorer"),
+    printed_pid(&done.stdout, "grandchild"),
+    escapee,
+  ] {
     assert!(gone(pid), "pid {pid} survived: {}", done.stdout);
   }
   assert!(done.survivors.is_empty());
@@ -247,16 +261,15 @@ async fn an_escapee_is_found_even_when_its_leader_dies_on_sigterm_at_once() {
   .await
   .unwrap();
   assert_eq!(done.ended_by, EndedBy::Timeout);
-  let field = |name: &str| -> i32 {
-    let line = done
-      .stdout
-      .lines()
-      .find(|l| l.starts_with(&format!("{name} ")))
-      .unwrap();
-    line[name.len() + 1..].trim().parse().unwrap()
-  };
-  assert_ne!(field("escapee-sid"), field("leader"));
-  assert!(gone(field("escapee")), "escapee survived: {}", done.stdout);
+  assert_ne!(
+    printed_pid(&done.stdout, "escapee-sid"),
+    printed_pid(&done.stdout, "leader")
+  );
+  assert!(
+    gone(printed_pid(&done.stdout, "escapee")),
+    "escapee survived: {}",
+    done.stdout
+  );
   assert!(
     done.duration < Duration::from_secs(3),
     "no grace was needed: {:?}",
