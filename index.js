@@ -56,10 +56,34 @@ function abortedError(signal) {
   return new PoolError(PoolErrorCode.ABORTED, 'The operation was aborted', { cause: signal.reason })
 }
 
-function settle(settled, signal) {
-  if (settled.errorCode == null) return settled.result
-  if (settled.errorCode === PoolErrorCode.ABORTED && signal) throw abortedError(signal)
-  throw new PoolError(settled.errorCode, settled.errorMessage)
+// Pending jobs keep Node alive through one ref'd timer (a weak threadsafe function delivers the
+// results, so an idle pool holds nothing open); it is unref'd whenever nothing is pending.
+const keepAlive = setInterval(() => {}, 1 << 30)
+keepAlive.unref()
+let inFlight = 0
+function hold() {
+  if (inFlight++ === 0) keepAlive.ref()
+}
+function release() {
+  if (--inFlight === 0) keepAlive.unref()
+}
+
+/** Settles a batch delivered by the native pool. Captures no pool, so a pool can be collected. */
+function settleBatch(pending, batch) {
+  for (const settled of batch) {
+    const entry = pending.get(settled.id)
+    if (entry === undefined) continue
+    pending.delete(settled.id)
+    release()
+    if (entry.signal) entry.signal.removeEventListener('abort', entry.onAbort)
+    if (settled.errorCode == null) {
+      entry.resolve(settled.result ?? settled.sandboxResult)
+    } else if (settled.errorCode === PoolErrorCode.ABORTED && entry.signal) {
+      entry.reject(abortedError(entry.signal))
+    } else {
+      entry.reject(new PoolError(settled.errorCode, settled.errorMessage))
+    }
+  }
 }
 
 // Pools alive in this process. When Node exits (process.exit() included, and a worker thread's
@@ -76,10 +100,12 @@ const forgetPool = new FinalizationRegistry((ref) => livePools.delete(ref))
 
 class WorkerPool {
   #native
+  #pending = new Map()
 
   constructor(config) {
+    const pending = this.#pending
     try {
-      this.#native = new native.NativeWorkerPool(config)
+      this.#native = new native.NativeWorkerPool(config, (batch) => settleBatch(pending, batch))
     } catch (err) {
       throw toPoolError(err)
     }
@@ -99,18 +125,25 @@ class WorkerPool {
         return Promise.reject(new PoolError(PoolErrorCode.INVALID_SPEC, 'options.signal must be an AbortSignal'))
       }
       if (signal && signal.aborted) return Promise.reject(abortedError(signal))
-      const job = this.#native.submit(spec, lane, jailRoot)
-      if (job.errorCode !== undefined) return Promise.reject(new PoolError(job.errorCode, job.errorMessage))
-      if (!signal) return job.promise.then(settle)
-      const onAbort = () => this.#native.abort(job.id)
-      signal.addEventListener('abort', onAbort, { once: true })
-      return job.promise.then((settled) => {
-        signal.removeEventListener('abort', onAbort)
-        return settle(settled, signal)
-      })
+      return this.#track(this.#native.submit(spec, lane, jailRoot), signal)
     } catch (err) {
       return Promise.reject(toPoolError(err))
     }
+  }
+
+  /** A promise for a submitted job's settlement (it arrives on a later turn of the loop). */
+  #track(ticket, signal) {
+    if (ticket.id == null) return Promise.reject(new PoolError(ticket.errorCode, ticket.errorMessage))
+    const id = ticket.id
+    return new Promise((resolve, reject) => {
+      const entry = { resolve, reject, signal, onAbort: undefined }
+      if (signal) {
+        entry.onAbort = () => this.#native.abort(id)
+        signal.addEventListener('abort', entry.onAbort, { once: true })
+      }
+      this.#pending.set(id, entry)
+      hold()
+    })
   }
 
   shutdown() {
@@ -127,6 +160,10 @@ class WorkerPool {
 
   static nativeOf(pool) {
     return pool.#native
+  }
+
+  static track(pool, ticket, signal) {
+    return pool.#track(ticket, signal)
   }
 }
 
@@ -257,10 +294,10 @@ function createExecutor(mode, pool) {
   }
 }
 
-/** The native pool behind an executor, when there is one: then the pipeline runs in Rust. */
-function nativePoolOf(executor) {
-  if (executor instanceof WorkerPool) return WorkerPool.nativeOf(executor)
-  if (executor instanceof WorkerExecutor || executor instanceof ChildProcessExecutor) return WorkerPool.nativeOf(executor.pool)
+/** The pool behind an executor, when there is one: then the pipeline runs in Rust. */
+function poolOf(executor) {
+  if (executor instanceof WorkerPool) return executor
+  if (executor instanceof WorkerExecutor || executor instanceof ChildProcessExecutor) return executor.pool
   return undefined
 }
 
@@ -303,8 +340,16 @@ class ToolSandbox {
     if (sessionId != null && typeof sessionId !== 'string') throw new SandboxError('options.sessionId must be a string')
     if (signal && signal.aborted) throw abortedError(signal)
     const command = String(commandString)
-    const pool = nativePoolOf(this.#executor)
-    if (pool) return this.#executeOnPool(command, pool, signal, sessionId)
+    const pool = poolOf(this.#executor)
+    if (pool) {
+      let ticket
+      try {
+        ticket = this.#native.executeWithPool(command, WorkerPool.nativeOf(pool), sessionId)
+      } catch (err) {
+        rethrowSandbox(err)
+      }
+      return WorkerPool.track(pool, ticket, signal)
+    }
 
     let prepared
     try {
@@ -331,25 +376,6 @@ class ToolSandbox {
       throw err
     }
     return this.#native.complete(prepared, result)
-  }
-
-  async #executeOnPool(command, pool, signal, sessionId) {
-    let job
-    try {
-      job = this.#native.executeWithPool(command, pool, sessionId)
-    } catch (err) {
-      rethrowSandbox(err)
-    }
-    const onAbort = () => pool.abort(job.id)
-    if (signal) signal.addEventListener('abort', onAbort, { once: true })
-    try {
-      const settled = await job.promise
-      if (settled.errorCode == null) return settled.result
-      if (settled.errorCode === PoolErrorCode.ABORTED && signal) throw abortedError(signal)
-      throw new PoolError(settled.errorCode, settled.errorMessage)
-    } finally {
-      if (signal) signal.removeEventListener('abort', onAbort)
-    }
   }
 }
 

@@ -54,16 +54,20 @@ export declare class NativeToolSandbox {
   complete(prepared: NativePrepared, outcome: unknown): SandboxResult | null
   /**
    * The whole pipeline in Rust on the native pool's interactive lane, with the jail as
-   * jailRoot. Returns `{ id, promise }`, or throws `SANDBOX_ERROR: ...` for a refusal; a pool
-   * rejection (queue full, shutdown) settles the promise with its code.
+   * jailRoot. Throws `SANDBOX_ERROR: ...` for a refusal; otherwise returns the pool job's
+   * ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
+   * through the pool's `onSettled`.
    */
-  executeWithPool(command: string, pool: NativeWorkerPool, sessionId?: string | undefined | null): { id: number; promise: Promise<SandboxSettled> }
+  executeWithPool(command: string, pool: NativeWorkerPool, sessionId?: string | undefined | null): Ticket
 }
 
 /** The native pool. Use `WorkerPool` from the package entry instead. */
 export declare class NativeWorkerPool {
-  /** Throws `"INVALID_SPEC: <message>"` for a bad config. */
-  constructor(config?: unknown | undefined | null)
+  /**
+   * Throws `"INVALID_SPEC: <message>"` for a bad config. `onSettled` receives batches of
+   * settled jobs.
+   */
+  constructor(config: unknown | undefined | null, onSettled: (arg: Array<JobSettled>) => void)
   /**
    * SIGKILLs every running tree synchronously and closes the pool. `index.js` calls it from
    * `process.on('exit')`: once Node exits nothing awaits the jobs, and their trees must not
@@ -71,10 +75,10 @@ export declare class NativeWorkerPool {
    */
   killAllNow(): void
   /**
-   * Admits a job at once (stats count it before this returns). Returns `{ id, promise }`,
-   * or `{ errorCode, errorMessage }` when the job is refused; never throws for bad input.
+   * Admits a job at once (stats count it before this returns). Returns its id, or why it was
+   * refused; never throws for bad input. The outcome arrives through `onSettled`.
    */
-  submit(spec: unknown, lane?: unknown | undefined | null, jailRoot?: unknown | undefined | null): { id: number; promise: Promise<JobSettled> } | { errorCode: string; errorMessage: string }
+  submit(spec: unknown, lane?: unknown | undefined | null, jailRoot?: unknown | undefined | null): Ticket
   /** Aborts a queued or running job; unknown ids are ignored. */
   abort(id: number): void
   /** A synchronous snapshot. */
@@ -107,9 +111,14 @@ export interface JailCheck {
   error?: string
 }
 
-/** Settled value of a job's promise: the result, or the error `index.js` turns into a PoolError. */
+/**
+ * A settled job as the pool's JS callback receives it: a result, or the error `index.js`
+ * turns into a PoolError.
+ */
 export interface JobSettled {
+  id: number
   result?: ExecResult
+  sandboxResult?: SandboxResult
   errorCode?: string
   errorMessage?: string
 }
@@ -140,16 +149,16 @@ export interface SandboxResult {
   truncated: boolean
 }
 
-/** Settled value of `executeWithPool`'s promise. */
-export interface SandboxSettled {
-  result?: SandboxResult
-  errorCode?: string
-  errorMessage?: string
-}
-
 export interface SystemLaneStats {
   active: boolean
   queued: number
+}
+
+/** What `submit` returns: the job's id, or why it was refused. */
+export interface Ticket {
+  id?: number
+  errorCode?: string
+  errorMessage?: string
 }
 
 export interface WorkerPoolStats {

@@ -3,27 +3,104 @@
 
 use std::time::Duration;
 
-use napi::bindgen_prelude::{Object, PromiseRaw, Unknown};
+use std::sync::{Arc, Mutex};
+
+use napi::bindgen_prelude::{Function, PromiseRaw, Unknown};
+use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, Status};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
+use super::sandbox::SandboxResult;
 use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError};
 
-/// Settled value of a job's promise: the result, or the error `index.js` turns into a PoolError.
+/// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
+/// turns into a PoolError.
 #[napi(object)]
 pub struct JobSettled {
+  pub id: f64,
   pub result: Option<ExecResult>,
+  pub sandbox_result: Option<SandboxResult>,
   pub error_code: Option<String>,
   pub error_message: Option<String>,
 }
 
 impl JobSettled {
-  pub(crate) fn error(e: &PoolError) -> Self {
+  pub(crate) fn error(id: u64, e: &PoolError) -> Self {
     JobSettled {
+      id: id as f64,
       result: None,
+      sandbox_result: None,
       error_code: Some(e.code().into()),
       error_message: Some(e.to_string()),
+    }
+  }
+}
+
+/// What `submit` returns: the job's id, or why it was refused.
+#[napi(object)]
+pub struct Ticket {
+  pub id: Option<f64>,
+  pub error_code: Option<String>,
+  pub error_message: Option<String>,
+}
+
+impl Ticket {
+  pub(crate) fn accepted(id: u64) -> Self {
+    Ticket {
+      id: Some(id as f64),
+      error_code: None,
+      error_message: None,
+    }
+  }
+
+  pub(crate) fn refused(e: &PoolError) -> Self {
+    Ticket {
+      id: None,
+      error_code: Some(e.code().into()),
+      error_message: Some(e.to_string()),
+    }
+  }
+}
+
+type SettleFn = ThreadsafeFunction<(), (), Vec<JobSettled>, Status, false, true>;
+
+/// Delivers settled jobs to JS in batches through one weak threadsafe function per pool (a weak
+/// one never holds the event loop open; `index.js` keeps it alive while jobs are pending).
+/// Creating a threadsafe function per job, as napi's `spawn_future` does, cost more than the
+/// rest of the dispatch.
+pub(crate) struct Settler {
+  queue: Arc<Mutex<Vec<JobSettled>>>,
+  tsfn: SettleFn,
+}
+
+impl Settler {
+  fn new(on_settled: Function<Vec<JobSettled>, ()>) -> napi::Result<Self> {
+    let queue: Arc<Mutex<Vec<JobSettled>>> = Arc::default();
+    let drain = Arc::clone(&queue);
+    let tsfn = on_settled
+      .build_threadsafe_function::<()>()
+      .callee_handled::<false>()
+      .weak::<true>()
+      .build_callback(move |_| {
+        Ok(std::mem::take(
+          &mut *drain.lock().unwrap_or_else(|e| e.into_inner()),
+        ))
+      })?;
+    Ok(Settler { queue, tsfn })
+  }
+
+  /// Queues a settled job; only the push into an empty queue wakes the JS thread, which then
+  /// takes the whole batch.
+  pub(crate) fn push(&self, settled: JobSettled) {
+    let was_empty = {
+      let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+      let was_empty = queue.is_empty();
+      queue.push(settled);
+      was_empty
+    };
+    if was_empty {
+      self.tsfn.call((), ThreadsafeFunctionCallMode::NonBlocking);
     }
   }
 }
@@ -119,18 +196,24 @@ pub(crate) fn to_napi(e: PoolError) -> napi::Error {
 #[napi]
 pub struct NativeWorkerPool {
   pub(crate) pool: Pool,
+  pub(crate) settler: Arc<Settler>,
 }
 
 #[napi]
 impl NativeWorkerPool {
-  /// Throws `"INVALID_SPEC: <message>"` for a bad config.
+  /// Throws `"INVALID_SPEC: <message>"` for a bad config. `onSettled` receives batches of
+  /// settled jobs.
   #[napi(constructor, catch_unwind)]
-  pub fn new(config: Option<Unknown>) -> napi::Result<Self> {
+  pub fn new(
+    config: Option<Unknown>,
+    on_settled: Function<Vec<JobSettled>, ()>,
+  ) -> napi::Result<Self> {
     let config = config_from_js(config).map_err(to_napi)?;
     let runtime =
       napi::bindgen_prelude::within_runtime_if_available(tokio::runtime::Handle::current);
     Ok(NativeWorkerPool {
       pool: Pool::new(config, runtime),
+      settler: Arc::new(Settler::new(on_settled)?),
     })
   }
 
@@ -142,40 +225,23 @@ impl NativeWorkerPool {
     self.pool.kill_all_now();
   }
 
-  /// Admits a job at once (stats count it before this returns). Returns `{ id, promise }`,
-  /// or `{ errorCode, errorMessage }` when the job is refused; never throws for bad input.
-  #[napi(
-    catch_unwind,
-    ts_return_type = "{ id: number; promise: Promise<JobSettled> } | { errorCode: string; errorMessage: string }"
-  )]
-  pub fn submit<'env>(
-    &self,
-    env: &'env Env,
-    spec: Unknown<'env>,
-    lane: Option<Unknown<'env>>,
-    jail_root: Option<Unknown<'env>>,
-  ) -> napi::Result<Object<'env>> {
-    let mut out = Object::new(env)?;
+  /// Admits a job at once (stats count it before this returns). Returns its id, or why it was
+  /// refused; never throws for bad input. The outcome arrives through `onSettled`.
+  #[napi(catch_unwind)]
+  pub fn submit(&self, spec: Unknown, lane: Option<Unknown>, jail_root: Option<Unknown>) -> Ticket {
+    let settler = Arc::clone(&self.settler);
     let submitted = convert::raw_job(&spec, lane.as_ref(), jail_root.as_ref())
       .and_then(JobSpec::new)
-      .and_then(|job| self.pool.submit(job));
+      .and_then(|job| {
+        self.pool.submit_with(
+          job,
+          Box::new(move |id, outcome| settler.push(settle(id, outcome))),
+        )
+      });
     match submitted {
-      Ok(job) => {
-        let promise: PromiseRaw<JobSettled> = env.spawn_future(async move {
-          Ok(match job.result.await {
-            Ok(outcome) => settle(outcome),
-            Err(_) => JobSettled::error(&PoolError::Crashed("the job's task panicked".into())),
-          })
-        })?;
-        out.set("id", job.id as f64)?;
-        out.set("promise", promise)?;
-      }
-      Err(e) => {
-        out.set("errorCode", e.code())?;
-        out.set("errorMessage", e.to_string())?;
-      }
+      Ok(id) => Ticket::accepted(id),
+      Err(e) => Ticket::refused(&e),
     }
-    Ok(out)
   }
 
   /// Aborts a queued or running job; unknown ids are ignored.
@@ -218,13 +284,15 @@ impl NativeWorkerPool {
   }
 }
 
-fn settle(outcome: JobOutcome) -> JobSettled {
+fn settle(id: u64, outcome: JobOutcome) -> JobSettled {
   match outcome {
     Ok(result) => JobSettled {
+      id: id as f64,
       result: Some(result.into()),
+      sandbox_result: None,
       error_code: None,
       error_message: None,
     },
-    Err(e) => JobSettled::error(&e),
+    Err(e) => JobSettled::error(id, &e),
   }
 }

@@ -5,16 +5,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use napi::bindgen_prelude::{Object, PromiseRaw, Unknown};
+use napi::bindgen_prelude::{Object, Unknown};
 use napi::{Env, Status};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
-use super::pool::{JobSettled, NativeWorkerPool};
+use super::pool::{JobSettled, NativeWorkerPool, Ticket};
 use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
 use crate::core::policy::sandbox::ExecOutcome;
 use crate::core::policy::{self, CommandPolicy, Prepared, SandboxConfig};
-use crate::core::pool::{JobSpec, PoolError, config::MAX_BUFFER_LIMIT};
+use crate::core::pool::{JobOutcome, JobSpec, PoolError, config::MAX_BUFFER_LIMIT};
 
 fn sandbox_error(message: impl Into<String>) -> napi::Error {
   napi::Error::new(
@@ -56,14 +56,6 @@ impl From<policy::SandboxResult> for SandboxResult {
       truncated: r.truncated,
     }
   }
-}
-
-/// Settled value of `executeWithPool`'s promise.
-#[napi(object)]
-pub struct SandboxSettled {
-  pub result: Option<SandboxResult>,
-  pub error_code: Option<String>,
-  pub error_message: Option<String>,
 }
 
 /// The append-only audit log; instances on one directory share one writer.
@@ -413,88 +405,75 @@ impl NativeToolSandbox {
   }
 
   /// The whole pipeline in Rust on the native pool's interactive lane, with the jail as
-  /// jailRoot. Returns `{ id, promise }`, or throws `SANDBOX_ERROR: ...` for a refusal; a pool
-  /// rejection (queue full, shutdown) settles the promise with its code.
-  #[napi(
-    catch_unwind,
-    ts_return_type = "{ id: number; promise: Promise<SandboxSettled> }"
-  )]
-  pub fn execute_with_pool<'env>(
+  /// jailRoot. Throws `SANDBOX_ERROR: ...` for a refusal; otherwise returns the pool job's
+  /// ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
+  /// through the pool's `onSettled`.
+  #[napi(catch_unwind)]
+  pub fn execute_with_pool(
     &self,
-    env: &'env Env,
     command: String,
     pool: &NativeWorkerPool,
     session_id: Option<String>,
-  ) -> napi::Result<Object<'env>> {
+  ) -> napi::Result<Ticket> {
     let prepared = self
       .sandbox
       .prepare(&command, session_id)
       .map_err(|d| sandbox_error(d.message))?;
-    let sandbox = Arc::clone(&self.sandbox);
-    let submitted = JobSpec::new(prepared.job.clone()).and_then(|job| pool.pool.submit(job));
-    let mut out = Object::new(env)?;
-    let promise: PromiseRaw<SandboxSettled> = match submitted {
-      Ok(job) => {
-        out.set("id", job.id as f64)?;
-        env.spawn_future(async move {
-          let outcome = match job.result.await {
-            Ok(Ok(r)) => ExecOutcome::Finished {
-              stdout: r.stdout,
-              stderr: r.stderr,
-              exit_code: r.exit_code,
-              truncated: r.truncated,
-            },
-            Ok(Err(e @ PoolError::Timeout(_))) => ExecOutcome::TimedOut(e.to_string()),
-            Ok(Err(e)) => return Ok(failed(&sandbox, prepared, e)),
-            Err(_) => {
-              return Ok(failed(
-                &sandbox,
-                prepared,
-                PoolError::Crashed("the job's task panicked".into()),
-              ));
-            }
-          };
-          Ok(settled(sandbox.complete(prepared, outcome)))
-        })?
-      }
+    let job = match JobSpec::new(prepared.job.clone()) {
+      Ok(job) => job,
       Err(e) => {
-        out.set("id", -1.0)?;
-        let settled = failed(&sandbox, prepared, e);
-        env.spawn_future(async move { Ok(settled) })?
+        let _ = self
+          .sandbox
+          .complete(prepared, ExecOutcome::Failed(e.code().into()));
+        return Ok(Ticket::refused(&e));
       }
     };
-    out.set("promise", promise)?;
-    Ok(out)
-  }
-}
-
-fn settled(result: Result<policy::SandboxResult, String>) -> SandboxSettled {
-  match result {
-    Ok(r) => SandboxSettled {
-      result: Some(r.into()),
-      error_code: None,
-      error_message: None,
-    },
-    Err(code) => SandboxSettled {
-      result: None,
-      error_code: Some("WORKER_CRASHED".into()),
-      error_message: Some(code),
-    },
-  }
-}
-
-/// Audits `execution_failed: <code>` and carries the pool's error to JS.
-fn failed(sandbox: &policy::ToolSandbox, prepared: Prepared, e: PoolError) -> SandboxSettled {
-  let _ = sandbox.complete(prepared, ExecOutcome::Failed(e.code().into()));
-  let JobSettled {
-    error_code,
-    error_message,
-    ..
-  } = JobSettled::error(&e);
-  SandboxSettled {
-    result: None,
-    error_code,
-    error_message,
+    let sandbox = Arc::clone(&self.sandbox);
+    let settler = Arc::clone(&pool.settler);
+    // Shared with the completion: when the pool refuses the job it drops the completion
+    // uncalled, and the refusal is audited from here.
+    let slot = Arc::new(std::sync::Mutex::new(Some(prepared)));
+    let in_done = Arc::clone(&slot);
+    let done = Box::new(move |id: u64, outcome: JobOutcome| {
+      let Some(prepared) = in_done.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        return;
+      };
+      let outcome = match outcome {
+        Ok(r) => ExecOutcome::Finished {
+          stdout: r.stdout,
+          stderr: r.stderr,
+          exit_code: r.exit_code,
+          truncated: r.truncated,
+        },
+        Err(e @ PoolError::Timeout(_)) => ExecOutcome::TimedOut(e.to_string()),
+        Err(e) => {
+          let _ = sandbox.complete(prepared, ExecOutcome::Failed(e.code().into()));
+          return settler.push(JobSettled::error(id, &e));
+        }
+      };
+      let settled = match sandbox.complete(prepared, outcome) {
+        Ok(result) => JobSettled {
+          id: id as f64,
+          result: None,
+          sandbox_result: Some(result.into()),
+          error_code: None,
+          error_message: None,
+        },
+        Err(code) => JobSettled::error(id, &PoolError::Crashed(code)),
+      };
+      settler.push(settled);
+    });
+    match pool.pool.submit_with(job, done) {
+      Ok(id) => Ok(Ticket::accepted(id)),
+      Err(e) => {
+        if let Some(prepared) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
+          let _ = self
+            .sandbox
+            .complete(prepared, ExecOutcome::Failed(e.code().into()));
+        }
+        Ok(Ticket::refused(&e))
+      }
+    }
   }
 }
 

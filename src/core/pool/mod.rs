@@ -12,5 +12,5 @@ pub mod stats;
 
 pub use config::{JobSpec, Lane, PoolConfig, RawJob};
 pub use error::PoolError;
-pub use pool::{ExecResult, JobOutcome, Pool, Submitted, TEST_PANIC_SESSION};
+pub use pool::{Completion, ExecResult, JobOutcome, Pool, Submitted, TEST_PANIC_SESSION};
 pub use stats::PoolStats;

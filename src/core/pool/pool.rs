@@ -29,10 +29,39 @@ pub struct ExecResult {
 
 pub type JobOutcome = Result<ExecResult, PoolError>;
 
-/// Handle on a submitted job.
+/// Called once with a job's id and outcome, on whichever thread ends it.
+pub type Completion = Box<dyn FnOnce(u64, JobOutcome) + Send>;
+
+/// Handle on a job submitted with [`Pool::submit`].
 pub struct Submitted {
   pub id: u64,
   pub result: oneshot::Receiver<JobOutcome>,
+}
+
+/// Delivers a job's outcome exactly once. Dropped without one (the job's task panicked), it
+/// reports the crash, so no caller is left waiting.
+struct Reply {
+  id: u64,
+  done: Option<Completion>,
+}
+
+impl Reply {
+  fn send(mut self, outcome: JobOutcome) {
+    if let Some(done) = self.done.take() {
+      done(self.id, outcome);
+    }
+  }
+}
+
+impl Drop for Reply {
+  fn drop(&mut self) {
+    if let Some(done) = self.done.take() {
+      done(
+        self.id,
+        Err(PoolError::Crashed("the job's task panicked".into())),
+      );
+    }
+  }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,7 +73,7 @@ enum StopReason {
 struct Queued {
   id: u64,
   job: JobSpec,
-  reply: oneshot::Sender<JobOutcome>,
+  reply: Reply,
 }
 
 struct Running {
@@ -124,22 +153,46 @@ impl Pool {
   }
 
   /// Admits a job synchronously: when this returns, `stats()` already counts it as active or
-  /// queued, and a full queue or a closed pool has been detected.
-  pub fn submit(&self, job: JobSpec) -> Result<Submitted, PoolError> {
+  /// queued, and a full queue or a closed pool has been detected (then `on_done` is dropped
+  /// uncalled). Otherwise `on_done` receives the outcome exactly once; it must not call back
+  /// into the pool.
+  pub fn submit_with(&self, job: JobSpec, on_done: Completion) -> Result<u64, PoolError> {
     let mut state = self.inner.lock();
     if state.closing {
       return Err(PoolError::Closed);
     }
-    let id = state.next_id;
-    state.next_id += 1;
-    let (reply, result) = oneshot::channel();
     let lane = job.lane;
     let session = job.session_id.clone();
-    match state.lane(lane).admit(session, Queued { id, job, reply }) {
+    let id = state.next_id;
+    let queued = Queued {
+      id,
+      job,
+      reply: Reply {
+        id,
+        done: Some(on_done),
+      },
+    };
+    match state.lane(lane).admit(session, queued) {
       Admit::Run(queued) => self.inner.start(&mut state, queued),
       Admit::Queued => {}
-      Admit::Full(_) => return Err(PoolError::QueueFull(lane)),
+      Admit::Full(mut refused) => {
+        refused.reply.done = None;
+        return Err(PoolError::QueueFull(lane));
+      }
     }
+    state.next_id += 1;
+    Ok(id)
+  }
+
+  /// [`Self::submit_with`] with the outcome delivered through a channel.
+  pub fn submit(&self, job: JobSpec) -> Result<Submitted, PoolError> {
+    let (tx, result) = oneshot::channel();
+    let id = self.submit_with(
+      job,
+      Box::new(move |_, outcome| {
+        let _ = tx.send(outcome);
+      }),
+    )?;
     Ok(Submitted { id, result })
   }
 
@@ -150,7 +203,7 @@ impl Pool {
     for lane in [Lane::Interactive, Lane::System] {
       if let Some(queued) = state.lane(lane).remove_where(|q| q.id == id) {
         drop(state);
-        let _ = queued.reply.send(Err(PoolError::Aborted));
+        queued.reply.send(Err(PoolError::Aborted));
         return;
       }
     }
@@ -204,7 +257,7 @@ impl Pool {
       }
     };
     for queued in rejected {
-      let _ = queued.reply.send(Err(PoolError::ShutDown));
+      queued.reply.send(Err(PoolError::ShutDown));
     }
     let inner = Arc::clone(&self.inner);
     async move {
@@ -287,7 +340,7 @@ impl Inner {
     tracing::debug!(?outcome, "job settled");
     slot.tally = Some(tally);
     drop(slot);
-    let _ = reply.send(outcome);
+    reply.send(outcome);
   }
 
   /// Bookkeeping when a job ends: totals, the slot, the next queued job, shutdown's wait.
