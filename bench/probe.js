@@ -1,0 +1,292 @@
+'use strict'
+// One measurement of one contender in a fresh Node process, started by run.js:
+//   node bench/probe.js throughput <contender> --total 1000 --concurrency 8
+//   node bench/probe.js eld <contender|idle|execFileSync> <burst|sleep>
+//   node --expose-gc bench/probe.js rss <bare|addon-created|addon-used|wt-created>
+//   node bench/probe.js output <contender> <yes|drain>
+//   node bench/probe.js kill <contender> <obey|ignore> --timeout-ms 300 --bound-ms 3000 --grace-ms 200
+// Prints one BENCH_RESULT line. Every loop is bounded; every child it starts is gone (or
+// killed by pid) before it exits.
+
+const fs = require('node:fs')
+const os = require('node:os')
+const path = require('node:path')
+const { execFileSync } = require('node:child_process')
+const { monitorEventLoopDelay } = require('node:perf_hooks')
+
+const { emit, fail, memKiB, parseArgs, peakRssKiB, sleep, within } = require('./lib/child-util.js')
+const { CWD, open, spec } = require('./lib/contenders.js')
+
+const TRUE = spec('/bin/true', [])
+const MiB = 1024 * 1024
+
+/** Runs `total` jobs with at most `concurrency` in flight; returns the outcomes' failure count. */
+async function runMany(c, s, total, concurrency) {
+  let next = 0
+  let failures = 0
+  const lane = async () => {
+    while (next < total) {
+      next++
+      const r = await c.run(s)
+      if (r.status !== 'ok' || r.exitCode !== 0) failures++
+    }
+  }
+  await Promise.all(Array.from({ length: Math.min(concurrency, total) }, lane))
+  return failures
+}
+
+async function warm(c, n = 20) {
+  for (let i = 0; i < n; i++) await c.run(TRUE)
+  await runMany(c, TRUE, 16, 8)
+  await sleep(20)
+}
+
+async function throughput(id, flags) {
+  const total = Math.min(Number(flags.total || 1000), 100_000)
+  const concurrency = Math.min(Number(flags.concurrency || 8), 1024)
+  const c = await open(id)
+  await warm(c)
+  const t0 = performance.now()
+  const failures = await runMany(c, TRUE, total, concurrency)
+  const elapsedMs = performance.now() - t0
+  await c.close()
+  return { contender: id, total, concurrency, elapsedMs, throughputPerSec: (total / elapsedMs) * 1000, failures }
+}
+
+const ms = (ns) => ns / 1e6
+
+async function eld(id, workload) {
+  if (!['burst', 'sleep'].includes(workload)) throw new Error(`eld workload must be burst or sleep, not ${workload}`)
+  const burst = workload === 'burst'
+  const sleepSpec = spec('/bin/sleep', ['1'])
+  let c = null
+  if (id !== 'idle' && id !== 'execFileSync') {
+    c = await open(id)
+    await warm(c)
+  } else if (id === 'execFileSync') {
+    for (let i = 0; i < 20; i++) execFileSync('/bin/true', [], { cwd: CWD, env: TRUE.env })
+  }
+  const h = monitorEventLoopDelay({ resolution: 1 })
+  h.enable()
+  // The histogram records intervals between its own ticks: let it tick before the workload,
+  // or a block right at the start would go unrecorded.
+  await sleep(10)
+  const t0 = performance.now()
+  let failures = 0
+  if (id === 'idle') {
+    // The machine's own noise floor: the loop sits idle for as long as a burst takes.
+    await sleep(burst ? 300 : 1000)
+  } else if (id === 'execFileSync') {
+    // The blocked baseline: the same commands, one after another, on the main thread,
+    // yielding to the loop between them (as a request handler calling execFileSync would).
+    const n = burst ? 200 : 4
+    for (let i = 0; i < n; i++) {
+      try {
+        execFileSync(burst ? '/bin/true' : '/bin/sleep', burst ? [] : ['1'], { cwd: CWD, env: TRUE.env, stdio: 'ignore' })
+      } catch {
+        failures++
+      }
+      await new Promise((resolve) => setImmediate(resolve))
+    }
+    // Let the histogram's timer fire once more so the last block is recorded.
+    await sleep(5)
+  } else if (burst) {
+    failures = await runMany(c, TRUE, 200, 8)
+  } else {
+    failures = await runMany(c, sleepSpec, 4, 4)
+  }
+  const elapsedMs = performance.now() - t0
+  h.disable()
+  if (c) await c.close()
+  return {
+    contender: id,
+    workload,
+    elapsedMs,
+    failures,
+    count: h.count,
+    p50Ms: ms(h.percentile(50)),
+    p99Ms: ms(h.percentile(99)),
+    maxMs: ms(h.max),
+    meanMs: ms(h.mean),
+  }
+}
+
+async function rss(variant) {
+  if (typeof global.gc !== 'function') throw new Error('rss needs node --expose-gc')
+  let c = null
+  if (variant === 'addon-created') {
+    c = await open('addon-2')
+  } else if (variant === 'addon-used') {
+    c = await open('addon-2')
+    await runMany(c, TRUE, 100, 8)
+  } else if (variant === 'wt-created') {
+    c = await open('wt-2')
+    // Let the three worker threads boot.
+    await c.run(TRUE)
+  } else if (variant !== 'bare') {
+    throw new Error(`unknown rss variant ${variant}`)
+  }
+  await sleep(300)
+  global.gc()
+  await sleep(700)
+  global.gc()
+  await sleep(100)
+  const mem = memKiB()
+  // Closing a pool after the reading; an idle addon pool would not keep the process alive.
+  if (c && variant === 'wt-created') await c.close()
+  return { variant, rssKiB: mem.rss, anonKiB: mem.anon, fileKiB: mem.file }
+}
+
+async function output(id, which) {
+  const s =
+    which === 'yes'
+      ? spec('/usr/bin/yes', [], { maxBuffer: MiB })
+      : which === 'drain'
+        ? spec('/usr/bin/head', ['-c', String(100 * MiB), '/dev/zero'], { maxBuffer: 200 * MiB })
+        : null
+  if (!s) throw new Error(`output must be yes or drain, not ${which}`)
+  const c = await open(id)
+  for (let i = 0; i < 3; i++) await c.run(TRUE)
+  await sleep(50)
+  const rssBefore = memKiB().rss
+  const peakBefore = peakRssKiB()
+  const t0 = performance.now()
+  // A contender that never returns must not hang the run.
+  const r = await within(c.run(s), 60_000, { status: 'hung', message: 'did not return within 60 s' })
+  const elapsedMs = performance.now() - t0
+  const peakAfter = peakRssKiB()
+  await c.close()
+  return {
+    contender: id,
+    which,
+    maxBuffer: s.maxBuffer,
+    elapsedMs,
+    status: r.status,
+    code: r.code,
+    message: r.message,
+    truncated: r.truncated,
+    outBytes: r.outBytes,
+    rssBeforeKiB: rssBefore,
+    peakBeforeKiB: peakBefore,
+    peakRssKiB: peakAfter,
+  }
+}
+
+/** /proc/<pid>/stat: [state, starttime] or null when gone. */
+function procStat(pid) {
+  try {
+    const text = fs.readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ')
+    return { state: rest[0], start: rest[19] }
+  } catch {
+    return null
+  }
+}
+
+/** Alive: the same process (same start time) still exists and is not a zombie. */
+function alive(p) {
+  const st = procStat(p.pid)
+  return st !== null && st.start === p.start && st.state !== 'Z' && st.state !== 'X'
+}
+
+async function kill(id, which, flags) {
+  const timeoutMs = Number(flags['timeout-ms'] || 300)
+  const boundMs = Number(flags['bound-ms'] || 3000)
+  const graceMs = Number(flags['grace-ms'] || 200)
+  if (!['obey', 'ignore'].includes(which)) throw new Error(`kill tree must be obey or ignore, not ${which}`)
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'finn-bench-kill-'))
+  const pidFile = path.join(dir, 'pids')
+  const trap = which === 'ignore' ? 'trap "" TERM; ' : ''
+  const script = `${trap}echo $$ >> ${pidFile}; sleep 100 & echo $! >> ${pidFile}; sleep 100 & echo $! >> ${pidFile}; wait`
+  const c = await open(id, { killGraceMs: graceMs })
+  for (let i = 0; i < 3; i++) await c.run(TRUE)
+  await sleep(20)
+
+  let pids = []
+  const recordPids = () => {
+    try {
+      const list = fs.readFileSync(pidFile, 'utf8').trim().split('\n').filter(Boolean).map(Number)
+      for (const pid of list) {
+        if (!pids.some((p) => p.pid === pid)) {
+          const st = procStat(pid)
+          if (st) pids.push({ pid, start: st.start })
+        }
+      }
+    } catch {
+      /* not written yet */
+    }
+  }
+  const cleanup = () => {
+    recordPids()
+    for (const p of pids) if (alive(p)) try { process.kill(p.pid, 'SIGKILL') } catch { /* gone */ }
+  }
+  process.once('exit', cleanup)
+
+  const started = performance.now()
+  const deadline = started + timeoutMs
+  let settledAt = null
+  let aliveAtSettle = null
+  const running = c.run(spec('/bin/sh', ['-c', script], { timeoutMs })).then((r) => {
+    settledAt = performance.now()
+    // Checked right when the promise settles: which recorded pids still exist?
+    recordPids()
+    aliveAtSettle = pids.filter(alive).length
+    return r
+  })
+  // The tree writes its pids at once; read them (and their start times) well before the deadline.
+  await sleep(Math.min(100, timeoutMs / 2))
+  recordPids()
+  for (let i = 0; i < 20 && pids.length < 3; i++) {
+    await sleep(5)
+    recordPids()
+  }
+  let r = await within(running, Math.max(0, deadline + boundMs - performance.now()), null)
+  const settled = r !== null
+  let settledAfterCleanupMs = null
+  let aliveAtBound = null
+  if (!settled) {
+    // Did not return within the bound: count what is still alive, kill it by pid, and wait
+    // (bounded) for the contender to notice.
+    aliveAtBound = pids.filter(alive).length
+    cleanup()
+    r = await within(running, 15_000, { status: 'hung', message: 'still pending 15 s after its tree was SIGKILLed' })
+    settledAfterCleanupMs = settledAt === null ? null : settledAt - deadline
+    aliveAtSettle = null
+  }
+  const deadToMs = settled ? settledAt - deadline : null
+  cleanup()
+  process.removeListener('exit', cleanup)
+  fs.rmSync(dir, { recursive: true, force: true })
+  await within(c.close(), 20_000, null)
+  return {
+    contender: id,
+    tree: which,
+    timeoutMs,
+    boundMs,
+    graceMs: id.startsWith('addon') ? graceMs : null,
+    pids: pids.length,
+    settled,
+    settleAfterDeadlineMs: deadToMs,
+    aliveAtSettle,
+    aliveAtBound,
+    settledAfterCleanupMs,
+    status: r.status,
+    code: r.code || null,
+    exitCode: r.exitCode ?? null,
+  }
+}
+
+async function main() {
+  const { positional, flags } = parseArgs(process.argv.slice(2))
+  const [task, a, b] = positional
+  let result
+  if (task === 'throughput') result = await throughput(a, flags)
+  else if (task === 'eld') result = await eld(a, b)
+  else if (task === 'rss') result = await rss(a)
+  else if (task === 'output') result = await output(a, b)
+  else if (task === 'kill') result = await kill(a, b, flags)
+  else throw new Error(`unknown task ${task}`)
+  emit(result)
+}
+
+main().catch(fail)
