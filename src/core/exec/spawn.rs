@@ -173,8 +173,8 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
       pidfd: unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
         .map_err(io::Error::from)?,
       status: None,
-      stdout: Some(pipe::Receiver::from_owned_fd(out_r)?),
-      stderr: Some(pipe::Receiver::from_owned_fd(err_r)?),
+      stdout: Some(nonblocking_receiver(out_r)?),
+      stderr: Some(nonblocking_receiver(err_r)?),
     })
   };
   setup().map_err(|e| {
@@ -183,6 +183,15 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
     let _ = nix::sys::wait::waitpid(pid, None);
     SpawnError::Setup(e)
   })
+}
+
+/// The read end of one of our own pipes, made non-blocking with one `fcntl` (tokio's checked
+/// constructor spends an `fstat` and two `fcntl`s per pipe on facts we already know). Only the
+/// read end: the child's write end stays blocking.
+fn nonblocking_receiver(fd: OwnedFd) -> io::Result<pipe::Receiver> {
+  nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
+    .map_err(io::Error::from)?;
+  pipe::Receiver::from_owned_fd_unchecked(fd)
 }
 
 /// posix_spawn reports a failed `chdir` and a failed `execve` with the same errno; tell them
