@@ -14,7 +14,7 @@ export interface ExecSpec {
   args: string[]
   /** Working directory of the child. */
   cwd: string
-  /** Positive integer; counted from dispatch (time queued does not count). Default 30000. */
+  /** Positive integer up to 2147483647; counted from dispatch (time queued does not count). Default 30000. */
   timeoutMs?: number
   /** The child's entire environment; `undefined` values are left out. */
   env: Record<string, string | undefined>

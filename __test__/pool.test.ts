@@ -340,6 +340,7 @@ describe('bad input rejects with INVALID_SPEC naming the field, never a synchron
     ['fractional timeout', { ...good, timeoutMs: 1.5 }, /spec\.timeoutMs must be a non-negative integer/],
     ['NaN timeout', { ...good, timeoutMs: NaN }, /spec\.timeoutMs must be a non-negative integer/],
     ['zero timeout', { ...good, timeoutMs: 0 }, /spec\.timeoutMs must be a positive integer/],
+    ['timeout past Node timers', { ...good, timeoutMs: 2 ** 40 }, /spec\.timeoutMs must be at most 2147483647/],
     ['string maxBuffer', { ...good, maxBuffer: '1024' }, /spec\.maxBuffer must be a non-negative integer/],
     ['huge maxBuffer', { ...good, maxBuffer: 2 ** 40 }, /spec\.maxBuffer must be at most/],
     ['non-string sessionId', { ...good, sessionId: 3 }, /spec\.sessionId must be a string/],

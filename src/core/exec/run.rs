@@ -71,7 +71,11 @@ where
   let mut err_buf = vec![0u8; READ_CHUNK];
 
   let far = started + Duration::from_secs(86_400 * 365);
-  let mut timeout = pin!(sleep_until(limits.timeout.map_or(far, |t| started + t)));
+  let deadline = limits
+    .timeout
+    .and_then(|t| started.checked_add(t))
+    .unwrap_or(far);
+  let mut timeout = pin!(sleep_until(deadline));
   let mut stop = pin!(stop);
   let mut stop_pending = true;
   let mut ended_by: Option<EndedBy<R>> = None;

@@ -36,6 +36,8 @@ impl Default for PoolConfig {
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 pub const DEFAULT_MAX_BUFFER: usize = 1_048_576;
+/// Node's own timer limit (about 24.8 days); loa-finn's larger values fired at once.
+pub const MAX_TIMEOUT_MS: u64 = 2_147_483_647;
 /// V8 strings stop near 2^29 characters; a larger cap could never be returned anyway.
 pub const MAX_BUFFER_LIMIT: usize = 512 * 1024 * 1024;
 
@@ -109,6 +111,11 @@ impl JobSpec {
     let timeout_ms = raw.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     if timeout_ms == 0 {
       return Err(invalid("spec.timeoutMs must be a positive integer".into()));
+    }
+    if timeout_ms > MAX_TIMEOUT_MS {
+      return Err(invalid(format!(
+        "spec.timeoutMs must be at most {MAX_TIMEOUT_MS}"
+      )));
     }
     let max_buffer = raw.max_buffer.unwrap_or(DEFAULT_MAX_BUFFER as u64);
     if max_buffer > MAX_BUFFER_LIMIT as u64 {
