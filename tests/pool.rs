@@ -27,6 +27,16 @@ fn pool(workers: usize, depth: usize) -> Pool {
   Pool::new(config, Handle::current())
 }
 
+/// A job's outcome, failing the test instead of hanging when it never comes.
+async fn within_5s(
+  result: tokio::sync::oneshot::Receiver<finn_sandbox::core::pool::JobOutcome>,
+) -> finn_sandbox::core::pool::JobOutcome {
+  tokio::time::timeout(Duration::from_secs(5), result)
+    .await
+    .expect("settled within 5 s")
+    .expect("a reply")
+}
+
 async fn settle(s: Submitted) -> Result<String, PoolError> {
   s.result
     .await
@@ -177,5 +187,47 @@ fn invalid_specs_name_the_field() {
       ..base
     })
     .contains("spec.maxBuffer")
+  );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_all_now_reaches_a_job_that_had_not_recorded_its_pid_yet() {
+  let p = pool(2, 4);
+  let dir = tempfile::tempdir().unwrap();
+  let log = dir.path().join("pids");
+  let script = format!(
+    "echo $$ >> {0}; sleep 100 & echo $! >> {0}; wait",
+    log.display()
+  );
+  let first = p.submit(job(&script, Lane::Interactive)).unwrap();
+  let queued_later = p.submit(job("sleep 100", Lane::Interactive)).unwrap();
+  let third = p.submit(job("sleep 100", Lane::Interactive)).unwrap();
+  // Right after submit: the job's task has most likely not spawned yet.
+  p.kill_all_now();
+  let done = within_5s(first.result)
+    .await
+    .expect("the killed job still resolves");
+  assert_eq!(done.exit_code, 137, "SIGKILLed: {done:?}");
+  for pid in std::fs::read_to_string(&log)
+    .unwrap_or_default()
+    .split_whitespace()
+  {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat
+      .rsplit_once(')')
+      .map(|(_, rest)| rest.trim_start().chars().next());
+    assert!(
+      matches!(state, None | Some(Some('Z' | 'X'))),
+      "pid {pid} survived: {stat}"
+    );
+  }
+  assert_eq!(within_5s(queued_later.result).await.unwrap().exit_code, 137);
+  assert!(
+    third.result.await.unwrap().is_err(),
+    "the queued job was dropped"
+  );
+  assert_eq!(
+    p.submit(job("true", Lane::System)).err(),
+    Some(PoolError::Closed)
   );
 }

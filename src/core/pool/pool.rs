@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::future::pending;
 use std::path::Path;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -106,6 +106,8 @@ struct Inner {
   state: Mutex<State>,
   idle: Notify,
   test_hooks: bool,
+  /// Set by [`Pool::kill_all_now`]: a job that spawns from now on kills its own tree at once.
+  exiting: AtomicBool,
 }
 
 /// A native worker pool. Cheap to clone; all clones share one pool.
@@ -144,6 +146,7 @@ impl Pool {
         state: Mutex::new(state),
         idle: Notify::new(),
         test_hooks: std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1"),
+        exiting: AtomicBool::new(false),
       }),
     }
   }
@@ -276,15 +279,39 @@ impl Pool {
 
 impl Pool {
   /// SIGKILLs every running tree now, synchronously, and closes the pool: for the host
-  /// process's exit, when no promise will be awaited any more.
+  /// process's exit, when no promise will be awaited any more. Queued jobs are dropped. A job
+  /// between `posix_spawn` and recording its pid (its child may already run) is waited for, up
+  /// to 200 ms; one that spawns after this call kills its own tree at once.
   pub fn kill_all_now(&self) {
-    let mut state = self.inner.lock();
-    state.closing = true;
-    for running in state.running.values() {
-      let pid = running.leader.load(Ordering::SeqCst);
-      if pid > 0 {
-        exec::kill_tree_now(pid);
+    self.inner.exiting.store(true, Ordering::SeqCst);
+    let dropped: Vec<Queued> = {
+      let mut state = self.inner.lock();
+      state.closing = true;
+      let mut queued: Vec<Queued> = state.interactive.drain().collect();
+      queued.extend(state.system.drain());
+      queued
+    };
+    drop(dropped);
+    let mut killed: Vec<i32> = Vec::new();
+    let give_up = std::time::Instant::now() + Duration::from_millis(200);
+    loop {
+      let pids: Vec<i32> = self
+        .inner
+        .lock()
+        .running
+        .values()
+        .map(|r| r.leader.load(Ordering::SeqCst))
+        .collect();
+      for &pid in &pids {
+        if pid > 0 && !killed.contains(&pid) {
+          exec::kill_tree_now(pid);
+          killed.push(pid);
+        }
       }
+      if !pids.contains(&0) || std::time::Instant::now() >= give_up {
+        return;
+      }
+      std::thread::sleep(Duration::from_millis(1));
     }
   }
 }
@@ -336,7 +363,8 @@ impl Inner {
     if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
       panic!("test hook: job {id} panics on purpose");
     }
-    let (outcome, tally) = execute(&job, stop, self.config.kill_grace, &leader).await;
+    let (outcome, tally) =
+      execute(&job, stop, self.config.kill_grace, &leader, &self.exiting).await;
     tracing::debug!(?outcome, "job settled");
     slot.tally = Some(tally);
     drop(slot);
@@ -420,6 +448,7 @@ async fn execute(
   stop: oneshot::Receiver<Stop<StopReason>>,
   kill_grace: Duration,
   leader: &AtomicI32,
+  exiting: &AtomicBool,
 ) -> (JobOutcome, Tally) {
   if let Some(root) = &job.jail_root
     && let Err(detail) = cwd_inside_jail(&job.cwd, root)
@@ -468,7 +497,12 @@ async fn execute(
       Err(_) => pending().await,
     }
   };
-  let on_spawn = |pid| leader.store(pid, Ordering::SeqCst);
+  let on_spawn = |pid| {
+    leader.store(pid, Ordering::SeqCst);
+    if exiting.load(Ordering::SeqCst) {
+      exec::kill_tree_now(pid);
+    }
+  };
   let finished = match exec::run(&spec, &limits, stop, on_spawn).await {
     Ok(finished) => finished,
     Err(e) => return spawn_failure(e),
