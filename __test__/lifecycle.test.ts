@@ -10,7 +10,7 @@ const run = promisify(execFile)
 const root = join(import.meta.dirname, '..')
 
 /** Runs a CommonJS snippet in a fresh Node process with the package loaded as `sandbox`. */
-function node(body: string, timeout = 10_000) {
+function node(body: string, timeout = 30_000) {
   const script = `const sandbox = require(${JSON.stringify(join(root, 'index.js'))});\n${body}`
   return run(process.execPath, ['-e', script], { timeout, cwd: root })
 }
