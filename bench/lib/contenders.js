@@ -43,25 +43,13 @@ async function open(id, options = {}) {
   if (!meta) throw new Error(`unknown contender ${id}; one of ${Object.keys(CONTENDERS).join(', ')}`)
   const base = { id, label: meta.label }
 
-  if (meta.kind === 'addon') {
-    const { WorkerPool } = require(path.join(ROOT, 'index.js'))
+  if (meta.kind === 'addon' || meta.kind === 'wt') {
+    // Both pools share loa-finn's API; only the class differs.
+    const file = meta.kind === 'addon' ? path.join(ROOT, 'index.js') : path.join(ROOT, 'bench', 'baselines', 'worker-pool.js')
+    const { WorkerPool } = require(file)
     const config = { interactiveWorkers: meta.workers, maxQueueDepth: 100_000 }
-    if (options.killGraceMs !== undefined) config.killGraceMs = options.killGraceMs
+    if (meta.kind === 'addon' && options.killGraceMs !== undefined) config.killGraceMs = options.killGraceMs
     const pool = new WorkerPool(config)
-    return {
-      ...base,
-      run: (s) =>
-        pool.exec(s, 'interactive', CWD).then(
-          (r) => ({ status: 'ok', exitCode: r.exitCode, truncated: r.truncated, outBytes: byteLength(r.stdout) + byteLength(r.stderr) }),
-          (e) => ({ status: e.code === 'EXEC_TIMEOUT' ? 'timeout' : 'error', code: e.code, message: e.message }),
-        ),
-      close: () => pool.shutdown(),
-    }
-  }
-
-  if (meta.kind === 'wt') {
-    const { WorkerPool } = require(path.join(ROOT, 'bench', 'baselines', 'worker-pool.js'))
-    const pool = new WorkerPool({ interactiveWorkers: meta.workers, maxQueueDepth: 100_000 })
     return {
       ...base,
       run: (s) =>
