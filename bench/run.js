@@ -463,6 +463,13 @@ async function main() {
   results.kill = await phaseKill()
 
   results.meta.loadAvgEnd = os.loadavg()
+  // Someone rebuilding the addon during the run means later rounds measured another binary.
+  const builtAtEnd = versions().addonBinaryBuilt
+  results.meta.addonBinaryChangedDuringRun = builtAtEnd !== results.meta.versions.addonBinaryBuilt
+  if (results.meta.addonBinaryChangedDuringRun) {
+    results.meta.addonBinaryBuiltAtEnd = builtAtEnd
+    log(`  WARNING: the addon binary was rebuilt during the run (${results.meta.versions.addonBinaryBuilt} -> ${builtAtEnd}); its rows mix two builds`)
+  }
   results.meta.durationS = (Date.now() - started) / 1000
   results.targets = report.targets(results)
 

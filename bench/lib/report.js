@@ -314,6 +314,9 @@ function markdown(res, files) {
   p(
     `**Versions:** finn-sandbox ${v.finnSandbox} (commit ${v.gitCommit || '?'}, binary \`${v.addonBinary}\` built ${v.addonBinaryBuilt}${v.addonBinaryOlderThanSources ? '; **the Rust sources were newer than the binary during the run: the binary as built was measured**' : ''}), execa ${v.execa}, ${v.rustc}, native limit built with the same toolchain (\`bench/native-limit\`, release).`,
   )
+  if (m.addonBinaryChangedDuringRun) {
+    p(`**Warning: the addon binary was rebuilt during this run (built ${v.addonBinaryBuilt} at the start, ${m.addonBinaryBuiltAtEnd} at the end), so the finn-sandbox rows mix two builds. Run it again.**`)
+  }
   p(`Raw data: [\`${files.json}\`](${files.json}).`)
   p()
 
