@@ -51,10 +51,6 @@ impl Capture {
     }
   }
 
-  pub fn is_truncated(&self) -> bool {
-    self.cut.is_some()
-  }
-
   /// Keeps bytes while the total stays within the cap. The push that first exceeds it cuts
   /// its stream so that both streams plus the marker fit, on a character boundary, leaving a
   /// small reserve for the other stream: a short stderr written while stdout floods (and read

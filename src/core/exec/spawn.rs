@@ -96,14 +96,6 @@ impl Child {
       }
     }
   }
-
-  /// Reaps the leader if it has exited, without waiting.
-  pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
-    if self.status.is_none() {
-      self.status = try_reap(self.pid)?;
-    }
-    Ok(self.status)
-  }
 }
 
 fn try_reap(pid: Pid) -> io::Result<Option<ExitStatus>> {

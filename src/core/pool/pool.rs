@@ -363,8 +363,7 @@ impl Inner {
     if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
       panic!("test hook: job {id} panics on purpose");
     }
-    let (outcome, tally) =
-      execute(&job, stop, self.config.kill_grace, &leader, &self.exiting).await;
+    let (outcome, tally) = execute(job, stop, self.config.kill_grace, &leader, &self.exiting).await;
     tracing::debug!(?outcome, "job settled");
     slot.tally = Some(tally);
     drop(slot);
@@ -444,7 +443,7 @@ fn result(
 }
 
 async fn execute(
-  job: &JobSpec,
+  job: JobSpec,
   stop: oneshot::Receiver<Stop<StopReason>>,
   kill_grace: Duration,
   leader: &AtomicI32,
@@ -481,8 +480,8 @@ async fn execute(
   };
   let spec = SpawnSpec {
     program,
-    argv: job.argv.clone(),
-    env: job.env.clone(),
+    argv: job.argv,
+    env: job.env,
     cwd: std::ffi::CString::new(job.cwd.as_str()).expect("validated without NUL"),
   };
   let limits = Limits {
