@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use napi::bindgen_prelude::{Function, PromiseRaw, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
@@ -209,10 +209,8 @@ impl NativeWorkerPool {
     on_settled: Function<Vec<JobSettled>, ()>,
   ) -> napi::Result<Self> {
     let config = config_from_js(config).map_err(to_napi)?;
-    let runtime =
-      napi::bindgen_prelude::within_runtime_if_available(tokio::runtime::Handle::current);
     Ok(NativeWorkerPool {
-      pool: Pool::new(config, runtime),
+      pool: Pool::new(config, jobs_runtime()?),
       settler: Arc::new(Settler::new(on_settled)?),
     })
   }
@@ -281,6 +279,26 @@ impl NativeWorkerPool {
       done.await;
       Ok(())
     })
+  }
+}
+
+/// The runtime whose blocking pool runs the jobs, one thread per running job (a thread that
+/// finishes a job takes the next; idle ones exit after 10 s). Its own, because napi's runtime
+/// caps blocking threads at 512 and a pool may have 4096 workers; shared by every pool.
+fn jobs_runtime() -> napi::Result<tokio::runtime::Handle> {
+  static RUNTIME: OnceLock<std::io::Result<tokio::runtime::Runtime>> = OnceLock::new();
+  let runtime = RUNTIME.get_or_init(|| {
+    tokio::runtime::Builder::new_current_thread()
+      .max_blocking_threads(16 * 1024)
+      .thread_name("finn-sandbox-job")
+      .build()
+  });
+  match runtime {
+    Ok(rt) => Ok(rt.handle().clone()),
+    Err(e) => Err(napi::Error::new(
+      Status::GenericFailure,
+      format!("WORKER_CRASHED: could not start the job runtime: {e}"),
+    )),
   }
 }
 

@@ -111,13 +111,29 @@ fn main() {
     throughput_per_sec = total as f64 / elapsed;
   }
 
+  // CPU spent by this process (its spawner threads) and by the reaped children, per run.
+  let runs = (sequential + warmup + total).max(1) as f64;
+  let (self_us, children_us) = (cpu_us(libc::RUSAGE_SELF) / runs, cpu_us(libc::RUSAGE_CHILDREN) / runs);
   let us: Vec<String> = sequential_us.iter().map(|v| format!("{v:.1}")).collect();
   println!(
-    "{{\"sequentialUs\":[{}],\"throughputPerSec\":{:.1},\"throughputElapsedMs\":{:.3},\"total\":{},\"concurrency\":{}}}",
+    "{{\"sequentialUs\":[{}],\"throughputPerSec\":{:.1},\"throughputElapsedMs\":{:.3},\"total\":{},\"concurrency\":{},\"parentCpuUsPerRun\":{:.1},\"childCpuUsPerRun\":{:.1}}}",
     us.join(","),
     throughput_per_sec,
     elapsed_ms,
     total,
-    concurrency
+    concurrency,
+    self_us,
+    children_us
   );
+}
+
+fn cpu_us(who: libc::c_int) -> f64 {
+  let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+  // SAFETY: a valid out pointer for getrusage.
+  let ru = unsafe {
+    libc::getrusage(who, ru.as_mut_ptr());
+    ru.assume_init()
+  };
+  let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
+  tv(ru.ru_utime) + tv(ru.ru_stime)
 }

@@ -6,9 +6,11 @@ pub mod outcome;
 pub mod pidfd;
 pub mod run;
 pub mod spawn;
+pub mod stop;
 pub mod tree;
 
 pub use capture::TRUNCATION_MARKER;
 pub use outcome::{EndedBy, ExitStatus, Finished};
-pub use run::{Limits, REAP_BOUND, Stop, kill_tree_now, run};
+pub use run::{Limits, REAP_BOUND, kill_tree_now, run, run_blocking};
 pub use spawn::{SpawnError, SpawnSpec, resolve_program};
+pub use stop::{Stop, StopCell};

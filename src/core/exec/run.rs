@@ -1,21 +1,25 @@
 //! One child from spawn to a dead tree: capture, timeout, caller stops, termination.
+//!
+//! A run is blocking: its thread sleeps in `ppoll` on the child's two pipes, its pidfd and a
+//! stop eventfd, with the next deadline as the timeout. The pool runs it on tokio's blocking
+//! pool; [`run`] is the async form. A job then costs one thread hand-off each way, where
+//! driving the same descriptors through tokio's reactor cost about a third more CPU per
+//! command and 10-20% throughput (measured with 3000 x /bin/true at concurrency 8).
 
 use std::future::Future;
-use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::pin::pin;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
-use tokio::time::{Instant, sleep_until};
 
 use super::capture::{Capture, Pushed, Stream};
 use super::outcome::{EndedBy, Finished};
 use super::spawn::{SpawnError, SpawnSpec, spawn};
+pub use super::stop::{Stop, StopCell};
 use super::{pidfd, tree};
 
 /// After SIGKILL, how long to wait for the tree to disappear before giving up on it (a child
@@ -24,6 +28,8 @@ use super::{pidfd, tree};
 pub const REAP_BOUND: Duration = Duration::from_secs(10);
 
 const READ_CHUNK: usize = 32 * 1024;
+/// Reads per pipe per wake-up, so a flooding stream cannot starve the other checks.
+const READS_PER_WAKE: usize = 16;
 
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -35,48 +41,79 @@ pub struct Limits {
   pub kill_grace: Duration,
 }
 
-/// A caller's request to stop a running child.
-#[derive(Debug, Clone)]
-pub struct Stop<R> {
-  /// Time between SIGTERM and SIGKILL; zero kills at once.
-  pub grace: Duration,
-  pub reason: R,
+/// [`run_blocking`] on tokio's blocking pool. `stop` resolving asks for termination (abort,
+/// shutdown); during a timeout's grace it can bring SIGKILL forward.
+pub async fn run<R, F>(
+  spec: &SpawnSpec,
+  limits: &Limits,
+  stop: F,
+  on_spawn: impl FnOnce(i32) + Send + 'static,
+) -> Result<Finished<R>, SpawnError>
+where
+  R: Send + 'static,
+  F: Future<Output = Stop<R>>,
+{
+  let cell = Arc::new(StopCell::new());
+  let (spec, limits) = (spec.clone(), limits.clone());
+  let runner = Arc::clone(&cell);
+  let mut worker = pin!(tokio::task::spawn_blocking(move || {
+    run_blocking(&spec, &limits, &runner, on_spawn)
+  }));
+  let mut stop = pin!(stop);
+  let mut stop_pending = true;
+  loop {
+    tokio::select! {
+      done = &mut worker => {
+        return done.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+      }
+      request = &mut stop, if stop_pending => {
+        stop_pending = false;
+        cell.request(request);
+      }
+    }
+  }
 }
 
-/// Runs `spec` to the end. `stop` resolving asks for termination (abort, shutdown); it is
-/// polled until it resolves once, and during a timeout's grace it can bring SIGKILL forward.
+/// Runs `spec` to the end on the calling thread. A request in `stop` asks for termination.
 ///
 /// Returns once the leader is reaped and, if the run was stopped, no process of its tree is
 /// left (or [`REAP_BOUND`] passed after SIGKILL).
 ///
 /// `on_spawn` receives the leader's pid (= its pgid and sid) right after the spawn, so a caller
 /// can reach the tree synchronously, e.g. with [`kill_tree_now`] when the host process exits.
-pub async fn run<R, F>(
+pub fn run_blocking<R>(
   spec: &SpawnSpec,
   limits: &Limits,
-  stop: F,
+  stop: &StopCell<R>,
   on_spawn: impl FnOnce(i32),
-) -> Result<Finished<R>, SpawnError>
-where
-  F: Future<Output = Stop<R>>,
-{
+) -> Result<Finished<R>, SpawnError> {
+  let stop_fd = stop.attach().map_err(SpawnError::Setup)?;
+  let finished = supervise(spec, limits, stop, stop_fd, on_spawn);
+  stop.detach();
+  finished
+}
+
+fn supervise<R>(
+  spec: &SpawnSpec,
+  limits: &Limits,
+  stop: &StopCell<R>,
+  stop_fd: RawFd,
+  on_spawn: impl FnOnce(i32),
+) -> Result<Finished<R>, SpawnError> {
   let started = Instant::now();
   let mut child = spawn(spec)?;
   let leader = child.pid();
   on_spawn(leader.as_raw());
-  let mut stdout = child.stdout.take();
-  let mut stderr = child.stderr.take();
+  let mut pipes = [
+    (child.stdout.take(), Stream::Stdout),
+    (child.stderr.take(), Stream::Stderr),
+  ];
   let mut capture = Capture::new(limits.max_output_bytes);
-  let mut out_buf = vec![0u8; READ_CHUNK];
-  let mut err_buf = vec![0u8; READ_CHUNK];
+  // Grown on the first read and filled through spare capacity: never zeroed, and most
+  // commands print too little to need it at all.
+  let mut buf: Vec<u8> = Vec::new();
 
-  let far = started + Duration::from_secs(86_400 * 365);
-  let deadline = limits
-    .timeout
-    .and_then(|t| started.checked_add(t))
-    .unwrap_or(far);
-  let mut timeout = pin!(sleep_until(deadline));
-  let mut stop = pin!(stop);
+  let deadline = limits.timeout.and_then(|t| started.checked_add(t));
   let mut stop_pending = true;
   let mut ended_by: Option<EndedBy<R>> = None;
   let mut term: Option<Terminator> = None;
@@ -87,80 +124,87 @@ where
   loop {
     let reaped = child.status().is_some();
     match &mut term {
-      None if reaped && stdout.is_none() && stderr.is_none() => {
+      None if reaped && pipes.iter().all(|(p, _)| p.is_none()) => {
         ended_by = Some(EndedBy::Exit);
         break;
       }
       Some(t) if (reaped || lost) && t.tree_gone() => break,
       _ => {}
     }
-    let tick_at = term.as_ref().map_or(far, Terminator::next_wake);
-
-    tokio::select! {
-      read = read_pipe(&mut stdout, &mut out_buf), if stdout.is_some() => {
-        if on_read(read, &mut stdout, &mut capture, Stream::Stdout, &out_buf) && term.is_none() {
-          ended_by = Some(EndedBy::OutputLimit);
-          term = Some(Terminator::start(leader, Duration::ZERO));
+    let wake_at = match &term {
+      Some(t) => Some(t.next_wake()),
+      None => deadline,
+    };
+    let now = Instant::now();
+    if let Some(at) = wake_at
+      && now >= at
+    {
+      match &mut term {
+        None => {
+          ended_by = Some(EndedBy::Timeout);
+          term = Some(Terminator::start(leader, limits.kill_grace));
         }
-      }
-      read = read_pipe(&mut stderr, &mut err_buf), if stderr.is_some() => {
-        if on_read(read, &mut stderr, &mut capture, Stream::Stderr, &err_buf) && term.is_none() {
-          ended_by = Some(EndedBy::OutputLimit);
-          term = Some(Terminator::start(leader, Duration::ZERO));
-        }
-      }
-      waited = child.wait(), if !reaped && !lost => {
-        if let Err(e) = waited {
-          tracing::warn!(error = %e, "waiting for the child failed");
-          lost = true;
-          term.get_or_insert_with(|| Terminator::start(leader, Duration::ZERO));
-        }
-      }
-      () = &mut timeout, if term.is_none() && limits.timeout.is_some() => {
-        ended_by = Some(EndedBy::Timeout);
-        term = Some(Terminator::start(leader, limits.kill_grace));
-      }
-      request = &mut stop, if stop_pending => {
-        stop_pending = false;
-        match &mut term {
-          // Already terminating: only bring the SIGKILL forward.
-          Some(t) => t.shorten_grace(request.grace),
-          None => {
-            ended_by = Some(EndedBy::Stopped(request.reason));
-            term = Some(Terminator::start(leader, request.grace));
+        Some(t) => {
+          if let Some(left) = t.on_tick(reaped) {
+            survivors = left;
+            break;
           }
         }
       }
-      () = sleep_until(tick_at), if term.is_some() => {
-        if let Some(t) = &mut term
-          && let Some(left) = t.on_tick(reaped)
-        {
-          survivors = left;
-          break;
+      continue;
+    }
+
+    // Slots: stdout, stderr, pidfd, stop. A negative fd is ignored by poll.
+    let watch = |fd: Option<RawFd>| libc::pollfd {
+      fd: fd.unwrap_or(-1),
+      events: libc::POLLIN,
+      revents: 0,
+    };
+    let mut fds = [
+      watch(pipes[0].0.as_ref().map(AsRawFd::as_raw_fd)),
+      watch(pipes[1].0.as_ref().map(AsRawFd::as_raw_fd)),
+      watch((!reaped && !lost).then(|| child.pidfd())),
+      watch(stop_pending.then_some(stop_fd)),
+    ];
+    poll(&mut fds, wake_at.map(|at| at - now));
+
+    for (slot, (pipe, stream)) in pipes.iter_mut().enumerate() {
+      if fds[slot].revents != 0 && drain(pipe, *stream, &mut capture, &mut buf) && term.is_none() {
+        ended_by = Some(EndedBy::OutputLimit);
+        term = Some(Terminator::start(leader, Duration::ZERO));
+      }
+    }
+    if fds[2].revents != 0
+      && let Err(e) = child.try_reap()
+    {
+      tracing::warn!(error = %e, "waiting for the child failed");
+      lost = true;
+      term.get_or_insert_with(|| Terminator::start(leader, Duration::ZERO));
+    }
+    if fds[3].revents != 0
+      && let Some(request) = stop.take(stop_fd)
+    {
+      stop_pending = false;
+      match &mut term {
+        // Already terminating: only bring the SIGKILL forward.
+        Some(t) => t.shorten_grace(request.grace),
+        None => {
+          ended_by = Some(EndedBy::Stopped(request.reason));
+          term = Some(Terminator::start(leader, request.grace));
         }
       }
     }
   }
 
   // Whatever the dead tree left buffered in the pipes (a stderr line written during a flood).
-  // Bounded: a survivor past the reap bound could write forever.
-  for (pipe, stream) in [(&stdout, Stream::Stdout), (&stderr, Stream::Stderr)] {
-    let Some(p) = pipe else { continue };
-    for _ in 0..64 {
-      match p.try_read(&mut out_buf) {
-        Ok(n) if n > 0 => {
-          capture.push(stream, &out_buf[..n]);
-        }
-        _ => break,
-      }
-    }
+  // Bounded (one drain): a survivor past the reap bound could write forever.
+  for (pipe, stream) in &mut pipes {
+    drain(pipe, *stream, &mut capture, &mut buf);
   }
   let status = child.status();
   if status.is_none() && !lost {
     // Gave up after SIGKILL: keep reaping in the background so no zombie is left.
-    tokio::spawn(async move {
-      let _ = child.wait().await;
-    });
+    std::thread::spawn(move || child.wait_blocking());
   }
   let (stdout, stderr, truncated) = capture.finish();
   Ok(Finished {
@@ -174,28 +218,59 @@ where
   })
 }
 
-async fn read_pipe(pipe: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> io::Result<usize> {
-  match pipe {
-    Some(p) => p.read(buf).await,
-    None => std::future::pending().await,
-  }
+/// Sleeps until one of `fds` is ready or `timeout` passes (`None`: no timeout).
+fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) {
+  let ts = timeout.map(|t| libc::timespec {
+    tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
+    tv_nsec: t.subsec_nanos() as libc::c_long,
+  });
+  let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
+  // SAFETY: `fds` is a valid array of pollfd; `ts_ptr` is null or points at `ts`. EINTR and
+  // other failures simply lead to another turn of the loop.
+  unsafe {
+    libc::ppoll(
+      fds.as_mut_ptr(),
+      fds.len() as libc::nfds_t,
+      ts_ptr,
+      std::ptr::null(),
+    )
+  };
 }
 
-/// Handles one read; returns true when this read went over the output cap.
-fn on_read(
-  read: io::Result<usize>,
-  pipe: &mut Option<pipe::Receiver>,
-  capture: &mut Capture,
+/// Reads what the pipe has now (a bounded number of reads); closes it at EOF or on an error.
+/// Returns true when this went over the output cap.
+fn drain(
+  pipe: &mut Option<OwnedFd>,
   stream: Stream,
-  buf: &[u8],
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
 ) -> bool {
-  match read {
-    Ok(0) | Err(_) => {
-      *pipe = None;
-      false
-    }
-    Ok(n) => capture.push(stream, &buf[..n]) == Pushed::Overflowed,
+  let Some(fd) = pipe else { return false };
+  let mut overflowed = false;
+  if buf.capacity() < READ_CHUNK {
+    buf.reserve_exact(READ_CHUNK);
   }
+  for _ in 0..READS_PER_WAKE {
+    buf.clear();
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: reads at most `spare.len()` bytes into the vector's spare capacity.
+    let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+    match n {
+      n if n > 0 => {
+        // SAFETY: the kernel initialised the first `n` bytes.
+        unsafe { buf.set_len(n as usize) };
+        overflowed |= capture.push(stream, buf) == Pushed::Overflowed;
+      }
+      n if n < 0 && Errno::last() == Errno::EINTR => continue,
+      n if n < 0 && Errno::last() == Errno::EAGAIN => return overflowed,
+      // EOF or a read error: this stream is done.
+      _ => {
+        *pipe = None;
+        return overflowed;
+      }
+    }
+  }
+  overflowed
 }
 
 /// SIGKILLs the tree led by `leader` at once, escapees included, without waiting: for the

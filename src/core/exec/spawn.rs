@@ -13,9 +13,6 @@ use std::ptr;
 
 use nix::fcntl::OFlag;
 use nix::unistd::Pid;
-use tokio::io::Interest;
-use tokio::io::unix::AsyncFd;
-use tokio::net::unix::pipe;
 
 use super::outcome::ExitStatus;
 
@@ -65,12 +62,13 @@ impl SpawnError {
 }
 
 /// A running child: the leader of its own session and process group (pgid = sid = pid).
+/// Its pidfd polls readable once it has exited; the pipes' read ends are non-blocking.
 pub struct Child {
   pid: Pid,
-  pidfd: AsyncFd<OwnedFd>,
+  pidfd: OwnedFd,
   status: Option<ExitStatus>,
-  pub stdout: Option<pipe::Receiver>,
-  pub stderr: Option<pipe::Receiver>,
+  pub stdout: Option<OwnedFd>,
+  pub stderr: Option<OwnedFd>,
 }
 
 impl Child {
@@ -78,21 +76,31 @@ impl Child {
     self.pid
   }
 
+  pub fn pidfd(&self) -> RawFd {
+    self.pidfd.as_raw_fd()
+  }
+
   /// The exit status once the leader has been reaped.
   pub fn status(&self) -> Option<ExitStatus> {
     self.status
   }
 
-  /// Waits for the leader to exit and reaps it. Cancel-safe; returns at once when already reaped.
-  pub async fn wait(&mut self) -> io::Result<ExitStatus> {
-    loop {
-      if let Some(status) = self.status {
-        return Ok(status);
-      }
-      let mut guard = self.pidfd.readable().await?;
-      match try_reap(self.pid)? {
-        Some(status) => self.status = Some(status),
-        None => guard.clear_ready(),
+  /// Reaps the leader if it has exited; never blocks.
+  pub fn try_reap(&mut self) -> io::Result<Option<ExitStatus>> {
+    if self.status.is_none() {
+      self.status = try_reap(self.pid)?;
+    }
+    Ok(self.status)
+  }
+
+  /// Blocks until the leader has exited and reaps it: for a child that outlived the reap
+  /// bound, on a thread of its own.
+  pub fn wait_blocking(mut self) {
+    while self.status.is_none() {
+      match nix::sys::wait::waitpid(self.pid, None) {
+        Err(nix::errno::Errno::EINTR) => {}
+        Err(_) => return,
+        Ok(_) => self.status = Some(ExitStatus::Exited(0)),
       }
     }
   }
@@ -144,7 +152,6 @@ fn is_regular_file(path: &CStr) -> bool {
 /// an empty signal mask and default dispositions for every catchable signal (Node ignores
 /// SIGPIPE, and ignored dispositions survive `exec`).
 ///
-/// Must be called inside a tokio runtime (the pipes and the pidfd register with its reactor).
 pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
   let (out_r, out_w) =
     nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| SpawnError::Setup(e.into()))?;
@@ -158,15 +165,12 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
   drop(err_w);
 
   let setup = || -> io::Result<Child> {
-    let pidfd = super::pidfd::open(pid.as_raw())?;
     Ok(Child {
       pid,
-      // SAFETY: `pidfd` is an open OwnedFd that the AsyncFd owns from here on.
-      pidfd: unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
-        .map_err(io::Error::from)?,
+      pidfd: super::pidfd::open(pid.as_raw())?,
       status: None,
-      stdout: Some(nonblocking_receiver(out_r)?),
-      stderr: Some(nonblocking_receiver(err_r)?),
+      stdout: Some(nonblocking(out_r)?),
+      stderr: Some(nonblocking(err_r)?),
     })
   };
   setup().map_err(|e| {
@@ -177,13 +181,12 @@ pub fn spawn(spec: &SpawnSpec) -> Result<Child, SpawnError> {
   })
 }
 
-/// The read end of one of our own pipes, made non-blocking with one `fcntl` (tokio's checked
-/// constructor spends an `fstat` and two `fcntl`s per pipe on facts we already know). Only the
-/// read end: the child's write end stays blocking.
-fn nonblocking_receiver(fd: OwnedFd) -> io::Result<pipe::Receiver> {
+/// The read end of one of our own pipes, made non-blocking with one `fcntl`. Only the read
+/// end: the child's write end stays blocking.
+fn nonblocking(fd: OwnedFd) -> io::Result<OwnedFd> {
   nix::fcntl::fcntl(&fd, nix::fcntl::FcntlArg::F_SETFL(OFlag::O_NONBLOCK))
     .map_err(io::Error::from)?;
-  pipe::Receiver::from_owned_fd_unchecked(fd)
+  Ok(fd)
 }
 
 /// posix_spawn reports a failed `chdir` and a failed `execve` with the same errno; tell them

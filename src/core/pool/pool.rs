@@ -1,7 +1,6 @@
 //! The pool: two lanes of slots, one tokio task per running job, shutdown.
 
 use std::collections::HashMap;
-use std::future::pending;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -9,13 +8,12 @@ use std::time::Duration;
 
 use tokio::runtime::Handle;
 use tokio::sync::{Notify, oneshot};
-use tracing::Instrument;
 
 use super::config::{JobSpec, Lane, PoolConfig};
 use super::error::PoolError;
 use super::lane::{Admit, LaneQueue};
 use super::stats::{LaneStats, PoolStats, SystemStats, Totals};
-use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, Stop};
+use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, Stop, StopCell};
 
 /// What a job resolves with.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,7 +75,8 @@ struct Queued {
 }
 
 struct Running {
-  stop: Option<oneshot::Sender<Stop<StopReason>>>,
+  /// Taken by the first abort or shutdown: one stop request per job.
+  stop: Option<Arc<StopCell<StopReason>>>,
   /// The leader's pid once spawned (0 before), for [`Pool::kill_all_now`].
   leader: Arc<AtomicI32>,
 }
@@ -129,7 +128,8 @@ enum Tally {
 }
 
 impl Pool {
-  /// `runtime` runs the job tasks; all waiting happens there.
+  /// Each running job occupies a thread of `runtime`'s blocking pool (see `exec::run`), so
+  /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
     let state = State {
       closing: false,
@@ -211,7 +211,7 @@ impl Pool {
       }
     }
     if let Some(stop) = state.running.get_mut(&id).and_then(|r| r.stop.take()) {
-      let _ = stop.send(Stop {
+      stop.request(Stop {
         grace: self.inner.config.kill_grace,
         reason: StopReason::Abort,
       });
@@ -248,7 +248,7 @@ impl Pool {
         let grace = self.inner.config.shutdown_deadline;
         for running in state.running.values_mut() {
           if let Some(stop) = running.stop.take() {
-            let _ = stop.send(Stop {
+            stop.request(Stop {
               grace,
               reason: StopReason::Shutdown,
             });
@@ -322,56 +322,80 @@ impl Inner {
     self.state.lock().unwrap_or_else(|e| e.into_inner())
   }
 
-  /// Starts a job whose slot is already taken.
-  fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
-    let (stop_tx, stop_rx) = oneshot::channel();
+  /// Records a job whose slot is already taken as running.
+  fn register(state: &mut State, queued: Queued) -> Started {
+    let stop = Arc::new(StopCell::new());
     let leader = Arc::new(AtomicI32::new(0));
     state.running.insert(
       queued.id,
       Running {
-        stop: Some(stop_tx),
+        stop: Some(Arc::clone(&stop)),
         leader: Arc::clone(&leader),
       },
     );
-    let inner = Arc::clone(self);
-    let span = tracing::info_span!(
-      "job",
-      id = %uuid::Uuid::new_v4(),
-      seq = queued.id,
-      lane = ?queued.job.lane,
-      binary = %queued.job.binary_path,
-    );
-    self
-      .runtime
-      .spawn(inner.run_job(queued, stop_rx, leader).instrument(span));
+    Started {
+      queued,
+      stop,
+      leader,
+    }
   }
 
-  async fn run_job(
-    self: Arc<Self>,
-    queued: Queued,
-    stop: oneshot::Receiver<Stop<StopReason>>,
-    leader: Arc<AtomicI32>,
-  ) {
-    let Queued { id, job, reply } = queued;
+  /// Starts a job whose slot is already taken, on a thread of the blocking pool.
+  fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
+    let started = Self::register(state, queued);
+    self.launch(started);
+  }
+
+  fn launch(self: &Arc<Self>, started: Started) {
+    let inner = Arc::clone(self);
+    self.runtime.spawn_blocking(move || inner.work(started));
+  }
+
+  /// A worker: runs its job, then the queued jobs of the same lane back to back, so a busy
+  /// lane costs no thread hand-off per job.
+  fn work(self: Arc<Self>, mut started: Started) {
+    loop {
+      let span = tracing::info_span!(
+        "job",
+        id = %uuid::Uuid::new_v4(),
+        seq = started.queued.id,
+        lane = ?started.queued.job.lane,
+        binary = %started.queued.job.binary_path,
+      );
+      match span.in_scope(|| self.run_job(started)) {
+        Some(next) => started = next,
+        None => return,
+      }
+    }
+  }
+
+  /// Runs one job; returns the lane's next job, already counted as running.
+  fn run_job(self: &Arc<Self>, started: Started) -> Option<Started> {
+    let Started {
+      queued: Queued { id, job, reply },
+      stop,
+      leader,
+    } = started;
     // Frees the slot even if the job panics; the dropped `reply` then reads as a crash.
-    let mut slot = Slot {
-      inner: &self,
+    let slot = Slot {
+      inner: self,
       id,
       lane: job.lane,
-      tally: Some(Tally::Failed),
+      armed: true,
     };
     if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
       panic!("test hook: job {id} panics on purpose");
     }
-    let (outcome, tally) = execute(job, stop, self.config.kill_grace, &leader, &self.exiting).await;
+    let (outcome, tally) = execute(job, &stop, self.config.kill_grace, &leader, &self.exiting);
     tracing::debug!(?outcome, "job settled");
-    slot.tally = Some(tally);
-    drop(slot);
+    let next = slot.finish(tally);
     reply.send(outcome);
+    next
   }
 
-  /// Bookkeeping when a job ends: totals, the slot, the next queued job, shutdown's wait.
-  fn finish(self: &Arc<Self>, id: u64, lane: Lane, tally: Tally) {
+  /// Bookkeeping when a job ends: totals, the slot, shutdown's wait. Returns the lane's next
+  /// queued job, registered as running, for the caller to start.
+  fn finish(self: &Arc<Self>, id: u64, lane: Lane, tally: Tally) -> Option<Started> {
     let mut state = self.lock();
     match tally {
       Tally::Completed(ms) => {
@@ -386,26 +410,46 @@ impl Inner {
     state.running.remove(&id);
     let lane_queue = state.lane(lane);
     lane_queue.release();
-    if let Some(next) = lane_queue.dispatch_next() {
-      self.start(&mut state, next);
-    }
+    let next = lane_queue
+      .dispatch_next()
+      .map(|next| Self::register(&mut state, next));
     if state.running.is_empty() {
       self.idle.notify_waiters();
     }
+    next
   }
 }
 
+/// A job counted as running, with its stop cell and the slot for its leader's pid.
+struct Started {
+  queued: Queued,
+  stop: Arc<StopCell<StopReason>>,
+  leader: Arc<AtomicI32>,
+}
+
+/// Frees a running job's slot exactly once: through [`Slot::finish`], or when dropped by a
+/// panic (then the lane's next job starts on a new thread).
 struct Slot<'a> {
   inner: &'a Arc<Inner>,
   id: u64,
   lane: Lane,
-  tally: Option<Tally>,
+  armed: bool,
+}
+
+impl Slot<'_> {
+  fn finish(mut self, tally: Tally) -> Option<Started> {
+    self.armed = false;
+    self.inner.finish(self.id, self.lane, tally)
+  }
 }
 
 impl Drop for Slot<'_> {
   fn drop(&mut self) {
-    let tally = self.tally.take().unwrap_or(Tally::Failed);
-    self.inner.finish(self.id, self.lane, tally);
+    if self.armed
+      && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed)
+    {
+      self.inner.launch(next);
+    }
   }
 }
 
@@ -442,9 +486,9 @@ fn result(
   }
 }
 
-async fn execute(
+fn execute(
   job: JobSpec,
-  stop: oneshot::Receiver<Stop<StopReason>>,
+  stop: &StopCell<StopReason>,
   kill_grace: Duration,
   leader: &AtomicI32,
   exiting: &AtomicBool,
@@ -463,7 +507,7 @@ async fn execute(
     );
     return (Ok(rejected), Tally::Completed(0.0));
   }
-  let started = tokio::time::Instant::now();
+  let started = std::time::Instant::now();
   let spawn_failure = |e: exec::SpawnError| {
     let failed = result(
       String::new(),
@@ -489,20 +533,13 @@ async fn execute(
     max_output_bytes: job.max_buffer,
     kill_grace,
   };
-  let stop = async move {
-    match stop.await {
-      Ok(request) => request,
-      // The pool dropped the sender without asking for a stop: never stop.
-      Err(_) => pending().await,
-    }
-  };
   let on_spawn = |pid| {
     leader.store(pid, Ordering::SeqCst);
     if exiting.load(Ordering::SeqCst) {
       exec::kill_tree_now(pid);
     }
   };
-  let finished = match exec::run(&spec, &limits, stop, on_spawn).await {
+  let finished = match exec::run_blocking(&spec, &limits, stop, on_spawn) {
     Ok(finished) => finished,
     Err(e) => return spawn_failure(e),
   };
