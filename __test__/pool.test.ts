@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, symlinkSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
@@ -307,6 +307,41 @@ describe('shutdown', () => {
     const started = performance.now()
     await Promise.all([p.shutdown(), p.shutdown()])
     expect(performance.now() - started).toBeLessThan(100)
+  })
+})
+
+/** Threads of this process that run jobs (comm is cut to 15 bytes). */
+function jobThreads(): number {
+  let n = 0
+  for (const tid of readdirSync('/proc/self/task')) {
+    try {
+      if (readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').startsWith('finn-sandbox-jo')) n++
+    } catch {
+      // the thread exited while we looked
+    }
+  }
+  return n
+}
+
+describe('worker threads', () => {
+  test('a job runs on a parked worker thread, never one thread per job; shutdown lets them go', async () => {
+    const before = jobThreads()
+    const p = new WorkerPool({ interactiveWorkers: 2 })
+    let most = 0
+    for (let i = 0; i < 40; i++) {
+      expect((await p.exec(sh('exit 0'))).exitCode).toBe(0)
+      most = Math.max(most, jobThreads() - before)
+    }
+    // Four at a time on two slots: the finishing worker runs the queued job itself.
+    for (let round = 0; round < 10; round++) {
+      await Promise.all([0, 1, 2, 3].map(() => p.exec(sh('exit 0'))))
+      most = Math.max(most, jobThreads() - before)
+    }
+    expect(most).toBeGreaterThanOrEqual(1)
+    expect(most).toBeLessThanOrEqual(2)
+    await p.shutdown()
+    // Parked workers are retired by shutdown, not left to their 10 s idle timeout.
+    await until(() => jobThreads() <= before, 2000)
   })
 })
 

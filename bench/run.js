@@ -7,8 +7,9 @@
 // in rounds, and every round visits the contenders in a rotated order, so a slow phase of
 // the machine (another build, a noisy neighbour) is spread over all of them.
 //
-// Writes bench/results/<date>.json (<date>-quick.json with --quick), the SVG charts next to
-// it, and BENCHMARKS.md at the top of the repository. Benchmarks are not tests: nothing here
+// Writes bench/results/<date>.json, the SVG charts next to it, and BENCHMARKS.md at the top of
+// the repository. A --quick run writes bench/results/<date>-quick.{json,md,svg} instead and
+// leaves BENCHMARKS.md (the full run's page) alone. Benchmarks are not tests: nothing here
 // runs in `npm test`.
 
 const fs = require('node:fs')
@@ -434,7 +435,10 @@ async function main() {
   const started = Date.now()
   const date = new Date(started).toISOString().slice(0, 10)
   const base = quick ? `${date}-quick` : date
-  log(`finn-sandbox bench (${quick ? 'quick' : 'full'}), results -> bench/results/${base}.json, BENCHMARKS.md`)
+  // The page: BENCHMARKS.md for a full run; a quick run's page stays next to its data.
+  const page = quick ? path.join(RESULTS, `${base}.md`) : path.join(ROOT, 'BENCHMARKS.md')
+  const pageName = path.relative(ROOT, page)
+  log(`finn-sandbox bench (${quick ? 'quick' : 'full'}), results -> bench/results/${base}.json, ${pageName}`)
 
   const haveNative = buildNativeLimit()
   const loadStart = os.loadavg()
@@ -483,10 +487,12 @@ async function main() {
   write(path.join(RESULTS, charts.heap), report.heapSvg(results))
   write(path.join(RESULTS, charts.throughput), report.throughputSvg(results))
   write(path.join(RESULTS, `${base}.json`), `${JSON.stringify(results, null, 1)}\n`)
-  write(path.join(ROOT, 'BENCHMARKS.md'), report.markdown(results, { json: `bench/results/${base}.json`, charts }))
+  // Links in the page are written relative to where the page lives.
+  const link = (fromRoot) => path.relative(path.dirname(page), path.join(ROOT, fromRoot))
+  write(page, report.markdown(results, { json: `bench/results/${base}.json`, charts, link }))
 
   log(`\n${report.targetsText(results)}`)
-  log(`\ndone in ${fmt(results.meta.durationS, 0)} s: bench/results/${base}.json, bench/results/${charts.heap}, bench/results/${charts.throughput}, BENCHMARKS.md`)
+  log(`\ndone in ${fmt(results.meta.durationS, 0)} s: bench/results/${base}.json, bench/results/${charts.heap}, bench/results/${charts.throughput}, ${pageName}`)
 }
 
 main().catch((err) => {

@@ -317,7 +317,7 @@ function markdown(res, files) {
   if (m.addonBinaryChangedDuringRun) {
     p(`**Warning: the addon binary was rebuilt during this run (built ${v.addonBinaryBuilt} at the start, ${m.addonBinaryBuiltAtEnd} at the end), so the finn-sandbox rows mix two builds. Run it again.**`)
   }
-  p(`Raw data: [\`${files.json}\`](${files.json}).`)
+  p(`Raw data: [\`${files.json}\`](${files.link(files.json)}).`)
   p()
 
   p('## Targets')
@@ -356,9 +356,9 @@ function markdown(res, files) {
     ),
   )
   p()
-  p(`![latency vs heap](bench/results/${files.charts.heap})`)
+  p(`![latency vs heap](${files.link(`bench/results/${files.charts.heap}`)})`)
   p()
-  p(`![throughput](bench/results/${files.charts.throughput})`)
+  p(`![throughput](${files.link(`bench/results/${files.charts.throughput}`)})`)
   p()
 
   p('## Sequential latency of `/bin/true`')

@@ -282,14 +282,16 @@ impl NativeWorkerPool {
   }
 }
 
-/// The runtime whose blocking pool runs the jobs, one thread per running job (a thread that
-/// finishes a job takes the next; idle ones exit after 10 s). Its own, because napi's runtime
-/// caps blocking threads at 512 and a pool may have 4096 workers; shared by every pool.
+/// The runtime whose blocking pool runs the jobs, one thread per running job. A pool parks its
+/// idle worker threads itself (for 10 s) and retires them at shutdown; the runtime then lets a
+/// retired thread go after 200 ms. Its own runtime, because napi's caps blocking threads at
+/// 512 and a pool may have 4096 workers; shared by every pool.
 fn jobs_runtime() -> napi::Result<tokio::runtime::Handle> {
   static RUNTIME: OnceLock<std::io::Result<tokio::runtime::Runtime>> = OnceLock::new();
   let runtime = RUNTIME.get_or_init(|| {
     tokio::runtime::Builder::new_current_thread()
       .max_blocking_threads(16 * 1024)
+      .thread_keep_alive(std::time::Duration::from_millis(200))
       .thread_name("finn-sandbox-job")
       .build()
   });

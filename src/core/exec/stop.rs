@@ -61,11 +61,15 @@ impl<R> StopCell<R> {
   }
 
   /// Registers the calling thread's eventfd for the length of a run; returns it, or why it
-  /// could not be created.
+  /// could not be created. A request made before the run started leaves it readable.
   pub(crate) fn attach(&self) -> io::Result<RawFd> {
     let fd = thread_waker()?;
     drain(fd);
-    self.lock().waker = Some(fd);
+    let mut state = self.lock();
+    state.waker = Some(fd);
+    if state.request.is_some() {
+      wake(fd);
+    }
     Ok(fd)
   }
 
@@ -113,4 +117,52 @@ fn drain(fd: RawFd) {
   let mut value: u64 = 0;
   // SAFETY: reads 8 bytes into a valid u64; the eventfd is non-blocking.
   unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+      fd,
+      events: libc::POLLIN,
+      revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+  }
+
+  fn stop(reason: &'static str) -> Stop<&'static str> {
+    Stop {
+      grace: Duration::ZERO,
+      reason,
+    }
+  }
+
+  #[test]
+  fn a_request_made_before_the_run_attached_still_wakes_it() {
+    let cell = StopCell::new();
+    cell.request(stop("early"));
+    let fd = cell.attach().unwrap();
+    assert!(readable(fd));
+    assert_eq!(cell.take(fd).map(|s| s.reason), Some("early"));
+    assert!(!readable(fd));
+    cell.detach();
+  }
+
+  #[test]
+  fn a_request_wakes_an_attached_run_and_the_first_one_wins() {
+    let cell = StopCell::new();
+    let fd = cell.attach().unwrap();
+    assert!(!readable(fd));
+    cell.request(stop("first"));
+    cell.request(stop("second"));
+    assert!(readable(fd));
+    assert_eq!(cell.take(fd).map(|s| s.reason), Some("first"));
+    cell.detach();
+    // Detached: a late request no longer writes to this thread's eventfd.
+    cell.request(stop("late"));
+    assert!(!readable(fd));
+  }
 }

@@ -83,6 +83,10 @@ struct Running {
 
 struct State {
   closing: bool,
+  /// No handle on the pool is left: running jobs finish, but no worker thread parks.
+  abandoned: bool,
+  /// Worker threads waiting for a job (the most recently parked last).
+  parked: Vec<Arc<Parked>>,
   interactive: LaneQueue<Queued>,
   system: LaneQueue<Queued>,
   running: HashMap<u64, Running>,
@@ -113,6 +117,18 @@ struct Inner {
 #[derive(Clone)]
 pub struct Pool {
   inner: Arc<Inner>,
+  /// Dropped with the last clone: parked worker threads then exit at once (they hold `inner`).
+  _owners: Arc<Owners>,
+}
+
+struct Owners(Arc<Inner>);
+
+impl Drop for Owners {
+  fn drop(&mut self) {
+    let mut state = self.0.lock();
+    state.abandoned = true;
+    retire_parked(&mut state);
+  }
 }
 
 /// Session id that makes a job panic when `FINN_SANDBOX_TEST_HOOKS=1` was set at pool creation,
@@ -133,21 +149,25 @@ impl Pool {
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
     let state = State {
       closing: false,
+      abandoned: false,
+      parked: Vec::new(),
       interactive: LaneQueue::new(config.interactive_workers, config.max_queue_depth),
       system: LaneQueue::new(1, config.max_queue_depth),
       running: HashMap::new(),
       totals: Totals::default(),
       next_id: 1,
     };
+    let inner = Arc::new(Inner {
+      config,
+      runtime,
+      state: Mutex::new(state),
+      idle: Notify::new(),
+      test_hooks: std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1"),
+      exiting: AtomicBool::new(false),
+    });
     Pool {
-      inner: Arc::new(Inner {
-        config,
-        runtime,
-        state: Mutex::new(state),
-        idle: Notify::new(),
-        test_hooks: std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1"),
-        exiting: AtomicBool::new(false),
-      }),
+      _owners: Arc::new(Owners(Arc::clone(&inner))),
+      inner,
     }
   }
 
@@ -245,6 +265,7 @@ impl Pool {
         Vec::new()
       } else {
         state.closing = true;
+        retire_parked(&mut state);
         let grace = self.inner.config.shutdown_deadline;
         for running in state.running.values_mut() {
           if let Some(stop) = running.stop.take() {
@@ -287,6 +308,7 @@ impl Pool {
     let dropped: Vec<Queued> = {
       let mut state = self.inner.lock();
       state.closing = true;
+      retire_parked(&mut state);
       let mut queued: Vec<Queued> = state.interactive.drain().collect();
       queued.extend(state.system.drain());
       queued
@@ -340,10 +362,14 @@ impl Inner {
     }
   }
 
-  /// Starts a job whose slot is already taken, on a thread of the blocking pool.
+  /// Starts a job whose slot is already taken: on a parked worker thread if there is one,
+  /// else on a new thread of the blocking pool.
   fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
     let started = Self::register(state, queued);
-    self.launch(started);
+    match state.parked.pop() {
+      Some(worker) => worker.hand(Handoff::Job(Box::new(started))),
+      None => self.launch(started),
+    }
   }
 
   fn launch(self: &Arc<Self>, started: Started) {
@@ -351,9 +377,11 @@ impl Inner {
     self.runtime.spawn_blocking(move || inner.work(started));
   }
 
-  /// A worker: runs its job, then the queued jobs of the same lane back to back, so a busy
-  /// lane costs no thread hand-off per job.
+  /// A worker thread: runs its job, then the queued jobs of the same lane back to back; when
+  /// none is queued it parks, to take the next submitted job without a new thread, and exits
+  /// after [`WORKER_IDLE`] without one.
   fn work(self: Arc<Self>, mut started: Started) {
+    let me = Arc::new(Parked::default());
     loop {
       let span = tracing::info_span!(
         "job",
@@ -362,15 +390,21 @@ impl Inner {
         lane = ?started.queued.job.lane,
         binary = %started.queued.job.binary_path,
       );
-      match span.in_scope(|| self.run_job(started)) {
+      let next = match span.in_scope(|| self.run_job(started, &me)) {
+        Some(next) => Some(next),
+        None => self.wait_parked(&me),
+      };
+      match next {
         Some(next) => started = next,
         None => return,
       }
     }
   }
 
-  /// Runs one job; returns the lane's next job, already counted as running.
-  fn run_job(self: &Arc<Self>, started: Started) -> Option<Started> {
+  /// Runs one job; returns the lane's next job, already counted as running. Without one, this
+  /// thread is parked (in the same lock that freed the slot, so the job its reply triggers
+  /// finds it).
+  fn run_job(self: &Arc<Self>, started: Started, me: &Arc<Parked>) -> Option<Started> {
     let Started {
       queued: Queued { id, job, reply },
       stop,
@@ -388,14 +422,52 @@ impl Inner {
     }
     let (outcome, tally) = execute(job, &stop, self.config.kill_grace, &leader, &self.exiting);
     tracing::debug!(?outcome, "job settled");
-    let next = slot.finish(tally);
+    let next = slot.finish(tally, me);
     reply.send(outcome);
     next
   }
 
+  /// Waits, parked, for a handed-over job; `None` when retired or idle for too long.
+  fn wait_parked(self: &Arc<Self>, me: &Arc<Parked>) -> Option<Started> {
+    let idle_until = std::time::Instant::now() + WORKER_IDLE;
+    let mut handoff = me.lock();
+    loop {
+      match std::mem::replace(&mut *handoff, Handoff::Empty) {
+        Handoff::Job(started) => return Some(*started),
+        Handoff::Retire => return None,
+        Handoff::Empty => {}
+      }
+      let now = std::time::Instant::now();
+      if now >= idle_until {
+        drop(handoff);
+        let mut state = self.lock();
+        if let Some(at) = state.parked.iter().position(|p| Arc::ptr_eq(p, me)) {
+          state.parked.remove(at);
+          return None;
+        }
+        // A job was handed over in the meantime.
+        drop(state);
+        handoff = me.lock();
+        continue;
+      }
+      handoff = me
+        .wake
+        .wait_timeout(handoff, idle_until - now)
+        .unwrap_or_else(|e| e.into_inner())
+        .0;
+    }
+  }
+
   /// Bookkeeping when a job ends: totals, the slot, shutdown's wait. Returns the lane's next
-  /// queued job, registered as running, for the caller to start.
-  fn finish(self: &Arc<Self>, id: u64, lane: Lane, tally: Tally) -> Option<Started> {
+  /// queued job, registered as running, for the caller to run; without one, `parker` (if
+  /// any) is parked for the next submitted job.
+  fn finish(
+    self: &Arc<Self>,
+    id: u64,
+    lane: Lane,
+    tally: Tally,
+    parker: Option<&Arc<Parked>>,
+  ) -> Option<Started> {
     let mut state = self.lock();
     match tally {
       Tally::Completed(ms) => {
@@ -413,10 +485,55 @@ impl Inner {
     let next = lane_queue
       .dispatch_next()
       .map(|next| Self::register(&mut state, next));
+    if next.is_none()
+      && let Some(me) = parker
+    {
+      if state.closing || state.abandoned {
+        me.hand(Handoff::Retire);
+      } else {
+        state.parked.push(Arc::clone(me));
+      }
+    }
     if state.running.is_empty() {
       self.idle.notify_waiters();
     }
     next
+  }
+}
+
+/// How long a worker thread without a job stays parked before it exits.
+const WORKER_IDLE: Duration = Duration::from_secs(10);
+
+/// A worker thread's mailbox while it is parked.
+#[derive(Default)]
+struct Parked {
+  handoff: Mutex<Handoff>,
+  wake: std::sync::Condvar,
+}
+
+#[derive(Default)]
+enum Handoff {
+  #[default]
+  Empty,
+  Job(Box<Started>),
+  Retire,
+}
+
+impl Parked {
+  fn lock(&self) -> MutexGuard<'_, Handoff> {
+    self.handoff.lock().unwrap_or_else(|e| e.into_inner())
+  }
+
+  fn hand(&self, handoff: Handoff) {
+    *self.lock() = handoff;
+    self.wake.notify_one();
+  }
+}
+
+/// Lets every parked worker thread exit (the pool is closing).
+fn retire_parked(state: &mut State) {
+  for worker in state.parked.drain(..) {
+    worker.hand(Handoff::Retire);
   }
 }
 
@@ -437,16 +554,16 @@ struct Slot<'a> {
 }
 
 impl Slot<'_> {
-  fn finish(mut self, tally: Tally) -> Option<Started> {
+  fn finish(mut self, tally: Tally, parker: &Arc<Parked>) -> Option<Started> {
     self.armed = false;
-    self.inner.finish(self.id, self.lane, tally)
+    self.inner.finish(self.id, self.lane, tally, Some(parker))
   }
 }
 
 impl Drop for Slot<'_> {
   fn drop(&mut self) {
     if self.armed
-      && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed)
+      && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed, None)
     {
       self.inner.launch(next);
     }
