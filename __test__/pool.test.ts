@@ -415,4 +415,19 @@ describe('panics', () => {
     expect(p.stats().totals).toMatchObject({ failed: 1, completed: 1 })
     expect(p.stats().interactive.active).toBe(0)
   })
+
+  test('a panic in a queued job does not touch the outcome of the job before it on the same worker', async () => {
+    process.env.FINN_SANDBOX_TEST_HOOKS = '1'
+    const p = pool({ interactiveWorkers: 1 })
+    delete process.env.FINN_SANDBOX_TEST_HOOKS
+    // One worker: the second job is queued and runs on the thread that ran the first, which
+    // holds the first job's reply back until the next child runs.
+    const first = p.exec(sh('echo first'))
+    const panics = p.exec(sh('echo x', { sessionId: '__finn_sandbox_test_panic__' }))
+    const third = p.exec(sh('echo third'))
+    expect((await first).stdout).toBe('first\n')
+    expect((await rejection(panics)).code).toBe(PoolErrorCode.WORKER_CRASHED)
+    expect((await third).stdout).toBe('third\n')
+    expect(p.stats().totals).toMatchObject({ failed: 1, completed: 2 })
+  })
 })

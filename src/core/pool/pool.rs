@@ -382,6 +382,10 @@ impl Inner {
   /// after [`WORKER_IDLE`] without one.
   fn work(self: Arc<Self>, mut started: Started) {
     let me = Arc::new(Parked::default());
+    // The previous job's outcome while the next queued job is being started: replying first
+    // would wake Node's thread, which would compete with this one for the CPU until the next
+    // child runs. Sent as soon as it does (or if anything goes wrong first).
+    let mut carried = Carried(None);
     loop {
       let span = tracing::info_span!(
         "job",
@@ -390,9 +394,12 @@ impl Inner {
         lane = ?started.queued.job.lane,
         binary = %started.queued.job.binary_path,
       );
-      let next = match span.in_scope(|| self.run_job(started, &me)) {
+      let next = match span.in_scope(|| self.run_job(started, &me, &mut carried)) {
         Some(next) => Some(next),
-        None => self.wait_parked(&me),
+        None => {
+          carried.flush();
+          self.wait_parked(&me)
+        }
       };
       match next {
         Some(next) => started = next,
@@ -401,10 +408,16 @@ impl Inner {
     }
   }
 
-  /// Runs one job; returns the lane's next job, already counted as running. Without one, this
+  /// Runs one job (sending `carried` once its child runs); returns the lane's next job, already
+  /// counted as running, with this job's outcome left in `carried`. Without a next job, this
   /// thread is parked (in the same lock that freed the slot, so the job its reply triggers
   /// finds it).
-  fn run_job(self: &Arc<Self>, started: Started, me: &Arc<Parked>) -> Option<Started> {
+  fn run_job(
+    self: &Arc<Self>,
+    started: Started,
+    me: &Arc<Parked>,
+    carried: &mut Carried,
+  ) -> Option<Started> {
     let Started {
       queued: Queued { id, job, reply },
       stop,
@@ -420,10 +433,21 @@ impl Inner {
     if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
       panic!("test hook: job {id} panics on purpose");
     }
-    let (outcome, tally) = execute(job, &stop, self.config.kill_grace, &leader, &self.exiting);
+    let (outcome, tally) = execute(
+      job,
+      &stop,
+      self.config.kill_grace,
+      &leader,
+      &self.exiting,
+      || carried.flush(),
+    );
+    carried.flush();
     tracing::debug!(?outcome, "job settled");
     let next = slot.finish(tally, me);
-    reply.send(outcome);
+    match next {
+      Some(_) => carried.0 = Some((reply, outcome)),
+      None => reply.send(outcome),
+    }
     next
   }
 
@@ -498,6 +522,24 @@ impl Inner {
       self.idle.notify_waiters();
     }
     next
+  }
+}
+
+/// A finished job's reply held back while its worker starts the next child. Dropped (a panic
+/// unwinding the worker), it still sends the real outcome.
+struct Carried(Option<(Reply, JobOutcome)>);
+
+impl Carried {
+  fn flush(&mut self) {
+    if let Some((reply, outcome)) = self.0.take() {
+      reply.send(outcome);
+    }
+  }
+}
+
+impl Drop for Carried {
+  fn drop(&mut self) {
+    self.flush();
   }
 }
 
@@ -609,6 +651,7 @@ fn execute(
   kill_grace: Duration,
   leader: &AtomicI32,
   exiting: &AtomicBool,
+  on_spawned: impl FnOnce(),
 ) -> (JobOutcome, Tally) {
   if let Some(root) = &job.jail_root
     && let Err(detail) = cwd_inside_jail(&job.cwd, root)
@@ -655,6 +698,7 @@ fn execute(
     if exiting.load(Ordering::SeqCst) {
       exec::kill_tree_now(pid);
     }
+    on_spawned();
   };
   let finished = match exec::run_blocking(&spec, &limits, stop, on_spawn) {
     Ok(finished) => finished,
