@@ -79,6 +79,12 @@ export declare class NativeWorkerPool {
    * refused; never throws for bad input. The outcome arrives through `onSettled`.
    */
   submit(spec: unknown, lane?: unknown | undefined | null, jailRoot?: unknown | undefined | null): Ticket
+  /**
+   * [`Self::submit`] for a job `index.js` packed into one string (see `convert::packed_job`).
+   * A malformed string is refused with `INVALID_SPEC`; `index.js` then resubmits the spec
+   * field by field for an error that names the field.
+   */
+  submitPacked(packed: string): Ticket
   /** Aborts a queued or running job; unknown ids are ignored. */
   abort(id: number): void
   /** A synchronous snapshot. */

@@ -41,6 +41,17 @@ describe('results', () => {
     delete process.env.FINN_LEAK_CHECK
   })
 
+  test('env keys are read as child_process reads them: inherited enumerable keys in, undefined and null out', async () => {
+    const env = Object.create({ INHERITED: 'yes' })
+    Object.assign(env, { PATH: ENV.PATH, GONE: undefined, NULLED: null })
+    // A well-typed spec reaches the addon packed into one string; one the packing refuses (a
+    // sessionId of the wrong type) goes field by field, whose errors name the field.
+    const r = await pool().exec(sh('env | sort', { env }))
+    expect(r.stdout).toBe(`INHERITED=yes\nPATH=${ENV.PATH}\nPWD=/\n`)
+    const bad = await rejection(pool().exec(sh('true', { env, sessionId: 7 as unknown as string })))
+    expect(bad.message).toMatch(/spec\.sessionId must be a string/)
+  })
+
   test('no standard signal is ignored or blocked in the child, although Node ignores SIGPIPE', async () => {
     const r = await pool().exec(sh('grep -E "^Sig(Ign|Blk)" /proc/self/status'))
     const [blocked, ignored] = r.stdout.trim().split('\n').map((l) => BigInt(`0x${l.split('\t')[1]}`))

@@ -218,3 +218,129 @@ pub fn required_string_array(obj: &Object, key: &str, field: &str) -> Checked<Ve
     ))),
   }
 }
+
+/// The job as `index.js` packs it when every field already has the right JS type: one string
+/// instead of a napi call per field and per env entry (which cost about 2.4 us per entry).
+/// Fields are joined by NUL:
+/// `v1, lane, jailRoot, binaryPath, cwd, timeoutMs, maxBuffer, sessionId, nArgs, nEnv,
+/// args..., (key, value)...`, where an optional string is `+value` when present and empty when
+/// absent, and an absent number is empty. A NUL inside any value changes the field count, so it
+/// is refused here (and `index.js` then takes the field-by-field path, which names the field).
+pub fn packed_job(packed: &str) -> Checked<RawJob> {
+  let malformed = || invalid("packed spec is malformed".into());
+  let fields: Vec<&str> = packed.split('\0').collect();
+  if fields.len() < 10 || fields[0] != "v1" {
+    return Err(malformed());
+  }
+  let count = |s: &str| s.parse::<usize>().map_err(|_| malformed());
+  let (n_args, n_env) = (count(fields[8])?, count(fields[9])?);
+  let args_end = 10usize.checked_add(n_args).ok_or_else(malformed)?;
+  let env_len = n_env.checked_mul(2).ok_or_else(malformed)?;
+  if args_end.checked_add(env_len) != Some(fields.len()) {
+    return Err(malformed());
+  }
+  let optional_string = |s: &str| match s.strip_prefix('+') {
+    Some(value) => Ok(Some(value.to_owned())),
+    None if s.is_empty() => Ok(None),
+    None => Err(malformed()),
+  };
+  let optional_number = |s: &str| {
+    if s.is_empty() {
+      Ok(None)
+    } else {
+      s.parse::<u64>().map(Some).map_err(|_| malformed())
+    }
+  };
+  let lane = match fields[1] {
+    "interactive" => Lane::Interactive,
+    "system" => Lane::System,
+    _ => return Err(malformed()),
+  };
+  Ok(RawJob {
+    binary_path: fields[3].to_owned(),
+    args: fields[10..args_end]
+      .iter()
+      .map(|a| (*a).to_owned())
+      .collect(),
+    cwd: fields[4].to_owned(),
+    env: fields[args_end..]
+      .chunks_exact(2)
+      .map(|kv| (kv[0].to_owned(), kv[1].to_owned()))
+      .collect(),
+    timeout_ms: optional_number(fields[5])?,
+    max_buffer: optional_number(fields[6])?,
+    session_id: optional_string(fields[7])?,
+    jail_root: optional_string(fields[2])?,
+    lane: Some(lane),
+  })
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn pack(fields: &[&str]) -> String {
+    fields.join("\0")
+  }
+
+  #[test]
+  fn a_packed_job_round_trips() {
+    let raw = packed_job(&pack(&[
+      "v1",
+      "system",
+      "+/jail",
+      "/bin/echo",
+      "/tmp",
+      "500",
+      "",
+      "+s1",
+      "2",
+      "1",
+      "a",
+      "",
+      "PATH",
+      "/bin",
+    ]))
+    .unwrap();
+    assert_eq!(raw.lane, Some(Lane::System));
+    assert_eq!(raw.jail_root.as_deref(), Some("/jail"));
+    assert_eq!(raw.args, vec!["a".to_owned(), String::new()]);
+    assert_eq!(raw.env, vec![("PATH".to_owned(), "/bin".to_owned())]);
+    assert_eq!((raw.timeout_ms, raw.max_buffer), (Some(500), None));
+    assert_eq!(raw.session_id.as_deref(), Some("s1"));
+  }
+
+  #[test]
+  fn a_nul_inside_a_value_or_a_wrong_count_is_refused() {
+    let good = [
+      "v1",
+      "interactive",
+      "",
+      "/bin/true",
+      "/",
+      "",
+      "",
+      "",
+      "1",
+      "0",
+      "x",
+    ];
+    assert!(packed_job(&pack(&good)).is_ok());
+    let mut nul_in_arg = good;
+    nul_in_arg[10] = "x\0y";
+    assert!(packed_job(&pack(&nul_in_arg)).is_err());
+    let mut bad_count = good;
+    bad_count[8] = "2";
+    assert!(packed_job(&pack(&bad_count)).is_err());
+    let mut bad_lane = good;
+    bad_lane[1] = "other";
+    assert!(packed_job(&pack(&bad_lane)).is_err());
+    let mut bad_number = good;
+    bad_number[5] = "-1";
+    assert!(packed_job(&pack(&bad_number)).is_err());
+    let mut bad_optional = good;
+    bad_optional[7] = "x";
+    assert!(packed_job(&pack(&bad_optional)).is_err());
+    assert!(packed_job("v2").is_err());
+  }
+}

@@ -227,15 +227,25 @@ impl NativeWorkerPool {
   /// refused; never throws for bad input. The outcome arrives through `onSettled`.
   #[napi(catch_unwind)]
   pub fn submit(&self, spec: Unknown, lane: Option<Unknown>, jail_root: Option<Unknown>) -> Ticket {
+    self.admit(convert::raw_job(&spec, lane.as_ref(), jail_root.as_ref()))
+  }
+
+  /// [`Self::submit`] for a job `index.js` packed into one string (see `convert::packed_job`).
+  /// A malformed string is refused with `INVALID_SPEC`; `index.js` then resubmits the spec
+  /// field by field for an error that names the field.
+  #[napi(catch_unwind)]
+  pub fn submit_packed(&self, packed: String) -> Ticket {
+    self.admit(convert::packed_job(&packed))
+  }
+
+  fn admit(&self, raw: convert::Checked<pool::RawJob>) -> Ticket {
     let settler = Arc::clone(&self.settler);
-    let submitted = convert::raw_job(&spec, lane.as_ref(), jail_root.as_ref())
-      .and_then(JobSpec::new)
-      .and_then(|job| {
-        self.pool.submit_with(
-          job,
-          Box::new(move |id, outcome| settler.push(settle(id, outcome))),
-        )
-      });
+    let submitted = raw.and_then(JobSpec::new).and_then(|job| {
+      self.pool.submit_with(
+        job,
+        Box::new(move |id, outcome| settler.push(settle(id, outcome))),
+      )
+    });
     match submitted {
       Ok(id) => Ticket::accepted(id),
       Err(e) => Ticket::refused(&e),
