@@ -41,16 +41,50 @@ async function warm(c, n = 20) {
   await sleep(20)
 }
 
+/**
+ * CPU time (ms) this process has used so far, by thread: Node's main thread, the addon's job
+ * threads, every other thread (worker_threads, libuv's pool, V8), and the children it reaped.
+ * From /proc (clock ticks, 10 ms each: meaningful over a few thousand commands).
+ */
+function cpuByThread() {
+  const tick = 1000 / 100
+  const fields = (stat) => stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+  const out = { main: 0, addonThreads: 0, otherThreads: 0, children: 0 }
+  for (const tid of fs.readdirSync('/proc/self/task')) {
+    let stat
+    try {
+      stat = fs.readFileSync(`/proc/self/task/${tid}/stat`, 'utf8')
+    } catch {
+      continue // the thread exited
+    }
+    const f = fields(stat)
+    const ms = (Number(f[11]) + Number(f[12])) * tick
+    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'))
+    if (Number(tid) === process.pid) out.main += ms
+    else if (comm.startsWith('finn-sandbox-jo')) out.addonThreads += ms
+    else out.otherThreads += ms
+  }
+  const self = fields(fs.readFileSync('/proc/self/stat', 'utf8'))
+  out.children = (Number(self[13]) + Number(self[14])) * tick
+  return out
+}
+
 async function throughput(id, flags) {
   const total = Math.min(Number(flags.total || 1000), 100_000)
   const concurrency = Math.min(Number(flags.concurrency || 8), 1024)
   const c = await open(id)
   await warm(c)
+  const cpu0 = cpuByThread()
   const t0 = performance.now()
   const failures = await runMany(c, TRUE, total, concurrency)
   const elapsedMs = performance.now() - t0
+  const cpu1 = cpuByThread()
   await c.close()
-  return { contender: id, total, concurrency, elapsedMs, throughputPerSec: (total / elapsedMs) * 1000, failures }
+  // Threads that exited during the run (execa's, say) drop out of the per-thread sums: the
+  // columns are a lower bound for those; the addon's job threads stay parked until close.
+  const cpuUsPerCommand = {}
+  for (const k of Object.keys(cpu1)) cpuUsPerCommand[k] = +(((cpu1[k] - cpu0[k]) * 1000) / total).toFixed(1)
+  return { contender: id, total, concurrency, elapsedMs, throughputPerSec: (total / elapsedMs) * 1000, failures, cpuUsPerCommand }
 }
 
 const ms = (ns) => ns / 1e6

@@ -242,6 +242,7 @@ async function phaseThroughput(haveNative) {
   const { rounds, total, concurrency } = CONFIG.throughput
   log(`\n[2/7] throughput: ${total} x /bin/true at concurrency ${concurrency}, ${rounds} round(s)`)
   const perRound = {}
+  const cpuRounds = {}
   const errors = {}
   // The native limit also at 2 and 4 threads (information only, not a target): the pools
   // run at most 2 or 4 commands at once whatever the caller's concurrency.
@@ -260,11 +261,23 @@ async function phaseThroughput(haveNative) {
       }
       if (res.failures) errors[id] = `${res.failures} runs did not exit 0`
       ;(perRound[id] ||= []).push(res.throughputPerSec)
+      // CPU per command: the probe's own per-thread split, or the native loop's own and its
+      // children's (it has no Node thread).
+      const cpu = res.cpuUsPerCommand || (res.parentCpuUsPerRun !== undefined ? { main: res.parentCpuUsPerRun, addonThreads: 0, otherThreads: 0, children: res.childCpuUsPerRun } : null)
+      if (cpu) (cpuRounds[id] ||= []).push(cpu)
       log(`  round ${r + 1} ${id.padEnd(9)} ${fmt(res.throughputPerSec, 0)} /s`)
     }
   }
   const out = {}
-  for (const id of ids) out[id] = { summary: summarize(perRound[id] || []), perRound: perRound[id] || [], error: errors[id] }
+  for (const id of ids) {
+    out[id] = { summary: summarize(perRound[id] || []), perRound: perRound[id] || [], error: errors[id] }
+    const rounds = cpuRounds[id] || []
+    if (rounds.length) {
+      // The median of each column over the rounds.
+      out[id].cpuUsPerCommand = {}
+      for (const k of Object.keys(rounds[0])) out[id].cpuUsPerCommand[k] = summarize(rounds.map((r) => r[k])).median
+    }
+  }
   return out
 }
 
