@@ -89,9 +89,16 @@ pub fn run_blocking<R>(
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, SpawnError> {
   let stop_fd = stop.attach().map_err(SpawnError::Setup)?;
-  let finished = supervise(spec, limits, stop, stop_fd, on_spawn);
-  stop.detach();
-  finished
+  // Detached however the run ends (a panic included): a cell must never keep the descriptor
+  // of a thread that may exit.
+  struct Detach<'a, R>(&'a StopCell<R>);
+  impl<R> Drop for Detach<'_, R> {
+    fn drop(&mut self) {
+      self.0.detach();
+    }
+  }
+  let _detach = Detach(stop);
+  supervise(spec, limits, stop, stop_fd, on_spawn)
 }
 
 fn supervise<R>(
