@@ -1,4 +1,4 @@
-//! The pool: two lanes of slots, one tokio task per running job, shutdown.
+//! The pool: two lanes of slots, a worker thread per running job (parked between jobs), shutdown.
 
 use std::collections::HashMap;
 use std::path::Path;
