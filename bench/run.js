@@ -7,8 +7,8 @@
 // in rounds, and every round visits the contenders in a rotated order, so a slow phase of
 // the machine (another build, a noisy neighbour) is spread over all of them.
 //
-// Writes bench/results/<date>.json, the SVG charts next to it, and BENCHMARKS.md at the top of
-// the repository. A --quick run writes bench/results/<date>-quick.{json,md,svg} instead and
+// Writes bench/results/<date>.json (<date>-2.json for a second run that day, and so on), the
+// SVG charts next to it, and BENCHMARKS.md (the latest full run) at the top of the repository. A --quick run writes bench/results/<date>-quick.{json,md,svg} instead and
 // leaves BENCHMARKS.md (the full run's page) alone. Benchmarks are not tests: nothing here
 // runs in `npm test`.
 
@@ -447,7 +447,9 @@ async function phaseKill() {
 async function main() {
   const started = Date.now()
   const date = new Date(started).toISOString().slice(0, 10)
-  const base = quick ? `${date}-quick` : date
+  // A full run never overwrites an earlier one: a second run on the same day is <date>-2.
+  let base = quick ? `${date}-quick` : date
+  for (let n = 2; !quick && fs.existsSync(path.join(RESULTS, `${base}.json`)); n++) base = `${date}-${n}`
   // The page: BENCHMARKS.md for a full run; a quick run's page stays next to its data.
   const page = quick ? path.join(RESULTS, `${base}.md`) : path.join(ROOT, 'BENCHMARKS.md')
   const pageName = path.relative(ROOT, page)

@@ -1,4 +1,4 @@
-//! Lanes, queue and fairness, dispatch, stats, shutdown.
+//! Lanes, queue and fairness, dispatch, worker threads, stats, shutdown.
 
 pub mod config;
 pub mod error;
@@ -9,6 +9,7 @@ pub mod lane;
 )]
 pub mod pool;
 pub mod stats;
+pub mod worker;
 
 pub use config::{JobSpec, Lane, PoolConfig, RawJob};
 pub use error::PoolError;

@@ -13,6 +13,7 @@ use super::config::{JobSpec, Lane, PoolConfig};
 use super::error::PoolError;
 use super::lane::{Admit, LaneQueue};
 use super::stats::{LaneStats, PoolStats, SystemStats, Totals};
+use super::worker::{Mailbox, Waited};
 use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, Stop, StopCell};
 
 /// What a job resolves with.
@@ -367,7 +368,7 @@ impl Inner {
   fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
     let started = Self::register(state, queued);
     match state.parked.pop() {
-      Some(worker) => worker.hand(Handoff::Job(Box::new(started))),
+      Some(worker) => worker.hand(started),
       None => self.launch(started),
     }
   }
@@ -454,31 +455,19 @@ impl Inner {
   /// Waits, parked, for a handed-over job; `None` when retired or idle for too long.
   fn wait_parked(self: &Arc<Self>, me: &Arc<Parked>) -> Option<Started> {
     let idle_until = std::time::Instant::now() + WORKER_IDLE;
-    let mut handoff = me.lock();
     loop {
-      match std::mem::replace(&mut *handoff, Handoff::Empty) {
-        Handoff::Job(started) => return Some(*started),
-        Handoff::Retire => return None,
-        Handoff::Empty => {}
-      }
-      let now = std::time::Instant::now();
-      if now >= idle_until {
-        drop(handoff);
-        let mut state = self.lock();
-        if let Some(at) = state.parked.iter().position(|p| Arc::ptr_eq(p, me)) {
-          state.parked.remove(at);
-          return None;
+      match me.wait_until(idle_until) {
+        Waited::Job(started) => return Some(started),
+        Waited::Retired => return None,
+        Waited::Idle => {
+          let mut state = self.lock();
+          if let Some(at) = state.parked.iter().position(|p| Arc::ptr_eq(p, me)) {
+            state.parked.remove(at);
+            return None;
+          }
+          // A job was handed over in the meantime: the next wait takes it at once.
         }
-        // A job was handed over in the meantime.
-        drop(state);
-        handoff = me.lock();
-        continue;
       }
-      handoff = me
-        .wake
-        .wait_timeout(handoff, idle_until - now)
-        .unwrap_or_else(|e| e.into_inner())
-        .0;
     }
   }
 
@@ -513,7 +502,7 @@ impl Inner {
       && let Some(me) = parker
     {
       if state.closing || state.abandoned {
-        me.hand(Handoff::Retire);
+        me.retire();
       } else {
         state.parked.push(Arc::clone(me));
       }
@@ -546,36 +535,13 @@ impl Drop for Carried {
 /// How long a worker thread without a job stays parked before it exits.
 const WORKER_IDLE: Duration = Duration::from_secs(10);
 
-/// A worker thread's mailbox while it is parked.
-#[derive(Default)]
-struct Parked {
-  handoff: Mutex<Handoff>,
-  wake: std::sync::Condvar,
-}
-
-#[derive(Default)]
-enum Handoff {
-  #[default]
-  Empty,
-  Job(Box<Started>),
-  Retire,
-}
-
-impl Parked {
-  fn lock(&self) -> MutexGuard<'_, Handoff> {
-    self.handoff.lock().unwrap_or_else(|e| e.into_inner())
-  }
-
-  fn hand(&self, handoff: Handoff) {
-    *self.lock() = handoff;
-    self.wake.notify_one();
-  }
-}
+/// A parked worker thread, as the pool sees it.
+type Parked = Mailbox<Started>;
 
 /// Lets every parked worker thread exit (the pool is closing).
 fn retire_parked(state: &mut State) {
   for worker in state.parked.drain(..) {
-    worker.hand(Handoff::Retire);
+    worker.retire();
   }
 }
 
