@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
@@ -353,6 +353,23 @@ describe('worker threads', () => {
     await p.shutdown()
     // Parked workers are retired by shutdown, not left to their 10 s idle timeout.
     await until(() => jobThreads() <= before, 2000)
+  })
+
+  test('300 commands at once on 300 workers: one thread each while running, all gone after shutdown', async () => {
+    const before = jobThreads()
+    const p = new WorkerPool({ interactiveWorkers: 300, maxQueueDepth: 10 })
+    const dir = mkdtempSync(join(tmpdir(), 'finn-many-'))
+    // Each command announces itself, then waits for the test's go: all 300 run at once.
+    const script = `touch ${dir}/$$; while [ ! -e ${dir}/go ]; do sleep 0.05; done`
+    const runs = Array.from({ length: 300 }, () => p.exec(sh(script, { timeoutMs: 20_000 })))
+    await until(() => readdirSync(dir).length === 300, 20_000)
+    expect(p.stats().interactive).toMatchObject({ active: 300, queued: 0 })
+    writeFileSync(join(dir, 'go'), '')
+    const results = await Promise.all(runs)
+    expect(results.every((r) => r.exitCode === 0)).toBe(true)
+    expect(jobThreads() - before).toBeLessThanOrEqual(300)
+    await p.shutdown()
+    await until(() => jobThreads() <= before, 3000)
   })
 })
 

@@ -231,3 +231,32 @@ async fn kill_all_now_reaches_a_job_that_had_not_recorded_its_pid_yet() {
     Some(PoolError::Closed)
   );
 }
+
+/// Parked worker threads hold the pool's state; dropping the last handle must let them go at
+/// once, not after their 10 s idle timeout (a runtime's shutdown waits for its blocking
+/// threads).
+#[test]
+fn dropping_the_last_handle_lets_parked_workers_exit() {
+  let rt = tokio::runtime::Builder::new_multi_thread()
+    .worker_threads(1)
+    .enable_all()
+    .build()
+    .unwrap();
+  rt.block_on(async {
+    let p = pool(2, 4);
+    let (a, b) = (
+      p.submit(job("echo a", Lane::Interactive)).unwrap(),
+      p.submit(job("echo b", Lane::Interactive)).unwrap(),
+    );
+    assert_eq!(settle(a).await.unwrap(), "a\n");
+    assert_eq!(settle(b).await.unwrap(), "b\n");
+    drop(p);
+  });
+  let started = Instant::now();
+  rt.shutdown_timeout(Duration::from_secs(30));
+  assert!(
+    started.elapsed() < Duration::from_secs(5),
+    "runtime shutdown waited {:?} for parked workers",
+    started.elapsed()
+  );
+}
