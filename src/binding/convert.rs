@@ -326,21 +326,18 @@ mod tests {
       "x",
     ];
     assert!(packed_job(&pack(&good)).is_ok());
-    let mut nul_in_arg = good;
-    nul_in_arg[10] = "x\0y";
-    assert!(packed_job(&pack(&nul_in_arg)).is_err());
-    let mut bad_count = good;
-    bad_count[8] = "2";
-    assert!(packed_job(&pack(&bad_count)).is_err());
-    let mut bad_lane = good;
-    bad_lane[1] = "other";
-    assert!(packed_job(&pack(&bad_lane)).is_err());
-    let mut bad_number = good;
-    bad_number[5] = "-1";
-    assert!(packed_job(&pack(&bad_number)).is_err());
-    let mut bad_optional = good;
-    bad_optional[7] = "x";
-    assert!(packed_job(&pack(&bad_optional)).is_err());
+    let corrupt = [
+      (10, "x\0y"), // a NUL inside an arg adds a field
+      (8, "2"),     // wrong count
+      (1, "other"), // unknown lane
+      (5, "-1"),    // not a count
+      (7, "x"),     // optional string without its + marker
+    ];
+    for (at, value) in corrupt {
+      let mut fields = good;
+      fields[at] = value;
+      assert!(packed_job(&pack(&fields)).is_err(), "{at}: {value:?}");
+    }
     assert!(packed_job("v2").is_err());
   }
 }

@@ -2,10 +2,10 @@
 //!
 //! A run is blocking: its thread sleeps in `ppoll` on the child's two pipes, its pidfd and a
 //! stop eventfd, with the next deadline as the timeout. The pool runs it on a worker thread of
-//! tokio's blocking pool; [`run`] is the async form. Driving the same descriptors through
-//! tokio's reactor cost 135-175 us of the addon's thread CPU per command, against 90-120 us
-//! here (3000 x /bin/true at concurrency 8 on 4 workers, CPU read per thread from /proc, as
-//! `bench/probe.js throughput` does): the reactor adds wake-ups between its threads.
+//! tokio's blocking pool; [`run`] is the async form. In interleaved runs (3000 x /bin/true at
+//! concurrency 8 on 4 workers, CPU read per thread from /proc as `bench/probe.js throughput`
+//! does) driving the same descriptors through tokio's reactor spent 135-175 us per command in
+//! the addon's threads, this loop 105-145 us: the reactor adds wake-ups between its threads.
 
 use std::future::Future;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
