@@ -95,13 +95,9 @@ impl Child {
 
   /// Blocks until the leader has exited and reaps it: for a child that outlived the reap
   /// bound, on a thread of its own.
-  pub fn wait_blocking(mut self) {
-    while self.status.is_none() {
-      match nix::sys::wait::waitpid(self.pid, None) {
-        Err(nix::errno::Errno::EINTR) => {}
-        Err(_) => return,
-        Ok(_) => self.status = Some(ExitStatus::Exited(0)),
-      }
+  pub fn wait_blocking(self) {
+    if self.status.is_none() {
+      while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(self.pid, None) {}
     }
   }
 }

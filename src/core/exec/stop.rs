@@ -25,6 +25,8 @@ pub struct StopCell<R> {
 
 struct CellState<R> {
   request: Option<Stop<R>>,
+  /// Set by the first request, so a later one is ignored even after the runner took it.
+  requested: bool,
   /// The runner's eventfd while it runs.
   waker: Option<RawFd>,
 }
@@ -34,6 +36,7 @@ impl<R> Default for StopCell<R> {
     StopCell {
       state: Mutex::new(CellState {
         request: None,
+        requested: false,
         waker: None,
       }),
     }
@@ -52,7 +55,8 @@ impl<R> StopCell<R> {
   /// Asks the run to stop. The first request wins; a later one is ignored.
   pub fn request(&self, stop: Stop<R>) {
     let mut state = self.lock();
-    if state.request.is_none() {
+    if !state.requested {
+      state.requested = true;
       state.request = Some(stop);
       if let Some(fd) = state.waker {
         wake(fd);
@@ -160,6 +164,10 @@ mod tests {
     cell.request(stop("second"));
     assert!(readable(fd));
     assert_eq!(cell.take(fd).map(|s| s.reason), Some("first"));
+    // Taken: a later request is still ignored (one stop per run).
+    cell.request(stop("after"));
+    assert!(!readable(fd));
+    assert!(cell.take(fd).is_none());
     cell.detach();
     // Detached: a late request no longer writes to this thread's eventfd.
     cell.request(stop("late"));

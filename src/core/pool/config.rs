@@ -75,8 +75,9 @@ fn invalid(msg: String) -> PoolError {
   PoolError::InvalidSpec(msg)
 }
 
-fn c_string(value: &str, field: &str) -> Result<CString, PoolError> {
-  CString::new(value).map_err(|_| invalid(format!("{field} must not contain NUL bytes")))
+/// `field` names the value in the error; it is only built when there is one.
+fn c_string(value: &str, field: impl FnOnce() -> String) -> Result<CString, PoolError> {
+  CString::new(value).map_err(|_| invalid(format!("{} must not contain NUL bytes", field())))
 }
 
 impl JobSpec {
@@ -84,14 +85,14 @@ impl JobSpec {
     if raw.binary_path.is_empty() {
       return Err(invalid("spec.binaryPath must be a non-empty string".into()));
     }
-    let mut argv = vec![c_string(&raw.binary_path, "spec.binaryPath")?];
+    let mut argv = vec![c_string(&raw.binary_path, || "spec.binaryPath".into())?];
     for (i, arg) in raw.args.iter().enumerate() {
-      argv.push(c_string(arg, &format!("spec.args[{i}]"))?);
+      argv.push(c_string(arg, || format!("spec.args[{i}]"))?);
     }
     if raw.cwd.is_empty() {
       return Err(invalid("spec.cwd must be a non-empty string".into()));
     }
-    c_string(&raw.cwd, "spec.cwd")?;
+    c_string(&raw.cwd, || "spec.cwd".into())?;
     let mut env = Vec::with_capacity(raw.env.len());
     let mut path_var = None;
     for (key, value) in &raw.env {
@@ -100,10 +101,9 @@ impl JobSpec {
           "spec.env key {key:?} must be non-empty without '=' or NUL"
         )));
       }
-      env.push(c_string(
-        &format!("{key}={value}"),
-        &format!("spec.env.{key}"),
-      )?);
+      env.push(c_string(&format!("{key}={value}"), || {
+        format!("spec.env.{key}")
+      })?);
       if key == "PATH" {
         path_var = Some(value.clone());
       }
@@ -124,7 +124,7 @@ impl JobSpec {
       )));
     }
     if let Some(root) = &raw.jail_root {
-      c_string(root, "jailRoot")?;
+      c_string(root, || "jailRoot".into())?;
     }
     Ok(JobSpec {
       binary_path: raw.binary_path,

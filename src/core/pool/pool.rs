@@ -76,8 +76,8 @@ struct Queued {
 }
 
 struct Running {
-  /// Taken by the first abort or shutdown: one stop request per job.
-  stop: Option<Arc<StopCell<StopReason>>>,
+  /// Abort and shutdown ask here; the first request per job wins.
+  stop: Arc<StopCell<StopReason>>,
   /// The leader's pid once spawned (0 before), for [`Pool::kill_all_now`].
   leader: Arc<AtomicI32>,
 }
@@ -96,6 +96,16 @@ struct State {
 }
 
 impl State {
+  /// Stops accepting jobs and lets parked workers go; returns the queued jobs, for the caller
+  /// to reject or drop.
+  fn close(&mut self) -> Vec<Queued> {
+    self.closing = true;
+    retire_parked(self);
+    let mut queued: Vec<Queued> = self.interactive.drain().collect();
+    queued.extend(self.system.drain());
+    queued
+  }
+
   fn lane(&mut self, lane: Lane) -> &mut LaneQueue<Queued> {
     match lane {
       Lane::Interactive => &mut self.interactive,
@@ -231,8 +241,8 @@ impl Pool {
         return;
       }
     }
-    if let Some(stop) = state.running.get_mut(&id).and_then(|r| r.stop.take()) {
-      stop.request(Stop {
+    if let Some(running) = state.running.get(&id) {
+      running.stop.request(Stop {
         grace: self.inner.config.kill_grace,
         reason: StopReason::Abort,
       });
@@ -265,20 +275,14 @@ impl Pool {
       if state.closing {
         Vec::new()
       } else {
-        state.closing = true;
-        retire_parked(&mut state);
         let grace = self.inner.config.shutdown_deadline;
-        for running in state.running.values_mut() {
-          if let Some(stop) = running.stop.take() {
-            stop.request(Stop {
-              grace,
-              reason: StopReason::Shutdown,
-            });
-          }
+        for running in state.running.values() {
+          running.stop.request(Stop {
+            grace,
+            reason: StopReason::Shutdown,
+          });
         }
-        let mut queued: Vec<Queued> = state.interactive.drain().collect();
-        queued.extend(state.system.drain());
-        queued
+        state.close()
       }
     };
     for queued in rejected {
@@ -306,14 +310,7 @@ impl Pool {
   /// to 200 ms; one that spawns after this call kills its own tree at once.
   pub fn kill_all_now(&self) {
     self.inner.exiting.store(true, Ordering::SeqCst);
-    let dropped: Vec<Queued> = {
-      let mut state = self.inner.lock();
-      state.closing = true;
-      retire_parked(&mut state);
-      let mut queued: Vec<Queued> = state.interactive.drain().collect();
-      queued.extend(state.system.drain());
-      queued
-    };
+    let dropped: Vec<Queued> = self.inner.lock().close();
     drop(dropped);
     let mut killed: Vec<i32> = Vec::new();
     let give_up = std::time::Instant::now() + Duration::from_millis(200);
@@ -352,7 +349,7 @@ impl Inner {
     state.running.insert(
       queued.id,
       Running {
-        stop: Some(Arc::clone(&stop)),
+        stop: Arc::clone(&stop),
         leader: Arc::clone(&leader),
       },
     );
