@@ -52,6 +52,23 @@ function isAbortSignal(value) {
   )
 }
 
+/** A value shown in an error message, cut so a 10 MB argument never becomes a 10 MB message. */
+function shown(value) {
+  const text = String(value)
+  return text.length > 80 ? `${text.slice(0, 80)}... (${text.length} characters)` : text
+}
+
+/** A path argument of a constructor: a string without NUL (which no path can hold). */
+function checkPath(value, field) {
+  if (typeof value !== 'string') throw new TypeError(`${field} must be a string, not ${typeof value}`)
+  if (value.includes('\0')) throw new TypeError(`${field} must not contain NUL bytes`)
+}
+
+/** `options` arguments: absent, or an object. */
+function checkOptions(options, field) {
+  if (options != null && typeof options !== 'object') throw new TypeError(`${field} must be an object, not ${typeof options}`)
+}
+
 function abortedError(signal) {
   return new PoolError(PoolErrorCode.ABORTED, 'The operation was aborted', { cause: signal.reason })
 }
@@ -170,6 +187,9 @@ class WorkerPool {
 
   exec(spec, lane, jailRoot, options) {
     try {
+      if (options != null && typeof options !== 'object') {
+        return Promise.reject(new PoolError(PoolErrorCode.INVALID_SPEC, `options must be an object, not ${typeof options}`))
+      }
       const signal = options == null ? undefined : options.signal
       if (signal != null && !isAbortSignal(signal)) {
         return Promise.reject(new PoolError(PoolErrorCode.INVALID_SPEC, 'options.signal must be an AbortSignal'))
@@ -230,6 +250,7 @@ class AuditLog {
   #native
 
   constructor(dataDir, options) {
+    checkPath(dataDir, 'dataDir')
     try {
       this.#native = new native.NativeAuditLog(dataDir, options)
     } catch (err) {
@@ -259,6 +280,7 @@ class FilesystemJail {
   #native
 
   constructor(dataDir) {
+    checkPath(dataDir, 'dataDir')
     this.#native = new native.NativeJail(dataDir)
   }
 
@@ -286,7 +308,8 @@ class SecretRedactor {
   }
 
   redact(output) {
-    return this.#native.redact(String(output))
+    if (typeof output !== 'string') throw new TypeError(`output must be a string, not ${typeof output}`)
+    return this.#native.redact(output)
   }
 }
 
@@ -294,7 +317,7 @@ class SecretRedactor {
 
 class WorkerExecutor {
   constructor(pool) {
-    if (!(pool instanceof WorkerPool)) throw new TypeError('WorkerExecutor needs a finn-sandbox WorkerPool')
+    if (!(pool instanceof WorkerPool)) throw new TypeError('WorkerExecutor: pool must be a finn-sandbox WorkerPool')
     this.pool = pool
   }
 
@@ -339,7 +362,7 @@ function createExecutor(mode, pool) {
     default:
       throw new PoolError(
         PoolErrorCode.SANDBOX_DISABLED,
-        `Invalid SANDBOX_MODE: ${String(mode)}. Tool execution is not available.`,
+        `Invalid SANDBOX_MODE: ${shown(mode)}. Tool execution is not available.`,
       )
   }
 }
@@ -371,8 +394,9 @@ class ToolSandbox {
   }
 
   tokenize(commandString) {
+    if (typeof commandString !== 'string') throw new TypeError(`commandString must be a string, not ${typeof commandString}`)
     try {
-      return this.#native.tokenize(String(commandString))
+      return this.#native.tokenize(commandString)
     } catch (err) {
       rethrowSandbox(err)
     }
@@ -384,6 +408,8 @@ class ToolSandbox {
   }
 
   async execute(commandString, options) {
+    if (typeof commandString !== 'string') throw new TypeError(`commandString must be a string, not ${typeof commandString}`)
+    checkOptions(options, 'options')
     const signal = options == null ? undefined : options.signal
     const sessionId = options == null ? undefined : options.sessionId
     if (signal != null && !isAbortSignal(signal)) throw new SandboxError('options.signal must be an AbortSignal')
