@@ -62,18 +62,39 @@ impl Writer {
     }
     if self.file.is_none() {
       std::fs::create_dir_all(&self.dir)?;
-      let file = OpenOptions::new()
+      let mut file = OpenOptions::new()
         .create(true)
+        .read(true)
         .append(true)
         .open(self.current())?;
       self.size = file.metadata()?.len();
+      // A torn line left by a failed write that could not be cut off (see below) is ended
+      // here, so it never swallows this entry: the trail stays one JSON value per line.
+      if self.size > 0 && last_byte(&file, self.size)? != b'\n' {
+        file.write_all(b"\n")?;
+        self.size += 1;
+      }
       self.file = Some(file);
     }
     // One write of the whole line with O_APPEND: lines never interleave.
-    self.file.as_mut().expect("opened above").write_all(line)?;
+    let file = self.file.as_mut().expect("opened above");
+    if let Err(e) = file.write_all(line) {
+      // A full disk takes part of the line: cut the file back to the last whole line (which
+      // also frees the space), and reopen next time.
+      let _ = file.set_len(self.size);
+      self.file = None;
+      return Err(e);
+    }
     self.size += line.len() as u64;
     Ok(())
   }
+}
+
+fn last_byte(file: &File, size: u64) -> io::Result<u8> {
+  use std::os::unix::fs::FileExt;
+  let mut byte = [0u8];
+  file.read_exact_at(&mut byte, size - 1)?;
+  Ok(byte[0])
 }
 
 /// Writers by canonical log directory; entries die with their last `AuditLog`.
@@ -174,6 +195,20 @@ mod tests {
     // The newest entries are in the current file, in order.
     let current = std::fs::read_to_string(dir.path().join("audit/audit.log")).unwrap();
     assert!(current.trim_end().ends_with(r#"["file-59"]}"#));
+  }
+
+  #[test]
+  fn a_torn_last_line_is_ended_before_the_next_entry() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("audit")).unwrap();
+    // What a write cut short by a full disk leaves when it could not be truncated.
+    std::fs::write(dir.path().join("audit/audit.log"), b"{\"action\":\"al").unwrap();
+    let log = AuditLog::new(dir.path(), AuditOptions::default());
+    assert!(log.append(&entry(1)));
+    let text = std::fs::read_to_string(dir.path().join("audit/audit.log")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 2, "{text}");
+    serde_json::from_str::<serde_json::Value>(lines[1]).expect("the new entry is whole JSON");
   }
 
   #[test]

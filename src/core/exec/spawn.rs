@@ -32,7 +32,7 @@ pub struct SpawnSpec {
 /// Why a child could not be started.
 #[derive(Debug, thiserror::Error)]
 pub enum SpawnError {
-  #[error("spawn {program}: {source}")]
+  #[error("spawn {program}: {source}{}", resource_hint(.source))]
   Exec { program: String, source: io::Error },
   #[error("spawn {program}: working directory {cwd} is not usable: {source}")]
   Cwd {
@@ -42,8 +42,21 @@ pub enum SpawnError {
   },
   #[error("spawn {program}: not found in PATH")]
   NotFound { program: String },
-  #[error("set up pipes or pidfd: {0}")]
+  #[error("set up pipes or pidfd: {0}{hint}", hint = resource_hint(.0))]
   Setup(io::Error),
+}
+
+/// Names the exhausted resource behind an errno whose own text does not ("Resource temporarily
+/// unavailable" is what a full pids cgroup and RLIMIT_NPROC both give), so the caller knows what
+/// to raise.
+fn resource_hint(e: &io::Error) -> &'static str {
+  match e.raw_os_error() {
+    Some(libc::EAGAIN) => " (process limit reached: RLIMIT_NPROC or the pids cgroup's pids.max)",
+    Some(libc::EMFILE) => " (open-file limit reached: RLIMIT_NOFILE)",
+    Some(libc::ENFILE) => " (the system's open-file table is full)",
+    Some(libc::ENOMEM) => " (out of memory)",
+    _ => "",
+  }
 }
 
 impl SpawnError {
