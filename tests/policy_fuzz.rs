@@ -1,5 +1,11 @@
 //! Property tests for the policy pieces. CI runs PROPTEST_CASES (default 2000 per property);
 //! the nightly-style run in the README uses PROPTEST_CASES=1000000.
+//!
+//! Two corpora are kept in the repository and replayed by every run:
+//! - `tests/policy_fuzz.proptest-regressions`: proptest writes the seed of every failure it
+//!   finds there, and replays those seeds first (commit the file with the fix);
+//! - `tests/corpus/<target>/*`: hand-picked inputs (one file each, raw bytes, read as lossy
+//!   UTF-8) that went through the same checks as the generated ones. Add a file to pin a case.
 
 use std::os::unix::fs::symlink;
 use std::path::Path;
@@ -9,6 +15,7 @@ use std::sync::{Arc, LazyLock};
 use finn_sandbox::core::policy::redact::REDACTED;
 use finn_sandbox::core::policy::{FilesystemJail, SecretRedactor, tokenize};
 use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
 
 const METACHARS: [char; 16] = [
   '|', '&', ';', '$', '`', '(', ')', '{', '}', '!', '<', '>', '\\', '#', '~', '\0',
@@ -21,9 +28,82 @@ fn config() -> ProptestConfig {
     .unwrap_or(2000);
   ProptestConfig {
     cases,
-    failure_persistence: None,
+    // tests/policy_fuzz.proptest-regressions, next to this file.
+    failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+      "proptest-regressions",
+    ))),
     ..ProptestConfig::default()
   }
+}
+
+/// A secret the redactor corpus and properties use; inputs that hold it must lose it.
+const KNOWN_SECRET: &str = "sk-ant-api-0123456789abcdef";
+
+/// Tokens of an accepted command are non-empty, whitespace-free and free of metacharacters.
+fn check_tokenize(input: &str) -> Result<(), TestCaseError> {
+  if let Ok(cmd) = tokenize(input) {
+    for token in std::iter::once(&cmd.binary).chain(&cmd.args) {
+      prop_assert!(!token.is_empty());
+      prop_assert!(!token.chars().any(char::is_whitespace));
+      let dirty = token.contains(METACHARS);
+      prop_assert!(!dirty, "{token:?}");
+    }
+  }
+  Ok(())
+}
+
+/// An accepted path, and whatever of it exists, lies inside the jail.
+fn check_jail(input: &str) -> Result<(), TestCaseError> {
+  let jail = &FIXTURE.1;
+  if let Ok(path) = jail.validate_path(input) {
+    prop_assert!(path.starts_with(jail.root()), "{input:?} -> {path:?}");
+    // Whatever exists of it resolves inside too: no symlink was followed out.
+    if let Ok(real) = std::fs::canonicalize(&path) {
+      prop_assert!(real.starts_with(jail.root()), "{input:?} -> {real:?}");
+    }
+  }
+  Ok(())
+}
+
+/// Redaction never panics and never leaves the known secret in.
+fn check_redact(input: &str) -> Result<(), TestCaseError> {
+  let out = SecretRedactor::new([("ANTHROPIC_API_KEY", KNOWN_SECRET)]).redact(input);
+  prop_assert!(!out.contains(KNOWN_SECRET), "{input:?} -> {out:?}");
+  Ok(())
+}
+
+/// Every file of `tests/corpus/<target>/`, as lossy UTF-8, through `check`; at least one file.
+fn replay(target: &str, check: fn(&str) -> Result<(), TestCaseError>) {
+  let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+    .join("tests/corpus")
+    .join(target);
+  let mut files: Vec<_> = std::fs::read_dir(&dir)
+    .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+    .map(|e| e.unwrap().path())
+    .collect();
+  files.sort();
+  assert!(!files.is_empty(), "{}: empty corpus", dir.display());
+  for file in files {
+    let input = String::from_utf8_lossy(&std::fs::read(&file).unwrap()).into_owned();
+    if let Err(e) = check(&input) {
+      panic!("{}: {e}", file.display());
+    }
+  }
+}
+
+#[test]
+fn corpus_tokenize() {
+  replay("tokenize", check_tokenize);
+}
+
+#[test]
+fn corpus_jail() {
+  replay("jail", check_jail);
+}
+
+#[test]
+fn corpus_redact() {
+  replay("redact", check_redact);
 }
 
 /// Path-ish strings: components from a small alphabet that includes the dangerous ones.
@@ -66,26 +146,12 @@ proptest! {
 
   #[test]
   fn tokenizer_never_panics_and_tokens_are_clean(input in any::<String>()) {
-    if let Ok(cmd) = tokenize(&input) {
-      for token in std::iter::once(&cmd.binary).chain(&cmd.args) {
-        prop_assert!(!token.is_empty());
-        prop_assert!(!token.chars().any(char::is_whitespace));
-        let dirty = token.contains(METACHARS);
-        prop_assert!(!dirty, "{token:?}");
-      }
-    }
+    check_tokenize(&input)?;
   }
 
   #[test]
   fn jail_never_returns_a_path_outside(input in path_input()) {
-    let jail = &FIXTURE.1;
-    if let Ok(path) = jail.validate_path(&input) {
-      prop_assert!(path.starts_with(jail.root()), "{input:?} -> {path:?}");
-      // Whatever exists of it resolves inside too: no symlink was followed out.
-      if let Ok(real) = std::fs::canonicalize(&path) {
-        prop_assert!(real.starts_with(jail.root()), "{input:?} -> {real:?}");
-      }
-    }
+    check_jail(&input)?;
   }
 
   #[test]
@@ -111,7 +177,15 @@ proptest! {
 
   #[test]
   fn redactor_never_panics(text in any::<String>()) {
-    let _ = SecretRedactor::new([("ANTHROPIC_API_KEY", "sk-ant-api-0123456789abcdef")]).redact(&text);
+    let _ = SecretRedactor::new([("ANTHROPIC_API_KEY", KNOWN_SECRET)]).redact(&text);
+  }
+
+  #[test]
+  fn redactor_removes_the_secret_wherever_it_is_embedded(
+    before in any::<String>(),
+    after in any::<String>(),
+  ) {
+    check_redact(&format!("{before}{KNOWN_SECRET}{after}"))?;
   }
 }
 
