@@ -21,6 +21,15 @@ const METACHARS: [char; 16] = [
   '|', '&', ';', '$', '`', '(', ')', '{', '}', '!', '<', '>', '\\', '#', '~', '\0',
 ];
 
+/// The repository: cargo's at run time (a copied test binary is pointed at its copy, see
+/// scripts/ci-unprivileged.sh), else where it was built.
+fn manifest_dir() -> std::path::PathBuf {
+  std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+    || Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(),
+    Into::into,
+  )
+}
+
 fn config() -> ProptestConfig {
   let cases = std::env::var("PROPTEST_CASES")
     .ok()
@@ -74,9 +83,7 @@ fn check_redact(input: &str) -> Result<(), TestCaseError> {
 
 /// Every file of `tests/corpus/<target>/`, as lossy UTF-8, through `check`; at least one file.
 fn replay(target: &str, check: fn(&str) -> Result<(), TestCaseError>) {
-  let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-    .join("tests/corpus")
-    .join(target);
+  let dir = manifest_dir().join("tests/corpus").join(target);
   let mut files: Vec<_> = std::fs::read_dir(&dir)
     .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
     .map(|e| e.unwrap().path())

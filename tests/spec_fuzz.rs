@@ -12,6 +12,15 @@ use finn_sandbox::core::pool::{JobSpec, Lane, RawJob};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
+/// The repository: cargo's at run time (a copied test binary is pointed at its copy, see
+/// scripts/ci-unprivileged.sh), else where it was built.
+fn manifest_dir() -> std::path::PathBuf {
+  std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+    || Path::new(env!("CARGO_MANIFEST_DIR")).to_path_buf(),
+    Into::into,
+  )
+}
+
 fn config() -> ProptestConfig {
   let cases = std::env::var("PROPTEST_CASES")
     .ok()
@@ -161,7 +170,7 @@ fn check_packed(input: &str) -> Result<(), TestCaseError> {
 
 #[test]
 fn corpus_spec() {
-  let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus/spec");
+  let dir = manifest_dir().join("tests/corpus/spec");
   let mut files: Vec<_> = std::fs::read_dir(&dir)
     .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
     .map(|e| e.unwrap().path())
