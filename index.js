@@ -401,31 +401,37 @@ class ToolSandbox {
       return WorkerPool.track(pool, ticket, signal)
     }
 
-    let prepared
-    try {
-      prepared = this.#native.prepare(command, sessionId)
-    } catch (err) {
-      rethrowSandbox(err)
-    }
     if (!this.#executor) {
+      let result
+      try {
+        result = this.#native.executeWithoutExecutor(command, sessionId)
+      } catch (err) {
+        rethrowSandbox(err)
+      }
       if (!this.#warnedNoExecutor) {
         this.#warnedNoExecutor = true
         console.warn('[sandbox] executor unavailable — all tool calls will fail.')
       }
-      return this.#native.complete(prepared, { noExecutor: true })
+      return result
+    }
+    let spec, prepared
+    try {
+      ;({ spec, prepared } = this.#native.prepare(command, sessionId))
+    } catch (err) {
+      rethrowSandbox(err)
     }
     let result
     try {
-      result = await this.#executor.exec(prepared.spec)
+      result = await this.#executor.exec(spec)
     } catch (err) {
       if (err && err.name === 'PoolError' && err.code === PoolErrorCode.EXEC_TIMEOUT) {
-        return this.#native.complete(prepared, { timeoutMessage: String(err.message) })
+        return prepared.complete({ timeoutMessage: String(err.message) })
       }
       const code = err && (err.code ?? err.message)
-      this.#native.complete(prepared, { failedCode: String(code ?? 'unknown') })
+      prepared.complete({ failedCode: String(code ?? 'unknown') })
       throw err
     }
-    return this.#native.complete(prepared, result)
+    return prepared.complete(result)
   }
 }
 

@@ -27,8 +27,12 @@ export declare class NativeJail {
 
 /** A command that passed stages 1-7, waiting for its executor's outcome. */
 export declare class NativePrepared {
-  /** The `ExecSpec` to hand to the executor. */
-  get spec(): import('./index').ExecSpec
+  /**
+   * Stage 9 for the executor's result (`ExecResult`), timeout (`{ timeoutMessage }`) or
+   * failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
+   * error).
+   */
+  complete(outcome: unknown): SandboxResult | null
 }
 
 /** Redacts secrets from text. */
@@ -44,14 +48,18 @@ export declare class NativeToolSandbox {
   /** Throws `SANDBOX_ERROR: <message>` for an empty command or shell metacharacters. */
   tokenize(command: string): SandboxCommand
   getJailRoot(): string
-  /** Stages 1-7; throws `SANDBOX_ERROR: <message>` for a refusal (already audited). */
-  prepare(command: string, sessionId?: string | undefined | null): NativePrepared
   /**
-   * Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
-   * failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
-   * error) or absence (`{ noExecutor: true }`).
+   * Stages 1-7 for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
+   * executor and the handle to complete with its outcome. Throws `SANDBOX_ERROR: <message>`
+   * for a refusal (already audited).
    */
-  complete(prepared: NativePrepared, outcome: unknown): SandboxResult | null
+  prepare(command: string, sessionId?: string | undefined | null): { spec: import('./index').ExecSpec; prepared: NativePrepared }
+  /**
+   * The whole pipeline without an executor: an allowed command resolves as "Sandbox is
+   * disabled (no executor available)", audited `no_executor`. Throws `SANDBOX_ERROR:
+   * <message>` for a refusal (already audited).
+   */
+  executeWithoutExecutor(command: string, sessionId?: string | undefined | null): SandboxResult
   /**
    * The whole pipeline in Rust on the native pool's interactive lane, with the jail as
    * jailRoot. Throws `SANDBOX_ERROR: ...` for a refusal; otherwise returns the pool job's

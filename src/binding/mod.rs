@@ -1,6 +1,7 @@
 //! The only code that touches napi: classes, option conversion, error mapping.
 
 pub mod convert;
+pub mod executor;
 pub mod logging;
 pub mod pool;
 pub mod sandbox;

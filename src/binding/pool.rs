@@ -26,6 +26,16 @@ pub struct JobSettled {
 }
 
 impl JobSettled {
+  pub(crate) fn sandbox(id: u64, result: SandboxResult) -> Self {
+    JobSettled {
+      id: id as f64,
+      result: None,
+      sandbox_result: Some(result),
+      error_code: None,
+      error_message: None,
+    }
+  }
+
   pub(crate) fn error(id: u64, e: &PoolError) -> Self {
     JobSettled {
       id: id as f64,

@@ -11,6 +11,7 @@ pub mod pool;
 pub mod stats;
 pub mod worker;
 
+pub use crate::core::exec::TRUNCATION_MARKER;
 pub use config::{JobSpec, Lane, PoolConfig, RawJob};
 pub use error::PoolError;
 pub use pool::{Completion, ExecResult, JobOutcome, Pool, Submitted, TEST_PANIC_SESSION};
