@@ -105,7 +105,7 @@ const optionalString = (v) => (v === undefined || v === null ? '' : typeof v ===
 const optionalCount = (v) =>
   v === undefined || v === null ? '' : typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? String(v) : undefined
 
-/** The packed form of `convert::packed_job` (src/binding/convert.rs), or undefined. */
+/** The packed form of `spec::packed_job` (src/binding/spec.rs: PACKED_HEADER is the field order), or undefined. */
 function pack(spec, lane, jailRoot) {
   if (typeof spec !== 'object' || spec === null) return undefined
   const { binaryPath, args, cwd, env } = spec
@@ -309,7 +309,7 @@ class WorkerExecutor {
  */
 class ChildProcessExecutor {
   constructor() {
-    this.pool = new WorkerPool({ interactiveWorkers: 4096, maxQueueDepth: 0 })
+    this.pool = new WorkerPool({ interactiveWorkers: native.limits().maxInteractiveWorkers, maxQueueDepth: 0 })
   }
 
   exec(spec) {

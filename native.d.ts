@@ -88,7 +88,7 @@ export declare class NativeWorkerPool {
    */
   submit(spec: unknown, lane?: unknown | undefined | null, jailRoot?: unknown | undefined | null): Ticket
   /**
-   * [`Self::submit`] for a job `index.js` packed into one string (see `convert::packed_job`).
+   * [`Self::submit`] for a job `index.js` packed into one string (see `spec::packed_job`).
    * A malformed string is refused with `INVALID_SPEC`; `index.js` then resubmits the spec
    * field by field for an error that names the field.
    */
@@ -135,6 +135,23 @@ export interface JobSettled {
   sandboxResult?: SandboxResult
   errorCode?: string
   errorMessage?: string
+}
+
+/** The defaults and limits, read once by `index.js`. */
+export declare function limits(): Limits
+
+/** Every default and limit of a job and a pool (see `src/core/limits.rs`). */
+export interface Limits {
+  defaultTimeoutMs: number
+  maxTimeoutMs: number
+  defaultMaxBuffer: number
+  maxBufferLimit: number
+  defaultKillGraceMs: number
+  defaultShutdownDeadlineMs: number
+  defaultInteractiveWorkers: number
+  maxInteractiveWorkers: number
+  defaultMaxQueueDepth: number
+  defaultSandboxMaxOutput: number
 }
 
 export interface PoolTotals {

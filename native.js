@@ -841,3 +841,4 @@ module.exports.NativePrepared = nativeBinding.NativePrepared
 module.exports.NativeRedactor = nativeBinding.NativeRedactor
 module.exports.NativeToolSandbox = nativeBinding.NativeToolSandbox
 module.exports.NativeWorkerPool = nativeBinding.NativeWorkerPool
+module.exports.limits = nativeBinding.limits

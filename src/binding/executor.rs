@@ -12,6 +12,7 @@ use napi_derive::napi;
 
 use super::convert::{self, Checked};
 use super::sandbox::SandboxResult;
+use super::spec;
 use crate::core::pool::{PoolError, RawJob};
 use crate::core::sandbox::{self, Done, Output, RunError, RunOutcome, Runner};
 
@@ -85,30 +86,13 @@ impl NativePrepared {
 }
 
 /// `{ spec, prepared }` for JS: the `ExecSpec` to hand to the executor, and the handle to
-/// complete. A missing `timeoutMs` or `maxBuffer` is left out (the executor's default applies).
+/// complete.
 pub(crate) fn prepared_to_js<'env>(
   env: &'env Env,
   job: &RawJob,
   prepared: NativePrepared,
 ) -> napi::Result<Object<'env>> {
-  let mut spec = Object::new(env)?;
-  spec.set("binaryPath", job.binary_path.as_str())?;
-  spec.set("args", job.args.clone())?;
-  spec.set("cwd", job.cwd.as_str())?;
-  if let Some(ms) = job.timeout_ms {
-    spec.set("timeoutMs", ms as f64)?;
-  }
-  let mut env_obj = Object::new(env)?;
-  for (k, v) in &job.env {
-    env_obj.set(k, v.as_str())?;
-  }
-  spec.set("env", env_obj)?;
-  if let Some(bytes) = job.max_buffer {
-    spec.set("maxBuffer", bytes as f64)?;
-  }
-  if let Some(session) = &job.session_id {
-    spec.set("sessionId", session.as_str())?;
-  }
+  let spec = spec::exec_spec(env, job)?;
   let mut out = Object::new(env)?;
   out.set("spec", spec)?;
   out.set("prepared", prepared)?;

@@ -2,6 +2,8 @@
 
 pub mod convert;
 pub mod executor;
+pub mod limits;
 pub mod logging;
 pub mod pool;
 pub mod sandbox;
+pub mod spec;

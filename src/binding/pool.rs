@@ -12,6 +12,8 @@ use napi_derive::napi;
 
 use super::convert::{self, Checked};
 use super::sandbox::SandboxResult;
+use super::spec;
+use crate::core::limits::MAX_INTERACTIVE_WORKERS;
 use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
@@ -176,10 +178,10 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
   let obj = convert::object(config.as_ref().expect("checked not nullish"), "config")?;
   if let Some(n) = convert::optional_uint(&obj, "interactiveWorkers", "config.interactiveWorkers")?
   {
-    if !(1..=4096).contains(&n) {
-      return Err(PoolError::InvalidSpec(
-        "config.interactiveWorkers must be an integer from 1 to 4096".into(),
-      ));
+    if !(1..=MAX_INTERACTIVE_WORKERS as u64).contains(&n) {
+      return Err(PoolError::InvalidSpec(format!(
+        "config.interactiveWorkers must be an integer from 1 to {MAX_INTERACTIVE_WORKERS}"
+      )));
     }
     out.interactive_workers = n as usize;
   }
@@ -237,18 +239,18 @@ impl NativeWorkerPool {
   /// refused; never throws for bad input. The outcome arrives through `onSettled`.
   #[napi(catch_unwind)]
   pub fn submit(&self, spec: Unknown, lane: Option<Unknown>, jail_root: Option<Unknown>) -> Ticket {
-    self.admit(convert::raw_job(&spec, lane.as_ref(), jail_root.as_ref()))
+    self.admit(spec::raw_job(&spec, lane.as_ref(), jail_root.as_ref()))
   }
 
-  /// [`Self::submit`] for a job `index.js` packed into one string (see `convert::packed_job`).
+  /// [`Self::submit`] for a job `index.js` packed into one string (see `spec::packed_job`).
   /// A malformed string is refused with `INVALID_SPEC`; `index.js` then resubmits the spec
   /// field by field for an error that names the field.
   #[napi(catch_unwind)]
   pub fn submit_packed(&self, packed: String) -> Ticket {
-    self.admit(convert::packed_job(&packed))
+    self.admit(spec::packed_job(&packed))
   }
 
-  fn admit(&self, raw: convert::Checked<pool::RawJob>) -> Ticket {
+  fn admit(&self, raw: Checked<pool::RawJob>) -> Ticket {
     let settler = Arc::clone(&self.settler);
     let submitted = raw.and_then(JobSpec::new).and_then(|job| {
       self.pool.submit_with(
