@@ -7,16 +7,12 @@
 
 const native = require('./native.js')
 
+// Every code comes from the addon (the Rust enum `PoolErrorCode`); native errors carry theirs
+// as a `code` property set in Rust.
+const codes = native.errorCodes()
+
 /** @type {Readonly<Record<string, string>>} */
-const PoolErrorCode = Object.freeze({
-  WORKER_UNAVAILABLE: 'WORKER_UNAVAILABLE',
-  POOL_SHUTTING_DOWN: 'POOL_SHUTTING_DOWN',
-  SANDBOX_DISABLED: 'SANDBOX_DISABLED',
-  EXEC_TIMEOUT: 'EXEC_TIMEOUT',
-  WORKER_CRASHED: 'WORKER_CRASHED',
-  ABORTED: 'ABORTED',
-  INVALID_SPEC: 'INVALID_SPEC',
-})
+const PoolErrorCode = Object.freeze(Object.fromEntries(codes.pool.map((code) => [code, code])))
 
 class PoolError extends Error {
   constructor(code, message, options) {
@@ -33,12 +29,13 @@ class SandboxError extends Error {
   }
 }
 
-/** Native errors carry "CODE: message"; anything else is an internal failure. */
+/** A native error whose `code` is a PoolErrorCode keeps it; anything else is an internal failure. */
 function toPoolError(err) {
   if (err instanceof PoolError) return err
+  if (err instanceof Error && typeof err.code === 'string' && Object.hasOwn(PoolErrorCode, err.code)) {
+    return new PoolError(err.code, err.message)
+  }
   const text = String(err && err.message !== undefined ? err.message : err)
-  const match = /^([A-Z_]+): ([\s\S]*)$/.exec(text)
-  if (match && Object.hasOwn(PoolErrorCode, match[1])) return new PoolError(match[1], match[2])
   return new PoolError(PoolErrorCode.WORKER_CRASHED, text, { cause: err })
 }
 
@@ -219,10 +216,9 @@ class WorkerPool {
 
 // ── Sandbox ──────────────────────────────────────────────────────────────────
 
-/** Native refusals carry "SANDBOX_ERROR: message". */
+/** Native refusals carry the sandbox's code. */
 function rethrowSandbox(err) {
-  const text = String(err && err.message !== undefined ? err.message : err)
-  if (text.startsWith('SANDBOX_ERROR: ')) throw new SandboxError(text.slice('SANDBOX_ERROR: '.length))
+  if (err instanceof Error && err.code === codes.sandbox) throw new SandboxError(err.message)
   throw err
 }
 

@@ -11,7 +11,9 @@ use napi::bindgen_prelude::{Object, Unknown};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
+use super::error::sandbox_error;
 use super::sandbox::SandboxResult;
+use super::sandbox::checked_to_sandbox;
 use super::spec;
 use crate::core::pool::{PoolError, RawJob};
 use crate::core::sandbox::{self, Done, Output, RunError, RunOutcome, Runner};
@@ -73,12 +75,12 @@ impl NativePrepared {
   /// failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
   /// error).
   #[napi(catch_unwind)]
-  pub fn complete(&mut self, outcome: Unknown) -> napi::Result<Option<SandboxResult>> {
+  pub fn complete(&mut self, env: &Env, outcome: Unknown) -> napi::Result<Option<SandboxResult>> {
     let done = self
       .done
       .take()
-      .ok_or_else(|| super::sandbox::sandbox_error("command already completed"))?;
-    let outcome = exec_outcome(&outcome).map_err(super::sandbox::checked_to_sandbox)?;
+      .ok_or_else(|| sandbox_error(env, "command already completed"))?;
+    let outcome = exec_outcome(&outcome).map_err(checked_to_sandbox(env))?;
     done(0, outcome);
     let settled = self.result.lock().unwrap_or_else(|e| e.into_inner()).take();
     Ok(settled.and_then(Result::ok).map(Into::into))

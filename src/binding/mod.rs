@@ -1,6 +1,7 @@
 //! The only code that touches napi: classes, option conversion, error mapping.
 
 pub mod convert;
+pub mod error;
 pub mod executor;
 pub mod limits;
 pub mod logging;

@@ -5,11 +5,12 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
+use napi::Env;
 use napi::bindgen_prelude::{Object, Unknown};
-use napi::{Env, Status};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
+use super::error::{coded, sandbox_error};
 use super::executor::{self, HandOff};
 use super::pool::{JobSettled, NativeWorkerPool, Ticket};
 use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
@@ -18,15 +19,15 @@ use crate::core::policy::{self, CommandPolicy};
 use crate::core::pool::PoolError;
 use crate::core::sandbox::{self, NoRunner, Refusal, SandboxConfig};
 
-pub(crate) fn sandbox_error(message: impl Into<String>) -> napi::Error {
-  napi::Error::new(
-    Status::GenericFailure,
-    format!("SANDBOX_ERROR: {}", message.into()),
-  )
+/// A refusal of bad input, as a sandbox error naming the field.
+pub(crate) fn checked_to_sandbox(env: &Env) -> impl Fn(PoolError) -> napi::Error + '_ {
+  move |e| sandbox_error(env, e)
 }
 
-pub(crate) fn checked_to_sandbox(e: PoolError) -> napi::Error {
-  sandbox_error(e.to_string())
+/// An I/O failure on `path` the way Node's fs reports it: `code` is the errno's name.
+fn fs_error(env: &Env, e: &std::io::Error, path: &str) -> napi::Error {
+  let code = errno_name(e);
+  coded(env, code, format!("{code}: {e}, realpath '{path}'"))
 }
 
 /// A tokenized command.
@@ -69,8 +70,8 @@ pub struct NativeAuditLog {
 #[napi]
 impl NativeAuditLog {
   #[napi(constructor, catch_unwind)]
-  pub fn new(data_dir: String, options: Option<Unknown>) -> napi::Result<Self> {
-    let options = audit_options(options).map_err(checked_to_sandbox)?;
+  pub fn new(env: &Env, data_dir: String, options: Option<Unknown>) -> napi::Result<Self> {
+    let options = audit_options(options).map_err(checked_to_sandbox(env))?;
     Ok(NativeAuditLog {
       log: audit::AuditLog::new(Path::new(&data_dir), options),
     })
@@ -146,10 +147,8 @@ pub struct NativeJail {
 impl NativeJail {
   /// Throws when `dir` does not exist (its realpath is the jail root).
   #[napi(constructor, catch_unwind)]
-  pub fn new(dir: String) -> napi::Result<Self> {
-    let jail = policy::FilesystemJail::new(&dir).map_err(|e| {
-      napi::Error::from_reason(format!("{}: {e}, realpath '{dir}'", errno_name(&e)))
-    })?;
+  pub fn new(env: &Env, dir: String) -> napi::Result<Self> {
+    let jail = policy::FilesystemJail::new(&dir).map_err(|e| fs_error(env, &e, &dir))?;
     Ok(NativeJail { jail })
   }
 
@@ -206,8 +205,8 @@ pub struct NativeRedactor {
 #[napi]
 impl NativeRedactor {
   #[napi(constructor, catch_unwind)]
-  pub fn new(env: Option<Unknown>) -> napi::Result<Self> {
-    let env = string_env(env, "env").map_err(checked_to_sandbox)?;
+  pub fn new(js: &Env, env: Option<Unknown>) -> napi::Result<Self> {
+    let env = string_env(env, "env").map_err(checked_to_sandbox(js))?;
     Ok(NativeRedactor {
       redactor: policy::SecretRedactor::new(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
     })
@@ -300,29 +299,28 @@ impl NativeToolSandbox {
   /// `secretsEnv` is the environment the redactor takes its secret values from.
   #[napi(constructor, catch_unwind)]
   pub fn new(
+    env: &Env,
     config: Unknown,
     audit_log: &NativeAuditLog,
     secrets_env: Option<Unknown>,
   ) -> napi::Result<Self> {
-    let config = sandbox_config(&config).map_err(checked_to_sandbox)?;
-    let secrets = string_env(secrets_env, "secretsEnv").map_err(checked_to_sandbox)?;
+    let config = sandbox_config(&config).map_err(checked_to_sandbox(env))?;
+    let secrets = string_env(secrets_env, "secretsEnv").map_err(checked_to_sandbox(env))?;
     let jail_root = config.jail_root.clone();
-    let sandbox =
-      sandbox::ToolSandbox::new(config, audit_log.log.clone(), &secrets).map_err(|e| {
-        napi::Error::from_reason(format!("{}: {e}, realpath '{jail_root}'", errno_name(&e)))
-      })?;
+    let sandbox = sandbox::ToolSandbox::new(config, audit_log.log.clone(), &secrets)
+      .map_err(|e| fs_error(env, &e, &jail_root))?;
     Ok(NativeToolSandbox {
       sandbox: Arc::new(sandbox),
     })
   }
 
-  /// Throws `SANDBOX_ERROR: <message>` for an empty command or shell metacharacters.
+  /// Throws a `SANDBOX_ERROR` error for an empty command or shell metacharacters.
   #[napi(catch_unwind)]
-  pub fn tokenize(&self, command: String) -> napi::Result<SandboxCommand> {
+  pub fn tokenize(&self, env: &Env, command: String) -> napi::Result<SandboxCommand> {
     let cmd = self
       .sandbox
       .tokenize(&command)
-      .map_err(|d| sandbox_error(d.message))?;
+      .map_err(|d| sandbox_error(env, d.message))?;
     Ok(SandboxCommand {
       binary: cmd.binary,
       args: cmd.args,
@@ -335,7 +333,7 @@ impl NativeToolSandbox {
   }
 
   /// Stages 1-7 for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
-  /// executor and the handle to complete with its outcome. Throws `SANDBOX_ERROR: <message>`
+  /// executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error
   /// for a refusal (already audited).
   #[napi(
     catch_unwind,
@@ -352,17 +350,18 @@ impl NativeToolSandbox {
     self
       .sandbox
       .execute(&command, session_id, &hand_off, land)
-      .map_err(refusal)?;
+      .map_err(refusal(env))?;
     let (job, prepared) = hand_off.prepared(result);
     executor::prepared_to_js(env, &job, prepared)
   }
 
   /// The whole pipeline without an executor: an allowed command resolves as "Sandbox is
-  /// disabled (no executor available)", audited `no_executor`. Throws `SANDBOX_ERROR:
-  /// <message>` for a refusal (already audited).
+  /// disabled (no executor available)", audited `no_executor`. Throws a
+  /// `SANDBOX_ERROR` error for a refusal (already audited).
   #[napi(catch_unwind)]
   pub fn execute_without_executor(
     &self,
+    env: &Env,
     command: String,
     session_id: Option<String>,
   ) -> napi::Result<SandboxResult> {
@@ -370,22 +369,23 @@ impl NativeToolSandbox {
     self
       .sandbox
       .execute(&command, session_id, &NoRunner, land)
-      .map_err(refusal)?;
+      .map_err(refusal(env))?;
     let settled = result.lock().unwrap_or_else(|e| e.into_inner()).take();
     match settled {
       Some(Ok(result)) => Ok(result.into()),
       Some(Err(never)) => match never {},
-      None => Err(sandbox_error("no runner settles at once")),
+      None => Err(sandbox_error(env, "no runner settles at once")),
     }
   }
 
   /// The whole pipeline in Rust on the native pool's interactive lane, with the jail as
-  /// jailRoot. Throws `SANDBOX_ERROR: ...` for a refusal; otherwise returns the pool job's
+  /// jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's
   /// ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
   /// through the pool's `onSettled`.
   #[napi(catch_unwind)]
   pub fn execute_with_pool(
     &self,
+    env: &Env,
     command: String,
     pool: &NativeWorkerPool,
     session_id: Option<String>,
@@ -402,7 +402,7 @@ impl NativeToolSandbox {
     match started {
       Ok(id) => Ok(Ticket::accepted(id)),
       Err(Refusal::NotRun(e)) => Ok(Ticket::refused(&e)),
-      Err(Refusal::Denied(d)) => Err(sandbox_error(d.message)),
+      Err(Refusal::Denied(d)) => Err(sandbox_error(env, d.message)),
     }
   }
 }
@@ -417,9 +417,9 @@ fn landing<T: Send + 'static>() -> (Arc<Mutex<Option<T>>>, impl FnOnce(u64, T) +
 
 /// A policy refusal as JS sees it; a runner's refusal never reaches here (its type has none, or
 /// the caller maps it to a ticket).
-fn refusal<E>(r: Refusal<E>) -> napi::Error {
-  match r {
-    Refusal::Denied(d) => sandbox_error(d.message),
-    Refusal::NotRun(_) => sandbox_error("the runner refused the command"),
+fn refusal<E>(env: &Env) -> impl Fn(Refusal<E>) -> napi::Error + '_ {
+  move |r| match r {
+    Refusal::Denied(d) => sandbox_error(env, d.message),
+    Refusal::NotRun(_) => sandbox_error(env, "the runner refused the command"),
   }
 }

@@ -13,6 +13,6 @@ pub mod worker;
 
 pub use crate::core::exec::TRUNCATION_MARKER;
 pub use config::{JobSpec, Lane, PoolConfig, RawJob};
-pub use error::PoolError;
+pub use error::{PoolError, PoolErrorCode};
 pub use pool::{Completion, ExecResult, JobOutcome, Pool, Submitted, TEST_PANIC_SESSION};
 pub use stats::PoolStats;
