@@ -49,5 +49,8 @@ fn core_rooms_import_only_downwards_and_never_napi() {
       }
     }
   }
-  assert!(violations.is_empty(), "upward or napi imports: {violations:#?}");
+  assert!(
+    violations.is_empty(),
+    "upward or napi imports: {violations:#?}"
+  );
 }
