@@ -9,6 +9,7 @@ pub mod spawn;
 pub mod stop;
 pub mod terminate;
 pub mod tree;
+pub mod utf8;
 
 pub use capture::TRUNCATION_MARKER;
 pub use outcome::{EndedBy, ExitStatus, Finished};
