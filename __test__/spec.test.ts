@@ -67,7 +67,8 @@ describe('the packed and the field-by-field decoder agree', () => {
     ['a plain spec', sh(show)],
     ['args, unicode and empty ones', { ...sh(show), args: ['-c', show, 'zero', 'é ü', '', '--x=1'] }],
     ['env with undefined values left out', sh(show, { env: { ...ENV, A: 'a=b', GONE: undefined, E: '' } })],
-    ['timeout, maxBuffer (truncating), sessionId', sh('yes | head -c 5000', { timeoutMs: 5000, maxBuffer: 100, sessionId: 's' })],
+    // Over maxBuffer while the leader still runs: always cut and killed (no race with its exit).
+    ['timeout, maxBuffer (truncating), sessionId', sh("printf '%0200d' 0; exec sleep 10", { timeoutMs: 5000, maxBuffer: 100, sessionId: 's' })],
     ['the system lane', sh(show), 'system'],
     ['a jailRoot holding cwd', sh(show, { cwd: jail }), 'interactive', jail],
     ['a jailRoot not holding cwd', sh(show, { cwd: '/' }), undefined, jail],
@@ -92,6 +93,8 @@ describe('the packed and the field-by-field decoder agree', () => {
   test('the cases above cover success, a result and field-named errors', async () => {
     const [ok] = await bothWays(sh(show))
     expect(ok).toMatchObject({ result: { exitCode: 0 } })
+    const [cut] = await bothWays(same[3][1])
+    expect(cut).toMatchObject({ result: { exitCode: 137, truncated: true } })
     const [bad] = await bothWays(sh('true', { timeoutMs: 0 }))
     expect(bad).toEqual({ error: { code: 'INVALID_SPEC', message: 'spec.timeoutMs must be a positive integer' } })
     const [nul] = await bothWays({ ...sh('true'), args: ['-c', 'true\0'] })
