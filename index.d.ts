@@ -8,11 +8,11 @@ export type PoolLane = 'interactive' | 'system'
 
 /** What to run. The child gets exactly `env` (nothing inherited) and stdin from /dev/null. */
 export interface ExecSpec {
-  /** Absolute path, or a bare name looked up in `env.PATH` as execvp would. */
+  /** Absolute path, or a bare name looked up in `env.PATH` as execvp would. At most 4095 bytes. */
   binaryPath: string
-  /** Passed verbatim, no shell. */
+  /** Passed verbatim, no shell. Each at most 131071 bytes; with `env`, within the kernel's ARG_MAX. */
   args: string[]
-  /** Working directory of the child. */
+  /** Working directory of the child. At most 4095 bytes. */
   cwd: string
   /** Positive integer up to 2147483647; counted from dispatch (time queued does not count). Default 30000. */
   timeoutMs?: number
@@ -39,11 +39,11 @@ export interface ExecResult {
 export interface WorkerPoolConfig {
   /** Concurrent interactive jobs, 1..4096. Default 2. */
   interactiveWorkers?: number
-  /** After `shutdown()`, running jobs get SIGTERM at once and SIGKILL at this deadline. Default 10000. */
+  /** After `shutdown()`, running jobs get SIGTERM at once and SIGKILL at this deadline, 0..2147483647. Default 10000. */
   shutdownDeadlineMs?: number
-  /** Queued jobs per lane beyond the running ones; 0 refuses whenever the lane is busy. Default 10. */
+  /** Queued jobs per lane beyond the running ones, 0..1000000; 0 refuses whenever the lane is busy. Default 10. */
   maxQueueDepth?: number
-  /** SIGTERM-to-SIGKILL grace after a timeout or an abort. Default 5000. */
+  /** SIGTERM-to-SIGKILL grace after a timeout or an abort, 0..2147483647. Default 5000. */
   killGraceMs?: number
   /** Accepted and ignored: a native pool has no worker script. */
   workerScript?: string
@@ -183,9 +183,9 @@ export interface AuditEntry {
 }
 
 export interface AuditLogOptions {
-  /** Rotate once the current file reaches this size. Default 10 MiB. */
+  /** Rotate once the current file reaches this size (a positive integer). Default 10 MiB. */
   maxFileSize?: number
-  /** Rotated files kept (audit.1.log .. audit.N.log). Default 5. */
+  /** Rotated files kept (audit.1.log .. audit.N.log), 0..1000. Default 5. */
   maxFiles?: number
 }
 
@@ -214,6 +214,7 @@ export declare class FilesystemJail {
 /** Replaces secret values (from `env`) and secret-looking tokens with `[REDACTED]`. */
 export declare class SecretRedactor {
   constructor(env?: Record<string, string | undefined>)
+  /** Throws `TypeError` when `output` is not a string. */
   redact(output: string): string
 }
 
@@ -231,7 +232,7 @@ export interface SandboxExecuteOptions {
  */
 export declare class ToolSandbox {
   constructor(config: SandboxConfig, auditLog: AuditLog, executor?: SandboxExecutor | WorkerPool)
-  /** Throws `SandboxError` for an empty command or shell metacharacters. */
+  /** Throws `SandboxError` for an empty command or shell metacharacters, `TypeError` for a non-string. */
   tokenize(commandString: string): SandboxCommand
   /** Refusals throw `SandboxError`; executor failures other than a timeout are rethrown. */
   execute(commandString: string, options?: SandboxExecuteOptions): Promise<SandboxResult>

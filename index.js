@@ -107,7 +107,13 @@ function settleBatch(pending, batch) {
  * field-by-field path, whose errors name the field. Validation stays in Rust either way.
  */
 function submit(nativePool, spec, lane, jailRoot) {
-  const packed = pack(spec, lane, jailRoot)
+  let packed
+  try {
+    packed = pack(spec, lane, jailRoot)
+  } catch {
+    // A getter or Proxy trap of the caller's threw: the field-by-field path names the field.
+    packed = undefined
+  }
   if (packed !== undefined) {
     const ticket = nativePool.submitPacked(packed)
     if (ticket.errorCode !== PoolErrorCode.INVALID_SPEC) return ticket

@@ -75,32 +75,8 @@ async function refusalOf(row: Row): Promise<Error> {
   throw new Error(`${row.name}: accepted (returned ${String(outcome).slice(0, 200)})`)
 }
 
-// Rows the binding still gets wrong: they are fixed after the spec decoders' refactor (branch
-// arch) lands, to avoid conflicting with it. `test.fails` keeps them honest meanwhile: each must
-// still fail, and passes the day its fix lands (then it leaves this list).
-const PENDING_BINDING_FIX = new Set<string>([
-  'new WorkerPool({ shutdownDeadlineMs: 2147483648 })',
-  'new WorkerPool({ maxQueueDepth: 2147483648 })',
-  'new WorkerPool({ killGraceMs: 2147483648 })',
-  'new WorkerPool({ interactiveWorkers: <throwing getter> })',
-  'exec: spec.binaryPath 10 MB',
-  'exec: spec.cwd 10 MB',
-  'exec: spec.args[0] of 10 MB',
-  'exec: spec.args 100 x 100 kB (past the kernel limit)',
-  'exec: spec.env.BIG of 10 MB',
-  'exec: spec.binaryPath <throwing getter>',
-  'new AuditLog(dir, { maxFileSize: zero })',
-  'new AuditLog(dir, { maxFiles: 1e6 }) (each rotation would rename a million files)',
-  'new ToolSandbox({ jailRoot with NUL })',
-  'new ToolSandbox({ execTimeout 2^31 })',
-  'new ToolSandbox({ policies: { ls: binary with NUL } })',
-])
-
 function check(rows: Row[]) {
-  const fixed = rows.filter((r) => !PENDING_BINDING_FIX.has(r.name))
-  const pending = rows.filter((r) => PENDING_BINDING_FIX.has(r.name))
-  if (pending.length > 0) test.fails.each(pending.map((r) => [r.name, r] as const))('%s (pending)', async (_name, row) => checkRow(row))
-  test.each(fixed.map((r) => [r.name, r] as const))('%s', async (_name, row) => checkRow(row))
+  test.each(rows.map((r) => [r.name, r] as const))('%s', async (_name, row) => checkRow(row))
 }
 
 async function checkRow(row: Row) {
@@ -362,8 +338,7 @@ sandboxRows.push({ name: 'sandbox.execute(cmd, 5)', call: () => sandbox.execute(
 describe('AuditLog, FilesystemJail, SecretRedactor, ToolSandbox', () => check(sandboxRows))
 
 describe('sandbox: valid extremes still work', () => {
-  // Pending with the rows above: the refusal's message quotes the whole 10 MB path.
-  test.fails('a 10 MB command is refused or run, never a crash, and the sandbox keeps working', async () => {
+  test('a 10 MB command is refused or run, never a crash, and the sandbox keeps working', async () => {
     const outcome = await sandbox.execute(`ls ${MB10}`).then(
       (r) => r,
       (e: unknown) => e,

@@ -6,8 +6,8 @@
 
 use std::path::Path;
 
-use finn_sandbox::binding::convert::packed_job;
-use finn_sandbox::core::pool::config::{MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS};
+use finn_sandbox::binding::spec::packed_job;
+use finn_sandbox::core::limits::{MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS};
 use finn_sandbox::core::pool::{JobSpec, Lane, RawJob};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
@@ -50,8 +50,8 @@ fn count() -> impl Strategy<Value = Option<u64>> {
     Just(Some(0)),
     Just(Some(MAX_TIMEOUT_MS)),
     Just(Some(MAX_TIMEOUT_MS + 1)),
-    Just(Some(MAX_BUFFER_LIMIT as u64)),
-    Just(Some(MAX_BUFFER_LIMIT as u64 + 1)),
+    Just(Some(MAX_BUFFER_LIMIT)),
+    Just(Some(MAX_BUFFER_LIMIT + 1)),
     Just(Some(u64::MAX)),
     any::<u64>().prop_map(Some),
     (0u64..100_000).prop_map(Some),
@@ -133,7 +133,7 @@ fn check_validated(raw: RawJob) -> Result<(), TestCaseError> {
   match JobSpec::new(raw) {
     Ok(job) => {
       prop_assert!((1..=MAX_TIMEOUT_MS).contains(&job.timeout_ms));
-      prop_assert!(job.max_buffer <= MAX_BUFFER_LIMIT);
+      prop_assert!(job.max_buffer as u64 <= MAX_BUFFER_LIMIT);
       prop_assert!(!job.binary_path.is_empty() && !job.cwd.is_empty());
       prop_assert!(!job.cwd.contains('\0') && !job.binary_path.contains('\0'));
       for entry in &job.env {

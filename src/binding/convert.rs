@@ -2,7 +2,7 @@
 //! type error of napi's own: every check is ours, so every message says which field is wrong.
 
 use napi::bindgen_prelude::{Array, Object, Unknown};
-use napi::{JsValue, ValueType};
+use napi::{JsValue, ValueType, sys};
 
 use crate::core::pool::PoolError;
 
@@ -15,6 +15,32 @@ pub(crate) fn invalid(msg: String) -> PoolError {
 /// napi failures while reading a value (a throwing getter, say) are still the caller's input.
 fn napi_err(field: &str) -> impl Fn(napi::Error) -> PoolError + '_ {
   move |e| invalid(format!("{field} could not be read: {}", e.reason))
+}
+
+/// [`napi_err`] for reads that run JS (getters, Proxy traps). What that JS threw stays pending
+/// and would replace our error on return (as an uncoded error, a `WORKER_CRASHED` for
+/// `index.js`), so it is cleared here: the caller sees the error that names the field.
+fn read_err<'a>(
+  value: &impl JsValue<'a>,
+  field: &'a str,
+) -> impl Fn(napi::Error) -> PoolError + 'a {
+  let env = value.value().env;
+  move |e| {
+    let mut pending = false;
+    // SAFETY: `env` is the env of the value being read, and this runs on its thread inside the
+    // same napi call; both calls only inspect or drop the pending exception.
+    let threw = unsafe {
+      sys::napi_is_exception_pending(env, &mut pending) == sys::Status::napi_ok
+        && pending
+        && sys::napi_get_and_clear_last_exception(env, &mut std::ptr::null_mut())
+          == sys::Status::napi_ok
+    };
+    if threw {
+      invalid(format!("{field} could not be read: its getter threw"))
+    } else {
+      napi_err(field)(e)
+    }
+  }
 }
 
 fn type_of(value: &Unknown, field: &str) -> Checked<ValueType> {
@@ -48,7 +74,7 @@ pub fn object<'a>(value: &Unknown<'a>, field: &str) -> Checked<Object<'a>> {
 }
 
 pub fn get<'a>(obj: &Object<'a>, key: &str, field: &str) -> Checked<Option<Unknown<'a>>> {
-  let value: Option<Unknown> = obj.get(key).map_err(napi_err(field))?;
+  let value: Option<Unknown> = obj.get(key).map_err(read_err(obj, field))?;
   match &value {
     Some(v) if type_of(v, field)? == ValueType::Null => Ok(None),
     _ => Ok(value),
@@ -91,7 +117,7 @@ pub fn string_array(value: &Unknown, field: &str) -> Checked<Vec<String>> {
   let array: Array = unsafe { value.cast::<Array>() }.map_err(napi_err(field))?;
   (0..array.len())
     .map(|i| {
-      let item: Option<Unknown> = array.get(i).map_err(napi_err(field))?;
+      let item: Option<Unknown> = array.get(i).map_err(read_err(&array, field))?;
       let item_field = format!("{field}[{i}]");
       match item {
         Some(v) => string(&v, &item_field),
@@ -104,7 +130,7 @@ pub fn string_array(value: &Unknown, field: &str) -> Checked<Vec<String>> {
 /// `Record<string, string>`; `undefined` values are left out, as Node's child_process does.
 pub fn string_map(value: &Unknown, field: &str) -> Checked<Vec<(String, String)>> {
   let obj = object(value, field)?;
-  let keys = Object::keys(&obj).map_err(napi_err(field))?;
+  let keys = Object::keys(&obj).map_err(read_err(&obj, field))?;
   let mut out = Vec::with_capacity(keys.len());
   for key in keys {
     let entry_field = format!("{field}.{key}");

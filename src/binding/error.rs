@@ -23,8 +23,23 @@ impl AsRef<str> for Code<'_> {
 /// A JS `Error` with `code` and `message`, as the `napi::Error` a `#[napi]` function returns:
 /// napi throws that very object.
 pub fn coded(env: &Env, code: &str, message: impl ToString) -> napi::Error {
-  let error = JsError::from(napi::Error::new(Code(code), message.to_string()));
+  let error = JsError::from(napi::Error::new(Code(code), bounded(message.to_string())));
   napi::Error::from(error.into_unknown(*env))
+}
+
+/// Messages quote the caller's values ("Path escapes jail: <path>"): past this many bytes the
+/// rest is cut, so a 10 MB argument never becomes a 10 MB error.
+const MAX_MESSAGE_BYTES: usize = 400;
+
+fn bounded(message: String) -> String {
+  if message.len() <= MAX_MESSAGE_BYTES {
+    return message;
+  }
+  let mut cut = MAX_MESSAGE_BYTES - 40;
+  while !message.is_char_boundary(cut) {
+    cut -= 1;
+  }
+  format!("{}... ({} bytes)", &message[..cut], message.len())
 }
 
 pub fn pool_error(env: &Env, e: &PoolError) -> napi::Error {

@@ -14,7 +14,7 @@ use super::convert::{self, Checked};
 use super::error::{coded, pool_error};
 use super::sandbox::SandboxResult;
 use super::spec;
-use crate::core::limits::MAX_INTERACTIVE_WORKERS;
+use crate::core::limits::{MAX_DURATION_MS, MAX_INTERACTIVE_WORKERS, MAX_QUEUE_DEPTH};
 use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
@@ -186,14 +186,24 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
     }
     out.interactive_workers = n as usize;
   }
+  let at_most = |field: &str, n: u64, max: u64| {
+    if n > max {
+      return Err(PoolError::InvalidSpec(format!(
+        "{field} must be at most {max}"
+      )));
+    }
+    Ok(n)
+  };
   if let Some(ms) = convert::optional_uint(&obj, "shutdownDeadlineMs", "config.shutdownDeadlineMs")?
   {
+    let ms = at_most("config.shutdownDeadlineMs", ms, MAX_DURATION_MS)?;
     out.shutdown_deadline = Duration::from_millis(ms);
   }
   if let Some(depth) = convert::optional_uint(&obj, "maxQueueDepth", "config.maxQueueDepth")? {
-    out.max_queue_depth = depth as usize;
+    out.max_queue_depth = at_most("config.maxQueueDepth", depth, MAX_QUEUE_DEPTH as u64)? as usize;
   }
   if let Some(ms) = convert::optional_uint(&obj, "killGraceMs", "config.killGraceMs")? {
+    let ms = at_most("config.killGraceMs", ms, MAX_DURATION_MS)?;
     out.kill_grace = Duration::from_millis(ms);
   }
   // Accepted and ignored: there is no worker script in a native pool.

@@ -14,7 +14,9 @@ use super::error::{coded, sandbox_error};
 use super::executor::{self, HandOff};
 use super::pool::{JobSettled, NativeWorkerPool, Ticket};
 use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
-use crate::core::limits::{DEFAULT_SANDBOX_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_BUFFER_LIMIT};
+use crate::core::limits::{
+  DEFAULT_SANDBOX_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_AUDIT_FILES, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
+};
 use crate::core::policy::{self, CommandPolicy};
 use crate::core::pool::PoolError;
 use crate::core::sandbox::{self, NoRunner, Refusal, SandboxConfig};
@@ -99,10 +101,22 @@ fn audit_options(options: Option<Unknown>) -> Checked<AuditOptions> {
   }
   let obj = convert::object(options.as_ref().expect("not nullish"), "options")?;
   if let Some(size) = convert::optional_uint(&obj, "maxFileSize", "options.maxFileSize")? {
+    // Zero would rotate before every line.
+    if size == 0 {
+      return Err(PoolError::InvalidSpec(
+        "options.maxFileSize must be a positive integer".into(),
+      ));
+    }
     out.max_file_size = size;
   }
   if let Some(files) = convert::optional_uint(&obj, "maxFiles", "options.maxFiles")? {
-    out.max_files = u32::try_from(files).unwrap_or(u32::MAX);
+    // Each rotation renames every kept file: a huge count would stall every append behind it.
+    if files > MAX_AUDIT_FILES {
+      return Err(PoolError::InvalidSpec(format!(
+        "options.maxFiles must be at most {MAX_AUDIT_FILES}"
+      )));
+    }
+    out.max_files = files as u32;
   }
   Ok(out)
 }
@@ -227,6 +241,11 @@ fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
       "config.execTimeout must be a positive integer".into(),
     ));
   }
+  if exec_timeout_ms > MAX_TIMEOUT_MS {
+    return Err(PoolError::InvalidSpec(format!(
+      "config.execTimeout must be at most {MAX_TIMEOUT_MS}"
+    )));
+  }
   let max_output = convert::optional_uint(&obj, "maxOutput", "config.maxOutput")?
     .unwrap_or(DEFAULT_SANDBOX_MAX_OUTPUT);
   if max_output > MAX_BUFFER_LIMIT {
@@ -238,13 +257,25 @@ fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
     None => None,
     Some(v) => Some(policies(&v)?),
   };
+  let jail_root = convert::required_string(&obj, "jailRoot", "config.jailRoot")?;
+  no_nul(&jail_root, "config.jailRoot")?;
   Ok(SandboxConfig {
     allow_bash: convert::optional_bool(&obj, "allowBash", "config.allowBash")?.unwrap_or(false),
-    jail_root: convert::required_string(&obj, "jailRoot", "config.jailRoot")?,
+    jail_root,
     exec_timeout_ms,
     max_output,
     policies,
   })
+}
+
+/// A path no file can have: refused naming the field, rather than failing later as an errno.
+fn no_nul(value: &str, field: &str) -> Checked<()> {
+  if value.contains('\0') {
+    return Err(PoolError::InvalidSpec(format!(
+      "{field} must not contain NUL bytes"
+    )));
+  }
+  Ok(())
 }
 
 fn policies(value: &Unknown) -> Checked<BTreeMap<String, CommandPolicy>> {
@@ -257,6 +288,7 @@ fn policies(value: &Unknown) -> Checked<BTreeMap<String, CommandPolicy>> {
     };
     let p = convert::object(&entry, &field)?;
     let binary = convert::required_string(&p, "binary", &format!("{field}.binary"))?;
+    no_nul(&binary, &format!("{field}.binary"))?;
     if !binary.starts_with('/') {
       return Err(PoolError::InvalidSpec(format!(
         "{field}.binary must be an absolute path"

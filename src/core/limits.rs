@@ -20,3 +20,15 @@ pub const MAX_INTERACTIVE_WORKERS: usize = 4096;
 pub const DEFAULT_MAX_QUEUE_DEPTH: usize = 10;
 /// The sandbox's cap on a command's output when its config names none (loa-finn's 64 KiB).
 pub const DEFAULT_SANDBOX_MAX_OUTPUT: u64 = 65_536;
+/// The longest queue a lane may have: each queued job holds its whole spec, so a deeper queue is
+/// unbounded memory rather than a queue.
+pub const MAX_QUEUE_DEPTH: usize = 1_000_000;
+/// The longest `shutdownDeadlineMs` and `killGraceMs`: Node's timer limit, as for timeouts.
+pub const MAX_DURATION_MS: u64 = MAX_TIMEOUT_MS;
+/// The kernel's limit on one argument or `KEY=value` string, without its NUL (MAX_ARG_STRLEN is
+/// 32 pages with it): a longer one makes `execve` fail with E2BIG.
+pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
+/// PATH_MAX without its NUL: a longer `binaryPath`, `cwd` or `jailRoot` cannot name a file.
+pub const MAX_PATH_BYTES: usize = 4095;
+/// Rotated audit files kept at most: each rotation renames every one of them.
+pub const MAX_AUDIT_FILES: u64 = 1000;

@@ -1,12 +1,14 @@
 //! Pool configuration and the job description, validated once.
 
 use std::ffi::CString;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::error::PoolError;
 use crate::core::limits::{
   DEFAULT_INTERACTIVE_WORKERS, DEFAULT_KILL_GRACE_MS, DEFAULT_MAX_BUFFER, DEFAULT_MAX_QUEUE_DEPTH,
-  DEFAULT_SHUTDOWN_DEADLINE_MS, DEFAULT_TIMEOUT_MS, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
+  DEFAULT_SHUTDOWN_DEADLINE_MS, DEFAULT_TIMEOUT_MS, MAX_ARG_BYTES, MAX_BUFFER_LIMIT,
+  MAX_PATH_BYTES, MAX_TIMEOUT_MS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -77,33 +79,105 @@ fn c_string(value: &str, field: impl FnOnce() -> String) -> Result<CString, Pool
   CString::new(value).map_err(|_| invalid(format!("{} must not contain NUL bytes", field())))
 }
 
+/// Refuses a string the kernel would refuse anyway (E2BIG, ENAMETOOLONG), before spawning and
+/// with the field's name; `what` says which limit.
+fn at_most(
+  value: &str,
+  limit: usize,
+  what: &str,
+  field: impl FnOnce() -> String,
+) -> Result<(), PoolError> {
+  if value.len() > limit {
+    return Err(invalid(format!(
+      "{} must be at most {limit} bytes ({what}), not {}",
+      field(),
+      value.len()
+    )));
+  }
+  Ok(())
+}
+
+/// A value quoted in an error, cut so that a 10 MB key never makes a 10 MB message.
+fn shown(value: &str) -> String {
+  match value.char_indices().nth(40) {
+    Some((cut, _)) => format!("{:?}... ({} bytes)", &value[..cut], value.len()),
+    None => format!("{value:?}"),
+  }
+}
+
+/// An env key as part of a field name (`spec.env.KEY`), cut like [`shown`].
+fn key_field(key: &str) -> String {
+  match key.char_indices().nth(40) {
+    Some((cut, _)) => format!("spec.env.{}...", &key[..cut]),
+    None => format!("spec.env.{key}"),
+  }
+}
+
+/// The kernel's bound on argv and envp together, pointers included (`sysconf(_SC_ARG_MAX)`, a
+/// quarter of the stack limit); unbounded when the system reports none.
+static ARG_MAX: LazyLock<usize> =
+  LazyLock::new(
+    || match nix::unistd::sysconf(nix::unistd::SysconfVar::ARG_MAX) {
+      Ok(Some(n)) if n > 0 => n as usize,
+      _ => usize::MAX,
+    },
+  );
+
+/// What `execve` copies for one string: its bytes, its NUL and its pointer.
+fn exec_bytes(s: &CString) -> usize {
+  s.as_bytes_with_nul().len() + std::mem::size_of::<usize>()
+}
+
 impl JobSpec {
   pub fn new(raw: RawJob) -> Result<JobSpec, PoolError> {
     if raw.binary_path.is_empty() {
       return Err(invalid("spec.binaryPath must be a non-empty string".into()));
     }
+    at_most(&raw.binary_path, MAX_PATH_BYTES, "PATH_MAX", || {
+      "spec.binaryPath".into()
+    })?;
     let mut argv = vec![c_string(&raw.binary_path, || "spec.binaryPath".into())?];
     for (i, arg) in raw.args.iter().enumerate() {
+      at_most(
+        arg,
+        MAX_ARG_BYTES,
+        "the kernel's limit on one argument",
+        || format!("spec.args[{i}]"),
+      )?;
       argv.push(c_string(arg, || format!("spec.args[{i}]"))?);
     }
     if raw.cwd.is_empty() {
       return Err(invalid("spec.cwd must be a non-empty string".into()));
     }
+    at_most(&raw.cwd, MAX_PATH_BYTES, "PATH_MAX", || "spec.cwd".into())?;
     c_string(&raw.cwd, || "spec.cwd".into())?;
     let mut env = Vec::with_capacity(raw.env.len());
     let mut path_var = None;
     for (key, value) in &raw.env {
       if key.is_empty() || key.contains('=') || key.contains('\0') {
         return Err(invalid(format!(
-          "spec.env key {key:?} must be non-empty without '=' or NUL"
+          "spec.env key {} must be non-empty without '=' or NUL",
+          shown(key)
         )));
       }
-      env.push(c_string(&format!("{key}={value}"), || {
-        format!("spec.env.{key}")
-      })?);
+      let entry = format!("{key}={value}");
+      at_most(
+        &entry,
+        MAX_ARG_BYTES,
+        "the kernel's limit on one KEY=value string",
+        || key_field(key),
+      )?;
+      env.push(c_string(&entry, || key_field(key))?);
       if key == "PATH" {
         path_var = Some(value.clone());
       }
+    }
+    let total: usize = argv.iter().chain(&env).map(exec_bytes).sum();
+    if total > *ARG_MAX {
+      return Err(invalid(format!(
+        "spec.args and spec.env take {total} bytes together, over the kernel's ARG_MAX of {}",
+        *ARG_MAX
+      )));
     }
     let timeout_ms = raw.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
     if timeout_ms == 0 {
@@ -121,6 +195,7 @@ impl JobSpec {
       )));
     }
     if let Some(root) = &raw.jail_root {
+      at_most(root, MAX_PATH_BYTES, "PATH_MAX", || "jailRoot".into())?;
       c_string(root, || "jailRoot".into())?;
     }
     Ok(JobSpec {
