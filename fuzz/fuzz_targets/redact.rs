@@ -13,7 +13,10 @@ fuzz_target!(|data: &[u8]| {
   assert!(!out.contains(KNOWN_SECRET), "{input:?} -> {out:?}");
   // Embedded anywhere, it is still removed.
   let mid = input.len() / 2;
-  let cut = (0..=mid).rev().find(|&i| input.is_char_boundary(i)).unwrap_or(0);
+  let cut = (0..=mid)
+    .rev()
+    .find(|&i| input.is_char_boundary(i))
+    .unwrap_or(0);
   let embedded = format!("{}{KNOWN_SECRET}{}", &input[..cut], &input[cut..]);
   assert!(!redactor.redact(&embedded).contains(KNOWN_SECRET));
 });

@@ -22,7 +22,10 @@ fuzz_target!(|data: &[u8]| {
     }
     Err(e) => {
       let message = e.to_string();
-      assert!(message.starts_with("spec.") || message.starts_with("jailRoot"), "{message}");
+      assert!(
+        message.starts_with("spec.") || message.starts_with("jailRoot"),
+        "{message}"
+      );
     }
   }
 });
