@@ -39,11 +39,11 @@ export interface ExecResult {
 export interface WorkerPoolConfig {
   /** Concurrent interactive jobs, 1..4096. Default 2. */
   interactiveWorkers?: number
-  /** After `shutdown()`, running jobs get SIGTERM at once and SIGKILL at this deadline, 0..2147483647. Default 10000. */
+  /** After `shutdown()`, running jobs get SIGTERM at once and SIGKILL at this deadline. Default 10000. At most 2147483647. */
   shutdownDeadlineMs?: number
-  /** Queued jobs per lane beyond the running ones, 0..1000000; 0 refuses whenever the lane is busy. Default 10. */
+  /** Queued jobs per lane beyond the running ones; 0 refuses whenever the lane is busy. Default 10. At most 1000000. */
   maxQueueDepth?: number
-  /** SIGTERM-to-SIGKILL grace after a timeout or an abort, 0..2147483647. Default 5000. */
+  /** SIGTERM-to-SIGKILL grace after a timeout or an abort. Default 5000. At most 2147483647. */
   killGraceMs?: number
   /** Accepted and ignored: a native pool has no worker script. */
   workerScript?: string
