@@ -15,8 +15,12 @@ const CHILD = join(import.meta.dirname, 'fixtures', 'exhaustion-child.cjs')
 const isRoot = process.getuid?.() === 0
 const NOBODY = 65534
 
+interface Stats {
+  interactive: { active: number; idle: number; queued: number }
+}
 interface Step {
   step: string
+  stats?: Stats
   result?: { stdout: string; stderr: string; exitCode: number }
   error?: { name: string; code?: string; message: string }
   held?: number
@@ -121,14 +125,51 @@ async function pidsCase(prefix: string[], limit: (pid: number) => void, lift: (p
   }
 }
 
+/**
+ * The pool has no thread yet when the limit hits: jobs are refused (`WORKER_UNAVAILABLE`, retry
+ * with backoff) naming the limit, their slots are freed, and once the limit is lifted every
+ * slot runs again.
+ */
+async function pidsColdCase(prefix: string[], limit: (pid: number) => void, lift: (pid: number) => void) {
+  const { child, next } = startChild(prefix, 'pids-cold')
+  try {
+    const ready = await next()
+    expect(ready.step).toBe('ready')
+    limit(ready.pid!)
+    child.stdin.write('go\n')
+    for (let i = 0; i < 3; i++) {
+      const during = await next()
+      expect(during.step).toBe('during')
+      // Refused before a thread exists, or (if one started) the spawn fails naming the limit.
+      if (during.error) expect(during.error.code).toBe('WORKER_UNAVAILABLE')
+      expect(failureText(during)).toMatch(/process limit reached: RLIMIT_NPROC or the pids cgroup/)
+    }
+    const lifted = await next()
+    expect(lifted.step).toBe('lift')
+    // No slot is left taken by a job that never got a thread.
+    expect(lifted.stats?.interactive).toEqual({ active: 0, idle: 4, queued: 0 })
+    lift(ready.pid!)
+    child.stdin.write('go\n')
+    for (let i = 0; i < 3; i++) {
+      const after = await next()
+      expect(after.step).toBe('after')
+      expectOk(after)
+    }
+    expect((await next()).stats?.interactive).toEqual({ active: 0, idle: 4, queued: 0 })
+    child.stdin.end()
+    expect(await exited(child)).toBe(0)
+  } finally {
+    if (child.exitCode === null) child.kill('SIGKILL')
+  }
+}
+
 describe('pids limit', () => {
-  test.skipIf(!cgroupV1PidsWritable())(
-    'in a cgroup v1 pids group at its limit a job fails naming it, and succeeds once the limit is raised (root)',
-    async () => {
-      const group = join(PIDS_ROOT, `finn-test-${process.pid}`)
+  const cgroupCase = (name: string, run: typeof pidsCase) =>
+    test.skipIf(!cgroupV1PidsWritable())(name, async () => {
+      const group = join(PIDS_ROOT, `finn-test-${process.pid}-${Math.random().toString(36).slice(2)}`)
       mkdirSync(group)
       try {
-        await pidsCase(
+        await run(
           [],
           (pid) => {
             writeFileSync(join(group, 'cgroup.procs'), String(pid))
@@ -141,8 +182,9 @@ describe('pids limit', () => {
         // The child has exited (or was killed): the group is empty and can go.
         rmdirSync(group)
       }
-    },
-  )
+    })
+  cgroupCase('in a cgroup v1 pids group at its limit a job fails naming it, and succeeds once the limit is raised (root)', pidsCase)
+  cgroupCase('before the pool has any thread: jobs are refused naming the limit, no slot leaks, all run once it is raised (root)', pidsColdCase)
 
   // RLIMIT_NPROC does nothing for root, so as root the child runs as nobody (the case loa-finn
   // ships: a non-root user); a non-root runner limits its own child directly.
@@ -152,9 +194,10 @@ describe('pids limit', () => {
   // root, prlimit runs as nobody too (a process may change the limits of its own user's).
   const prlimit = (args: string[]) =>
     isRoot ? execFileSync('setpriv', [...nprocPrefix.slice(1), 'prlimit', ...args], { encoding: 'utf8' }) : execFileSync('prlimit', args, { encoding: 'utf8' })
-  test.skipIf(!canNproc)('with RLIMIT_NPROC reached a job fails naming it, and succeeds once the limit is raised (non-root)', async () => {
-    let hard = ''
-    await pidsCase(
+  const nprocCase = (name: string, run: typeof pidsCase) =>
+    test.skipIf(!canNproc)(name, async () => {
+      let hard = ''
+      await run(
       nprocPrefix,
       (pid) => {
         hard = prlimit(['--pid', String(pid), '--nproc', '--raw', '--noheadings', '--output=HARD']).trim()
@@ -165,7 +208,9 @@ describe('pids limit', () => {
         prlimit(['--pid', String(pid), `--nproc=${hard}:`])
       },
     )
-  })
+    })
+  nprocCase('with RLIMIT_NPROC reached a job fails naming it, and succeeds once the limit is raised (non-root)', pidsCase)
+  nprocCase('with RLIMIT_NPROC reached before the pool has any thread: refused naming it, no slot leaks, all run once raised (non-root)', pidsColdCase)
 })
 
 // ── audit directory ──────────────────────────────────────────────────────────────────────────

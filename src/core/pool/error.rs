@@ -18,6 +18,9 @@ pub enum PoolError {
   Aborted,
   #[error("Worker crashed: {0}")]
   Crashed(String),
+  /// No thread could be started to run the job (retry with backoff, as for a full queue).
+  #[error("No worker thread could be started: {0}")]
+  NoWorker(String),
   #[error("{0}")]
   InvalidSpec(String),
 }
@@ -30,7 +33,7 @@ impl PoolError {
 
   pub fn error_code(&self) -> PoolErrorCode {
     match self {
-      PoolError::QueueFull(_) => PoolErrorCode::WorkerUnavailable,
+      PoolError::QueueFull(_) | PoolError::NoWorker(_) => PoolErrorCode::WorkerUnavailable,
       PoolError::Closed | PoolError::ShutDown => PoolErrorCode::PoolShuttingDown,
       PoolError::Timeout(_) => PoolErrorCode::ExecTimeout,
       PoolError::Aborted => PoolErrorCode::Aborted,

@@ -99,7 +99,7 @@ impl Pool {
       },
     };
     match state.lane(lane).admit(session, queued) {
-      Admit::Run(queued) => self.inner.start(&mut state, queued),
+      Admit::Run(queued) => self.inner.start(&mut state, queued)?,
       Admit::Queued => {}
       Admit::Full(mut refused) => {
         refused.reply.done = None;

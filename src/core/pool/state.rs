@@ -2,6 +2,7 @@
 //! totals, and the bookkeeping that starts a job and frees its slot.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicI32};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -107,7 +108,8 @@ pub(super) struct Inner {
 
 impl Inner {
   pub(super) fn lock(&self) -> MutexGuard<'_, State> {
-    // A panic never happens while the lock is held, but a poisoned lock must not wedge the pool.
+    // No panic unwinds through the lock (tokio's spawn panic is caught inside), but a poisoned
+    // lock must not wedge the pool.
     self.state.lock().unwrap_or_else(|e| e.into_inner())
   }
 
@@ -130,18 +132,79 @@ impl Inner {
   }
 
   /// Starts a job whose slot is already taken: on a parked worker thread if there is one,
-  /// else on a new thread of the blocking pool.
-  pub(super) fn start(self: &Arc<Self>, state: &mut State, queued: Queued) {
+  /// else on a new thread of the blocking pool. When no thread can start, the job is taken
+  /// back out (slot freed, never reported through its completion) and the error returned for
+  /// the caller to refuse it with.
+  pub(super) fn start(
+    self: &Arc<Self>,
+    state: &mut State,
+    queued: Queued,
+  ) -> Result<(), PoolError> {
     let started = Self::register(state, queued);
     match state.parked.pop() {
-      Some(worker) => worker.hand(started),
-      None => self.launch(started),
+      Some(worker) => {
+        worker.hand(started);
+        Ok(())
+      }
+      None => self.launch(started).map_err(|refused| {
+        let (mut started, e) = *refused;
+        state.running.remove(&started.queued.id);
+        state.lane(started.queued.job.lane).release();
+        started.queued.reply.done = None;
+        if state.running.is_empty() {
+          self.idle.notify_waiters();
+        }
+        e
+      }),
     }
   }
 
-  pub(super) fn launch(self: &Arc<Self>, started: Started) {
-    let inner = Arc::clone(self);
-    self.runtime.spawn_blocking(move || inner.work(started));
+  /// Runs `started` on a new thread of the blocking pool. tokio panics when its pool has no
+  /// thread and cannot start one (a full pids cgroup, RLIMIT_NPROC): that panic is caught and
+  /// the job handed back with the reason, so its slot is never left taken.
+  pub(super) fn launch(
+    self: &Arc<Self>,
+    started: Started,
+  ) -> Result<(), Box<(Started, PoolError)>> {
+    // The job waits here until its thread takes it, so a refused spawn leaves it with us. tokio
+    // queues the closure before it fails to add a thread, and a later thread runs it: by then
+    // the slot is empty and the closure does nothing.
+    let slot = Arc::new(Mutex::new(Some(started)));
+    let (inner, handed) = (Arc::clone(self), Arc::clone(&slot));
+    let spawned = std::panic::catch_unwind(AssertUnwindSafe(|| {
+      self.runtime.spawn_blocking(move || {
+        let started = handed.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(started) = started {
+          inner.work(started);
+        }
+      })
+    }));
+    let Err(panic) = spawned else {
+      return Ok(());
+    };
+    let started = slot.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match started {
+      Some(started) => Err(Box::new((
+        started,
+        PoolError::NoWorker(thread_error(panic.as_ref())),
+      ))),
+      // Some thread took the job after all: it runs.
+      None => Ok(()),
+    }
+  }
+
+  /// [`Self::launch`] where no lock is held: a job whose thread cannot start fails with the
+  /// reason, and its slot goes to the lane's next job (which is tried the same way).
+  pub(super) fn launch_or_fail(self: &Arc<Self>, started: Started) {
+    let mut next = Some(started);
+    while let Some(started) = next.take() {
+      if let Err(refused) = self.launch(started) {
+        let (started, e) = *refused;
+        let (id, lane) = (started.queued.id, started.queued.job.lane);
+        started.queued.reply.send(Err(e));
+        next = self.finish(id, lane, Tally::Failed, None);
+      }
+    }
   }
 
   /// Bookkeeping when a job ends: totals, the slot, shutdown's wait. Returns the lane's next
@@ -184,6 +247,21 @@ impl Inner {
       self.idle.notify_waiters();
     }
     next
+  }
+}
+
+/// The text of tokio's "OS can't spawn worker thread" panic, with the resource named when the
+/// errno does not say it (EAGAIN: a process or thread limit).
+fn thread_error(panic: &(dyn std::any::Any + Send)) -> String {
+  let text = panic
+    .downcast_ref::<String>()
+    .map(String::as_str)
+    .or_else(|| panic.downcast_ref::<&str>().copied())
+    .unwrap_or("could not start a worker thread");
+  if text.contains("(os error 11)") {
+    format!("{text} (process limit reached: RLIMIT_NPROC or the pids cgroup's pids.max)")
+  } else {
+    text.to_owned()
   }
 }
 

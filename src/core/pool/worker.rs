@@ -214,7 +214,7 @@ impl Drop for SlotGuard<'_> {
     if self.armed
       && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed, None)
     {
-      self.inner.launch(next);
+      self.inner.launch_or_fail(next);
     }
   }
 }
