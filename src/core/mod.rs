@@ -2,3 +2,4 @@ pub mod audit;
 pub mod exec;
 pub mod policy;
 pub mod pool;
+pub mod supervisor;

@@ -1,0 +1,221 @@
+//! core::supervisor with real processes: a supervisor binary, its reapers, and trees built to
+//! escape. Survivors are found by scanning every /proc/<pid>/cmdline for a token unique to the
+//! test, not by recorded pids.
+//!
+//! `FINN_TEST_DIRECT=1` runs the same bodies through the old direct path (`exec::run_blocking`,
+//! process groups and a /proc walk from the caller): the containment tests then fail, which
+//! is how they were shown to test something.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use finn_sandbox::core::exec::{
+  self, EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell,
+};
+use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
+
+fn supervisor() -> Supervisor {
+  Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")))
+}
+
+fn direct() -> bool {
+  std::env::var_os("FINN_TEST_DIRECT").is_some_and(|v| v == "1")
+}
+
+fn sh(script: &str) -> SpawnSpec {
+  let c = |s: &str| CString::new(s).unwrap();
+  SpawnSpec {
+    program: c("/bin/sh"),
+    argv: vec![c("sh"), c("-c"), c(script)],
+    env: vec![c("PATH=/usr/bin:/bin")],
+    cwd: c("/"),
+  }
+}
+
+fn limits(timeout_ms: u64, grace_ms: u64) -> Limits {
+  Limits {
+    timeout: Some(Duration::from_millis(timeout_ms)),
+    max_output_bytes: 1 << 20,
+    kill_grace: Duration::from_millis(grace_ms),
+  }
+}
+
+/// A token no other process on the machine has in its command line: `sleep 9999.<digits>` is
+/// both a valid duration and a unique string.
+fn token() -> String {
+  let n = uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000;
+  format!("9999.{n:012}")
+}
+
+/// Pids of live processes (not zombies) whose command line contains `token`.
+fn holders(token: &str) -> Vec<i32> {
+  let me = std::process::id() as i32;
+  let mut out = Vec::new();
+  for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+    let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+      continue;
+    };
+    if pid == me {
+      continue;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+      continue;
+    };
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+      .ok()
+      .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+      .unwrap_or(true);
+    if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
+      out.push(pid);
+    }
+  }
+  out
+}
+
+/// Waits until no process holds `token`, up to `bound`; returns the holders left then.
+fn survivors_after(token: &str, bound: Duration) -> Vec<i32> {
+  let until = Instant::now() + bound;
+  loop {
+    let left = holders(token);
+    if left.is_empty() || Instant::now() >= until {
+      return left;
+    }
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+/// Waits until `n` processes hold `token` (the tree is fully built), up to 10 s.
+fn wait_for_holders(token: &str, n: usize) {
+  let until = Instant::now() + Duration::from_secs(10);
+  while holders(token).len() < n {
+    assert!(Instant::now() < until, "the tree for {token} never started");
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+type Outcome = Result<Finished<&'static str>, RunError>;
+
+/// Runs `spec` on a thread through the supervisor (or the direct path); `stop` lets the test
+/// ask for termination.
+fn run_on_thread(
+  sup: &Arc<Supervisor>,
+  spec: SpawnSpec,
+  limits: Limits,
+) -> (Arc<StopCell<&'static str>>, std::thread::JoinHandle<Outcome>) {
+  let cell = Arc::new(StopCell::new());
+  let runner = Arc::clone(&cell);
+  let sup = Arc::clone(sup);
+  let handle = std::thread::spawn(move || {
+    if direct() {
+      exec::run_blocking(&spec, &limits, &runner, |_| ()).map_err(RunError::Spawn)
+    } else {
+      supervisor::run_blocking(&sup, &spec, &limits, Duration::from_millis(100), &runner, |_| ())
+    }
+  });
+  (cell, handle)
+}
+
+fn run(sup: &Arc<Supervisor>, spec: SpawnSpec, limits: Limits) -> Outcome {
+  run_on_thread(sup, spec, limits).1.join().unwrap()
+}
+
+/// A tree built to escape: two `setsid` escapees (one of them double-forked), a double-forked
+/// background child, a TERM-immune child, all holding the stdout pipe; the leader itself
+/// ignores SIGTERM and waits. Seven processes carry the token once it is fully up.
+fn nasty(tok: &str) -> String {
+  format!(
+    "trap '' TERM; \
+     setsid sleep {tok} & \
+     (setsid sh -c 'sleep {tok}; :' &) ; \
+     (sleep {tok} &) ; \
+     sh -c 'trap \"\" TERM; sleep {tok}; :' & \
+     echo started; wait; : {tok}"
+  )
+}
+
+#[test]
+fn runs_a_command_and_reports_its_exit_and_output() {
+  let sup = Arc::new(supervisor());
+  for _ in 0..3 {
+    let done = run(&sup, sh("echo out; echo err >&2; exit 42"), limits(5000, 100)).unwrap();
+    assert_eq!(done.status, Some(ExitStatus::Exited(42)));
+    assert_eq!((done.stdout.as_str(), done.stderr.as_str()), ("out\n", "err\n"));
+    assert_eq!(done.ended_by, EndedBy::Exit);
+  }
+  let missing = SpawnSpec {
+    program: CString::new("/nonexistent/prog").unwrap(),
+    ..sh("")
+  };
+  match run(&sup, missing, limits(5000, 100)) {
+    Err(RunError::Spawn(e)) => assert_eq!(e.exit_code(), 127),
+    other => panic!("{other:?}"),
+  }
+  // The reaper that reported the failure still serves.
+  assert_eq!(run(&sup, sh("exit 3"), limits(5000, 100)).unwrap().exit_code(), 3);
+}
+
+#[test]
+fn a_timeout_leaves_no_survivor_of_a_tree_that_escapes() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let started = Instant::now();
+  let done = run(&sup, sh(&nasty(&tok)), limits(1000, 200)).unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert_eq!(done.stdout, "started\n");
+  assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+  assert_eq!(survivors_after(&tok, Duration::from_millis(500)), Vec::<i32>::new());
+}
+
+#[test]
+fn an_abort_leaves_no_survivor_and_during_a_timeout_grace_brings_the_kill_forward() {
+  let sup = Arc::new(supervisor());
+  // Plain abort.
+  let tok = token();
+  let (cell, handle) = run_on_thread(&sup, sh(&nasty(&tok)), limits(60_000, 200));
+  wait_for_holders(&tok, 7);
+  cell.request(Stop {
+    grace: Duration::from_millis(200),
+    reason: "abort",
+  });
+  let done = handle.join().unwrap().unwrap();
+  assert_eq!(done.ended_by, EndedBy::Stopped("abort"));
+  assert_eq!(survivors_after(&tok, Duration::from_millis(500)), Vec::<i32>::new());
+
+  // Timeout after 300 ms with a 30 s grace the tree ignores SIGTERM through; an abort with
+  // zero grace must end it at once instead of 30 s later.
+  let tok = token();
+  let (cell, handle) = run_on_thread(&sup, sh(&nasty(&tok)), limits(300, 30_000));
+  wait_for_holders(&tok, 7);
+  std::thread::sleep(Duration::from_millis(600));
+  let asked = Instant::now();
+  cell.request(Stop {
+    grace: Duration::ZERO,
+    reason: "abort",
+  });
+  let done = handle.join().unwrap().unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
+  assert_eq!(survivors_after(&tok, Duration::from_millis(500)), Vec::<i32>::new());
+}
+
+#[test]
+fn a_background_setsid_child_is_killed_after_the_drain_and_the_job_settles_at_once() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let started = Instant::now();
+  // The escapee keeps stdout open: before the supervisor, this waited for the full timeout.
+  let done = run(
+    &sup,
+    sh(&format!("(setsid sleep {tok} &); echo done; exit 5")),
+    limits(20_000, 100),
+  )
+  .unwrap();
+  let took = started.elapsed();
+  assert_eq!(done.ended_by, EndedBy::Exit);
+  assert_eq!(done.status, Some(ExitStatus::Exited(5)));
+  assert_eq!(done.stdout, "done\n");
+  assert!(took < Duration::from_secs(2), "settled after {took:?}");
+  assert_eq!(survivors_after(&tok, Duration::from_millis(200)), Vec::<i32>::new());
+}
