@@ -65,9 +65,10 @@ export declare class NativeToolSandbox {
 export declare class NativeWorkerPool {
   /**
    * Throws `"INVALID_SPEC: <message>"` for a bad config. `onSettled` receives batches of
-   * settled jobs.
+   * settled jobs. `supervisor` is the path of the `finn-supervisor` binary that contains
+   * every job's tree (`index.js` finds it); it must be an executable file.
    */
-  constructor(config: unknown | undefined | null, onSettled: (arg: Array<JobSettled>) => void)
+  constructor(config: unknown | undefined | null, onSettled: (arg: Array<JobSettled>) => void, supervisor?: string | undefined | null)
   /**
    * SIGKILLs every running tree synchronously and closes the pool. `index.js` calls it from
    * `process.on('exit')`: once Node exits nothing awaits the jobs, and their trees must not

@@ -65,7 +65,10 @@ fn holders(token: &str) -> Vec<i32> {
     };
     let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
       .ok()
-      .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().starts_with('Z')))
+      .and_then(|s| {
+        s.rsplit_once(')')
+          .map(|(_, r)| r.trim_start().starts_with('Z'))
+      })
       .unwrap_or(true);
     if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
       out.push(pid);
@@ -103,7 +106,10 @@ fn run_on_thread(
   sup: &Arc<Supervisor>,
   spec: SpawnSpec,
   limits: Limits,
-) -> (Arc<StopCell<&'static str>>, std::thread::JoinHandle<Outcome>) {
+) -> (
+  Arc<StopCell<&'static str>>,
+  std::thread::JoinHandle<Outcome>,
+) {
   let cell = Arc::new(StopCell::new());
   let runner = Arc::clone(&cell);
   let sup = Arc::clone(sup);
@@ -111,7 +117,14 @@ fn run_on_thread(
     if direct() {
       exec::run_blocking(&spec, &limits, &runner, |_| ()).map_err(RunError::Spawn)
     } else {
-      supervisor::run_blocking(&sup, &spec, &limits, Duration::from_millis(100), &runner, |_| ())
+      supervisor::run_blocking(
+        &sup,
+        &spec,
+        &limits,
+        Duration::from_millis(100),
+        &runner,
+        |_| (),
+      )
     }
   });
   (cell, handle)
@@ -139,9 +152,17 @@ fn nasty(tok: &str) -> String {
 fn runs_a_command_and_reports_its_exit_and_output() {
   let sup = Arc::new(supervisor());
   for _ in 0..3 {
-    let done = run(&sup, sh("echo out; echo err >&2; exit 42"), limits(5000, 100)).unwrap();
+    let done = run(
+      &sup,
+      sh("echo out; echo err >&2; exit 42"),
+      limits(5000, 100),
+    )
+    .unwrap();
     assert_eq!(done.status, Some(ExitStatus::Exited(42)));
-    assert_eq!((done.stdout.as_str(), done.stderr.as_str()), ("out\n", "err\n"));
+    assert_eq!(
+      (done.stdout.as_str(), done.stderr.as_str()),
+      ("out\n", "err\n")
+    );
     assert_eq!(done.ended_by, EndedBy::Exit);
   }
   let missing = SpawnSpec {
@@ -153,7 +174,12 @@ fn runs_a_command_and_reports_its_exit_and_output() {
     other => panic!("{other:?}"),
   }
   // The reaper that reported the failure still serves.
-  assert_eq!(run(&sup, sh("exit 3"), limits(5000, 100)).unwrap().exit_code(), 3);
+  assert_eq!(
+    run(&sup, sh("exit 3"), limits(5000, 100))
+      .unwrap()
+      .exit_code(),
+    3
+  );
 }
 
 #[test]
@@ -164,8 +190,15 @@ fn a_timeout_leaves_no_survivor_of_a_tree_that_escapes() {
   let done = run(&sup, sh(&nasty(&tok)), limits(1000, 200)).unwrap();
   assert_eq!(done.ended_by, EndedBy::Timeout);
   assert_eq!(done.stdout, "started\n");
-  assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-  assert_eq!(survivors_after(&tok, Duration::from_millis(500)), Vec::<i32>::new());
+  assert!(
+    started.elapsed() < Duration::from_secs(5),
+    "{:?}",
+    started.elapsed()
+  );
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
 }
 
 #[test]
@@ -181,7 +214,10 @@ fn an_abort_leaves_no_survivor_and_during_a_timeout_grace_brings_the_kill_forwar
   });
   let done = handle.join().unwrap().unwrap();
   assert_eq!(done.ended_by, EndedBy::Stopped("abort"));
-  assert_eq!(survivors_after(&tok, Duration::from_millis(500)), Vec::<i32>::new());
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
 
   // Timeout after 300 ms with a 30 s grace the tree ignores SIGTERM through; an abort with
   // zero grace must end it at once instead of 30 s later.
@@ -196,8 +232,15 @@ fn an_abort_leaves_no_survivor_and_during_a_timeout_grace_brings_the_kill_forwar
   });
   let done = handle.join().unwrap().unwrap();
   assert_eq!(done.ended_by, EndedBy::Timeout);
-  assert!(asked.elapsed() < Duration::from_secs(2), "{:?}", asked.elapsed());
-  assert_eq!(survivors_after(&tok, Duration::from_millis(500)), Vec::<i32>::new());
+  assert!(
+    asked.elapsed() < Duration::from_secs(2),
+    "{:?}",
+    asked.elapsed()
+  );
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
 }
 
 #[test]
@@ -217,5 +260,8 @@ fn a_background_setsid_child_is_killed_after_the_drain_and_the_job_settles_at_on
   assert_eq!(done.status, Some(ExitStatus::Exited(5)));
   assert_eq!(done.stdout, "done\n");
   assert!(took < Duration::from_secs(2), "settled after {took:?}");
-  assert_eq!(survivors_after(&tok, Duration::from_millis(200)), Vec::<i32>::new());
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(200)),
+    Vec::<i32>::new()
+  );
 }

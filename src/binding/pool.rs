@@ -183,9 +183,38 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
   if let Some(ms) = convert::optional_uint(&obj, "killGraceMs", "config.killGraceMs")? {
     out.kill_grace = Duration::from_millis(ms);
   }
+  if let Some(ms) = convert::optional_uint(&obj, "drainMs", "config.drainMs")? {
+    if ms > pool::config::MAX_TIMEOUT_MS {
+      return Err(PoolError::InvalidSpec(format!(
+        "config.drainMs must be at most {}",
+        pool::config::MAX_TIMEOUT_MS
+      )));
+    }
+    out.drain = Duration::from_millis(ms);
+  }
   // Accepted and ignored: there is no worker script in a native pool.
   convert::optional_string(&obj, "workerScript", "config.workerScript")?;
   Ok(out)
+}
+
+/// The supervisor binary, checked to be an executable file. Only the test hooks
+/// (`FINN_SANDBOX_TEST_HOOKS=1`) may run without one: commands then run directly from Node,
+/// contained by process groups only, which is how the tests show what the supervisor adds.
+fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> {
+  let Some(path) = path else {
+    if std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1") {
+      return Ok(None);
+    }
+    return Err(PoolError::Crashed("no supervisor binary was given".into()));
+  };
+  let bad = |why: String| PoolError::Crashed(format!("supervisor binary {path}: {why}"));
+  let meta = std::fs::metadata(&path).map_err(|e| bad(e.to_string()))?;
+  let c = std::ffi::CString::new(path.as_str()).map_err(|_| bad("NUL in the path".into()))?;
+  // SAFETY: `c` is a valid NUL-terminated string.
+  if !meta.is_file() || unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+    return Err(bad("not an executable file".into()));
+  }
+  Ok(Some(path.into()))
 }
 
 pub(crate) fn to_napi(e: PoolError) -> napi::Error {
@@ -202,13 +231,16 @@ pub struct NativeWorkerPool {
 #[napi]
 impl NativeWorkerPool {
   /// Throws `"INVALID_SPEC: <message>"` for a bad config. `onSettled` receives batches of
-  /// settled jobs.
+  /// settled jobs. `supervisor` is the path of the `finn-supervisor` binary that contains
+  /// every job's tree (`index.js` finds it); it must be an executable file.
   #[napi(constructor, catch_unwind)]
   pub fn new(
     config: Option<Unknown>,
     on_settled: Function<Vec<JobSettled>, ()>,
+    supervisor: Option<String>,
   ) -> napi::Result<Self> {
-    let config = config_from_js(config).map_err(to_napi)?;
+    let mut config = config_from_js(config).map_err(to_napi)?;
+    config.supervisor = supervisor_path(supervisor).map_err(to_napi)?;
     Ok(NativeWorkerPool {
       pool: Pool::new(config, jobs_runtime()?),
       settler: Arc::new(Settler::new(on_settled)?),

@@ -1,6 +1,7 @@
 //! Pool configuration and the job description, validated once.
 
 use std::ffi::CString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::error::PoolError;
@@ -21,6 +22,12 @@ pub struct PoolConfig {
   pub max_queue_depth: usize,
   /// SIGTERM-to-SIGKILL grace after a timeout or an abort.
   pub kill_grace: Duration,
+  /// Once a command's main process has exited, how long the rest of its tree may run (and
+  /// write) before it is killed and the job settles.
+  pub drain: Duration,
+  /// The supervisor binary that contains every job's tree. `None` runs commands directly from
+  /// this process (process groups only: a process whose parent died escapes), for tests.
+  pub supervisor: Option<PathBuf>,
 }
 
 impl Default for PoolConfig {
@@ -30,11 +37,14 @@ impl Default for PoolConfig {
       shutdown_deadline: Duration::from_millis(10_000),
       max_queue_depth: 10,
       kill_grace: Duration::from_millis(5_000),
+      drain: Duration::from_millis(DEFAULT_DRAIN_MS),
+      supervisor: None,
     }
   }
 }
 
 pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+pub const DEFAULT_DRAIN_MS: u64 = 100;
 pub const DEFAULT_MAX_BUFFER: usize = 1_048_576;
 /// Node's own timer limit (about 24.8 days); loa-finn's larger values fired at once.
 pub const MAX_TIMEOUT_MS: u64 = 2_147_483_647;

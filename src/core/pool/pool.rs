@@ -15,6 +15,7 @@ use super::lane::{Admit, LaneQueue};
 use super::stats::{LaneStats, PoolStats, SystemStats, Totals};
 use super::worker::{Mailbox, Waited};
 use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, Stop, StopCell};
+use crate::core::supervisor::{self, Supervisor};
 
 /// What a job resolves with.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,7 +79,8 @@ struct Queued {
 struct Running {
   /// Abort and shutdown ask here; the first request per job wins.
   stop: Arc<StopCell<StopReason>>,
-  /// The leader's pid once spawned (0 before), for [`Pool::kill_all_now`].
+  /// The pid whose tree to kill once spawned (0 before), for [`Pool::kill_all_now`]: the
+  /// job's reaper, or the leader without a supervisor.
   leader: Arc<AtomicI32>,
 }
 
@@ -122,6 +124,8 @@ struct Inner {
   test_hooks: bool,
   /// Set by [`Pool::kill_all_now`]: a job that spawns from now on kills its own tree at once.
   exiting: AtomicBool,
+  /// Contains every job's tree; started with the first job.
+  supervisor: Option<Supervisor>,
 }
 
 /// A native worker pool. Cheap to clone; all clones share one pool.
@@ -158,6 +162,7 @@ impl Pool {
   /// Each running job occupies a thread of `runtime`'s blocking pool (see `exec::run`), so
   /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
+    let supervisor = config.supervisor.clone().map(Supervisor::new);
     let state = State {
       closing: false,
       abandoned: false,
@@ -175,6 +180,7 @@ impl Pool {
       idle: Notify::new(),
       test_hooks: std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1"),
       exiting: AtomicBool::new(false),
+      supervisor,
     });
     Pool {
       _owners: Arc::new(Owners(Arc::clone(&inner))),
@@ -324,7 +330,7 @@ impl Pool {
         .collect();
       for &pid in &pids {
         if pid > 0 && !killed.contains(&pid) {
-          exec::kill_tree_now(pid);
+          self.inner.kill_tree_now(pid);
           killed.push(pid);
         }
       }
@@ -337,6 +343,14 @@ impl Pool {
 }
 
 impl Inner {
+  /// SIGKILLs the tree recorded for a running job (see [`Running::leader`]).
+  fn kill_tree_now(&self, pid: i32) {
+    match &self.supervisor {
+      Some(_) => supervisor::kill_tree_now(pid),
+      None => exec::kill_tree_now(pid),
+    }
+  }
+
   fn lock(&self) -> MutexGuard<'_, State> {
     // A panic never happens while the lock is held, but a poisoned lock must not wedge the pool.
     self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -431,14 +445,7 @@ impl Inner {
     if self.test_hooks && job.session_id.as_deref() == Some(TEST_PANIC_SESSION) {
       panic!("test hook: job {id} panics on purpose");
     }
-    let (outcome, tally) = execute(
-      job,
-      &stop,
-      self.config.kill_grace,
-      &leader,
-      &self.exiting,
-      || carried.flush(),
-    );
+    let (outcome, tally) = execute(job, &stop, self, &leader, || carried.flush());
     carried.flush();
     tracing::debug!(?outcome, "job settled");
     let next = slot.finish(tally, me);
@@ -611,9 +618,8 @@ fn result(
 fn execute(
   job: JobSpec,
   stop: &StopCell<StopReason>,
-  kill_grace: Duration,
+  inner: &Inner,
   leader: &AtomicI32,
-  exiting: &AtomicBool,
   on_spawned: impl FnOnce(),
 ) -> (JobOutcome, Tally) {
   if let Some(root) = &job.jail_root
@@ -654,18 +660,26 @@ fn execute(
   let limits = Limits {
     timeout: Some(Duration::from_millis(job.timeout_ms)),
     max_output_bytes: job.max_buffer,
-    kill_grace,
+    kill_grace: inner.config.kill_grace,
   };
   let on_spawn = |pid| {
     leader.store(pid, Ordering::SeqCst);
-    if exiting.load(Ordering::SeqCst) {
-      exec::kill_tree_now(pid);
+    if inner.exiting.load(Ordering::SeqCst) {
+      inner.kill_tree_now(pid);
     }
     on_spawned();
   };
-  let finished = match exec::run_blocking(&spec, &limits, stop, on_spawn) {
+  let ran = match &inner.supervisor {
+    Some(sup) => supervisor::run_blocking(sup, &spec, &limits, inner.config.drain, stop, on_spawn),
+    None => exec::run_blocking(&spec, &limits, stop, on_spawn).map_err(Into::into),
+  };
+  let finished = match ran {
     Ok(finished) => finished,
-    Err(e) => return spawn_failure(e),
+    Err(supervisor::RunError::Spawn(e)) => return spawn_failure(e),
+    Err(supervisor::RunError::Crashed(msg)) => {
+      tracing::error!(%msg, "the job's supervisor failed");
+      return (Err(PoolError::Crashed(msg)), Tally::Failed);
+    }
   };
   if !finished.survivors.is_empty() {
     tracing::error!(survivors = ?finished.survivors, "processes outlived SIGKILL and the reap bound");

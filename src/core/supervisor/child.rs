@@ -48,7 +48,15 @@ pub fn start_with(
     nix::unistd::ForkResult::Child => {
       use std::os::fd::AsRawFd;
       drop(report_r);
-      exec_child(spec, &argv, &envp, stdout, stderr, report_w.as_raw_fd(), pre_exec)
+      exec_child(
+        spec,
+        &argv,
+        &envp,
+        stdout,
+        stderr,
+        report_w.as_raw_fd(),
+        pre_exec,
+      )
     }
     nix::unistd::ForkResult::Parent { child } => {
       drop(report_w);
@@ -153,9 +161,8 @@ mod tests {
   #[test]
   fn the_pre_exec_step_runs_in_the_child_before_exec() {
     // The hook lowers RLIMIT_NOFILE in the child only; the command sees the lowered limit.
-    let lower = || {
-      nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 17, 17)
-    };
+    let lower =
+      || nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 17, 17);
     let s = spec("ulimit -n; echo $$ $PPID; pwd");
     let (status, out) = output(|w| start_with(&s, w, w, &lower));
     assert_eq!(status, Ok(0));

@@ -83,7 +83,11 @@ impl Supervisor {
   /// error says what failed, naming the supervisor's file.
   pub fn checkout(&self) -> Result<Reaper, String> {
     let mut state = self.lock();
-    if state.running.as_ref().is_some_and(|r| pidfd::exited(&r.pidfd)) {
+    if state
+      .running
+      .as_ref()
+      .is_some_and(|r| pidfd::exited(&r.pidfd))
+    {
       stop(&mut state);
     }
     while let Some((reaper, _)) = state.idle.pop() {
@@ -247,7 +251,10 @@ fn spawn_supervisor(program: &CString, socket: i32) -> io::Result<i32> {
     ))?;
     let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
     libc::sigemptyset(empty.as_mut_ptr());
-    check(libc::posix_spawnattr_setsigmask(&mut a.attr, empty.as_ptr()))?;
+    check(libc::posix_spawnattr_setsigmask(
+      &mut a.attr,
+      empty.as_ptr(),
+    ))?;
     let mut defaults = MaybeUninit::<libc::sigset_t>::uninit();
     libc::sigemptyset(defaults.as_mut_ptr());
     for sig in 1..32 {

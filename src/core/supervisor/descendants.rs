@@ -53,9 +53,7 @@ impl Tree {
 
   /// Stops every descendant not yet held; returns how many are held (alive or not).
   pub fn freeze(&mut self, spare: &dyn Fn(i32) -> bool) -> usize {
-    self
-      .held
-      .retain(|(_, fd)| !pidfd::exited(fd));
+    self.held.retain(|(_, fd)| !pidfd::exited(fd));
     for _ in 0..FREEZE_ROUNDS {
       let mut found_new = false;
       for p in descendants(&tree::scan(), self.root, spare) {

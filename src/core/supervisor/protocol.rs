@@ -35,9 +35,13 @@ pub enum ToReaper {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FromReaper {
-  Spawned { pid: i32 },
+  Spawned {
+    pid: i32,
+  },
   /// The errno of `posix_spawn` (or of what ran before `exec`).
-  SpawnFailed { errno: i32 },
+  SpawnFailed {
+    errno: i32,
+  },
   Exited(ExitStatus),
   /// The reaper has no child left: every process of the job's tree is gone.
   TreeGone,
@@ -69,7 +73,10 @@ fn c_strings(r: &mut Reader) -> io::Result<Vec<CString>> {
   // Each entry takes at least its 4-byte length: a count beyond that is corrupt, and must not
   // reserve memory for it.
   if n > r.0.len() / 4 {
-    return Err(io::Error::new(io::ErrorKind::InvalidData, "count too large"));
+    return Err(io::Error::new(
+      io::ErrorKind::InvalidData,
+      "count too large",
+    ));
   }
   let mut out = Vec::with_capacity(n);
   for _ in 0..n {
@@ -232,11 +239,20 @@ mod tests {
     assert!(FromReaper::decode(&[TREE_GONE, 0]).is_err());
     // A huge argv count with nothing behind it.
     let mut w = Writer::default();
-    w.u8(RUN).u64(0).bytes(b"/bin/true").bytes(b"/").u32(u32::MAX);
+    w.u8(RUN)
+      .u64(0)
+      .bytes(b"/bin/true")
+      .bytes(b"/")
+      .u32(u32::MAX);
     assert!(ToReaper::decode(&w.0).is_err());
     // A NUL inside a string.
     let mut w = Writer::default();
-    w.u8(RUN).u64(0).bytes(b"/bin/t\0rue").bytes(b"/").u32(0).u32(0);
+    w.u8(RUN)
+      .u64(0)
+      .bytes(b"/bin/t\0rue")
+      .bytes(b"/")
+      .u32(0)
+      .u32(0);
     assert!(ToReaper::decode(&w.0).is_err());
   }
 }

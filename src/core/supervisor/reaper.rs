@@ -92,7 +92,10 @@ impl Reaper {
           let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
             return;
           };
-          if self.run(&spec, out, err, Duration::from_millis(drain_ms)).is_err() {
+          if self
+            .run(&spec, out, err, Duration::from_millis(drain_ms))
+            .is_err()
+          {
             return;
           }
         }
@@ -109,13 +112,23 @@ impl Reaper {
 
   /// One job from spawn to an empty tree. `Err` when the reaper must exit (its tree is dead
   /// or past the reap bound by then).
-  fn run(&mut self, spec: &SpawnSpec, out: OwnedFd, err: OwnedFd, drain: Duration) -> Result<(), Gone> {
+  fn run(
+    &mut self,
+    spec: &SpawnSpec,
+    out: OwnedFd,
+    err: OwnedFd,
+    drain: Duration,
+  ) -> Result<(), Gone> {
     let started = child::start(spec, out.as_raw_fd(), err.as_raw_fd());
     // The child has its own copies; ours would keep the addon from ever seeing EOF.
     drop((out, err));
     let leader = match started {
       Ok(pid) => pid,
-      Err(errno) => return self.send(FromReaper::SpawnFailed { errno: errno as i32 }),
+      Err(errno) => {
+        return self.send(FromReaper::SpawnFailed {
+          errno: errno as i32,
+        });
+      }
     };
     let mut job = Job {
       leader,
@@ -125,7 +138,12 @@ impl Reaper {
       tree: Tree::new(self.me),
       host_gone: false,
     };
-    if self.send(FromReaper::Spawned { pid: leader.as_raw() }).is_err() {
+    if self
+      .send(FromReaper::Spawned {
+        pid: leader.as_raw(),
+      })
+      .is_err()
+    {
       job.host_gone();
     }
     loop {

@@ -20,7 +20,9 @@ use super::poll::{poll, watch};
 use super::protocol::{FromReaper, ToReaper};
 use crate::core::exec::capture::{Capture, Pushed, Stream};
 use crate::core::exec::spawn::classify_exec_error;
-use crate::core::exec::{EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell};
+use crate::core::exec::{
+  EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,
+};
 
 /// Why a job through the supervisor did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -147,10 +149,7 @@ pub fn kill_tree_now(reaper_pid: i32) {
 fn next_message(reaper: &mut Reaper) -> io::Result<FromReaper> {
   match reaper.conn.recv()? {
     Some(frame) => FromReaper::decode(&frame),
-    None => Err(io::Error::new(
-      io::ErrorKind::UnexpectedEof,
-      "it exited",
-    )),
+    None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited")),
   }
 }
 
@@ -268,7 +267,12 @@ impl Job {
 
 /// Reads what the pipe has now (a bounded number of reads); closes it at EOF or on an error.
 /// Returns true when this went over the output cap.
-fn drain(pipe: &mut Option<OwnedFd>, stream: Stream, capture: &mut Capture, buf: &mut Vec<u8>) -> bool {
+fn drain(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> bool {
   let mut overflowed = false;
   for _ in 0..READS_PER_WAKE {
     if pipe.is_none() {
@@ -283,13 +287,23 @@ fn drain(pipe: &mut Option<OwnedFd>, stream: Stream, capture: &mut Capture, buf:
 }
 
 /// One read for the final drain: false once nothing more is there.
-fn drain_once(pipe: &mut Option<OwnedFd>, stream: Stream, capture: &mut Capture, buf: &mut Vec<u8>) -> bool {
+fn drain_once(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> bool {
   read_once(pipe, stream, capture, buf).is_some()
 }
 
 /// One read into `capture`. `Some(overflowed)` after a read of data; `None` when the pipe
 /// had nothing (EAGAIN) or ended (then it is closed).
-fn read_once(pipe: &mut Option<OwnedFd>, stream: Stream, capture: &mut Capture, buf: &mut Vec<u8>) -> Option<bool> {
+fn read_once(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> Option<bool> {
   let fd = pipe.as_ref()?;
   if buf.capacity() < READ_CHUNK {
     buf.reserve_exact(READ_CHUNK);

@@ -83,7 +83,14 @@ fn setup() -> io::Result<Supervisor> {
 
 fn close_from(fd: RawFd) {
   // SAFETY: closes descriptors of this process only; none above `fd` is in use yet.
-  unsafe { libc::syscall(libc::SYS_close_range, fd as libc::c_uint, libc::c_uint::MAX, 0) };
+  unsafe {
+    libc::syscall(
+      libc::SYS_close_range,
+      fd as libc::c_uint,
+      libc::c_uint::MAX,
+      0,
+    )
+  };
 }
 
 impl Supervisor {

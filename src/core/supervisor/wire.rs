@@ -116,9 +116,11 @@ impl Conn {
       }
     };
     // SAFETY: the kernel installed these descriptors in this process for us alone.
-    self
-      .fds
-      .extend(received.into_iter().map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }));
+    self.fds.extend(
+      received
+        .into_iter()
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+    );
     if n == 0 {
       self.eof = true;
       return Ok(false);
@@ -300,10 +302,7 @@ mod tests {
     // A header announcing 10 bytes, then only 2 of them.
     nix::unistd::write(&a, &[10, 0, 0, 0, 1, 2]).unwrap();
     drop(a);
-    assert_eq!(
-      b.recv().unwrap_err().kind(),
-      io::ErrorKind::UnexpectedEof
-    );
+    assert_eq!(b.recv().unwrap_err().kind(), io::ErrorKind::UnexpectedEof);
     let (a, b) = pair().unwrap();
     drop(a);
     assert!(Conn::new(b).recv().unwrap().is_none());
