@@ -2,10 +2,16 @@
 //!
 //! A subreaper inherits every orphan of its subtree, so "the job's tree" is simply "all
 //! descendants of the job's reaper": no process group or session to escape from. Each one is
-//! stopped first (SIGSTOP, scanning again until a scan finds no new one): a stopped process can
+//! stopped first (SIGSTOP, walking again until a walk finds no new one): a stopped process can
 //! neither fork nor exit, so the tree holds still while it is walked. Every process is held
-//! by a pidfd opened after the scan and checked against its parent link, so a pid recycled
-//! between the scan and the signal is never hit.
+//! by a pidfd opened after it was found and checked against its parent link, so a pid
+//! recycled in between is never hit.
+//!
+//! The walk reads `/proc/<pid>/task/<tid>/children` from the root down: a few small reads per
+//! process of the tree. Scanning every `/proc/<pid>/stat` instead cost 60-120 ms from Node's
+//! `kill -9` to the last process gone, with six processes (five reapers and the supervisor)
+//! scanning a few hundred entries each on two cores; the full scan remains the fallback for
+//! kernels built without `CONFIG_PROC_CHILDREN`.
 
 use std::os::fd::OwnedFd;
 
@@ -37,6 +43,51 @@ pub fn descendants(procs: &[Proc], root: i32, spare: &dyn Fn(i32) -> bool) -> Ve
   out
 }
 
+/// The live direct children of `pid` (of all its threads), or `None` when the kernel does not
+/// provide the `children` files.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+  let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+  let mut out = Vec::new();
+  let mut any = false;
+  for task in tasks.flatten() {
+    if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+      any = true;
+      out.extend(
+        text
+          .split_ascii_whitespace()
+          .filter_map(|p| p.parse::<i32>().ok()),
+      );
+    }
+  }
+  any.then_some(out)
+}
+
+/// Descendants of `root` found through the `children` files, as (pid, parent) pairs; `None`
+/// when those files are missing. A process already frozen (in `held`) has a stable list of
+/// children; the others are listed as they are at the moment of the read.
+fn walk_children(root: i32, spare: &dyn Fn(i32) -> bool) -> Option<Vec<(i32, i32)>> {
+  let mut out: Vec<(i32, i32)> = Vec::new();
+  let mut stack = vec![root];
+  let mut first = true;
+  while let Some(parent) = stack.pop() {
+    let kids = match children_of(parent) {
+      Some(kids) => kids,
+      // The root's files must be there; a child that just exited simply has none.
+      None if first => return None,
+      None => Vec::new(),
+    };
+    first = false;
+    for pid in kids {
+      if pid == root || spare(pid) || out.iter().any(|(p, _)| *p == pid) {
+        continue;
+      }
+      out.push((pid, parent));
+      stack.push(pid);
+    }
+  }
+  Some(out)
+}
+
 /// The processes of one tree that have been frozen so far.
 pub struct Tree {
   root: i32,
@@ -56,22 +107,28 @@ impl Tree {
     self.held.retain(|(_, fd)| !pidfd::exited(fd));
     for _ in 0..FREEZE_ROUNDS {
       let mut found_new = false;
-      for p in descendants(&tree::scan(), self.root, spare) {
-        if self.held.iter().any(|(pid, _)| *pid == p.pid) {
+      let found = walk_children(self.root, spare).unwrap_or_else(|| {
+        descendants(&tree::scan(), self.root, spare)
+          .iter()
+          .map(|p| (p.pid, p.ppid))
+          .collect()
+      });
+      for (pid, ppid) in found {
+        if self.held.iter().any(|(held, _)| *held == pid) {
           continue;
         }
-        let Ok(fd) = pidfd::open(p.pid) else { continue };
-        // The pid now names this very process: if it still has the parent the scan saw, it is
-        // the one the scan saw (or a sibling of it, equally ours).
-        let same = std::fs::read_to_string(format!("/proc/{}/stat", p.pid))
+        let Ok(fd) = pidfd::open(pid) else { continue };
+        // The pid now names this very process: if it still has the parent the walk saw, it is
+        // the one the walk saw (or a sibling of it, equally ours).
+        let same = std::fs::read_to_string(format!("/proc/{pid}/stat"))
           .ok()
           .and_then(|s| tree::parse_stat(&s))
-          .is_some_and(|now| now.ppid == p.ppid);
+          .is_some_and(|now| now.ppid == ppid && !now.zombie);
         if !same {
           continue;
         }
         pidfd::send_signal(&fd, Signal::SIGSTOP);
-        self.held.push((p.pid, fd));
+        self.held.push((pid, fd));
         found_new = true;
       }
       if !found_new {
