@@ -265,3 +265,140 @@ fn a_background_setsid_child_is_killed_after_the_drain_and_the_job_settles_at_on
     Vec::<i32>::new()
   );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_survivor_of_trees_that_escape() {
+  use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, PoolError, RawJob};
+  let config = PoolConfig {
+    interactive_workers: 3,
+    kill_grace: Duration::from_millis(200),
+    shutdown_deadline: Duration::from_millis(300),
+    supervisor: (!direct()).then(|| env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let pool = Pool::new(config, tokio::runtime::Handle::current());
+  let tok = token();
+  let jobs: Vec<_> = (0..3)
+    .map(|_| {
+      let job = JobSpec::new(RawJob {
+        binary_path: "/bin/sh".into(),
+        args: vec!["-c".into(), nasty(&tok)],
+        cwd: "/".into(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        timeout_ms: Some(60_000),
+        ..RawJob::default()
+      })
+      .unwrap();
+      pool.submit(job).unwrap()
+    })
+    .collect();
+  let waiting = tok.clone();
+  tokio::task::spawn_blocking(move || wait_for_holders(&waiting, 21))
+    .await
+    .unwrap();
+  pool.shutdown().await;
+  for job in jobs {
+    assert_eq!(job.result.await.unwrap(), Err(PoolError::ShutDown));
+  }
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+}
+
+/// The parent pid of `pid`.
+fn ppid(pid: i32) -> i32 {
+  let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+  finn_sandbox::core::exec::tree::parse_stat(&stat)
+    .unwrap()
+    .ppid
+}
+
+#[test]
+fn a_reaper_or_supervisor_killed_mid_job_crashes_the_job_kills_its_tree_and_the_next_job_runs() {
+  if direct() {
+    // Nothing to kill on the direct path: the test is about the supervisor's processes.
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  for victim in ["reaper", "supervisor"] {
+    let tok = token();
+    let (_cell, handle) = run_on_thread(
+      &sup,
+      sh(&format!(
+        "(sleep {tok} &); setsid sleep {tok} & wait; : {tok}"
+      )),
+      limits(60_000, 200),
+    );
+    wait_for_holders(&tok, 3);
+    let leader = holders(&tok)
+      .into_iter()
+      .find(|&p| !holders(&tok).contains(&ppid(p)))
+      .unwrap();
+    let reaper = ppid(leader);
+    let supervisor_pid = ppid(reaper);
+    assert_eq!(sup.pid(), Some(supervisor_pid));
+    let target = if victim == "reaper" {
+      reaper
+    } else {
+      supervisor_pid
+    };
+    nix::sys::signal::kill(
+      nix::unistd::Pid::from_raw(target),
+      nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    match handle.join().unwrap() {
+      Err(RunError::Crashed(msg)) => assert!(msg.contains("reaper"), "{msg}"),
+      other => panic!("{victim}: {other:?}"),
+    }
+    assert_eq!(
+      survivors_after(&tok, Duration::from_secs(2)),
+      Vec::<i32>::new(),
+      "{victim}"
+    );
+    let next = run(&sup, sh("echo $PPID"), limits(5000, 100)).unwrap();
+    assert_eq!(next.exit_code(), 0);
+    let next_reaper: i32 = next.stdout.trim().parse().unwrap();
+    if victim == "supervisor" {
+      assert_ne!(sup.pid(), Some(supervisor_pid), "a new supervisor serves");
+    }
+    assert_eq!(sup.pid(), Some(ppid(next_reaper)));
+  }
+}
+
+#[test]
+fn dropping_the_handle_ends_the_supervisor_and_its_idle_reapers() {
+  let sup = Arc::new(supervisor());
+  run(&sup, sh("true"), limits(5000, 100)).unwrap();
+  let pid = sup.pid().unwrap();
+  let reapers: Vec<i32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+    .unwrap()
+    .split_whitespace()
+    .map(|p| p.parse().unwrap())
+    .collect();
+  assert_eq!(reapers.len(), 1);
+  drop(sup);
+  let until = Instant::now() + Duration::from_secs(2);
+  while [pid, reapers[0]]
+    .iter()
+    .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
+  {
+    assert!(
+      Instant::now() < until,
+      "supervisor {pid} or its reaper still there"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+#[test]
+fn a_missing_supervisor_binary_is_named_in_the_error() {
+  let sup = Arc::new(Supervisor::new("/nonexistent/finn-supervisor".into()));
+  match run(&sup, sh("true"), limits(5000, 100)) {
+    Err(RunError::Crashed(msg)) => {
+      assert!(msg.contains("/nonexistent/finn-supervisor"), "{msg}");
+    }
+    other => panic!("{other:?}"),
+  }
+}
