@@ -402,3 +402,35 @@ fn a_missing_supervisor_binary_is_named_in_the_error() {
     other => panic!("{other:?}"),
   }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_the_supervisor_go() {
+  use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
+  if direct() {
+    return;
+  }
+  let config = PoolConfig {
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let pool = Pool::new(config, tokio::runtime::Handle::current());
+  let job = JobSpec::new(RawJob {
+    binary_path: "/bin/sh".into(),
+    args: vec!["-c".into(), "echo $PPID".into()],
+    cwd: "/".into(),
+    ..RawJob::default()
+  })
+  .unwrap();
+  let out = pool.submit(job).unwrap().result.await.unwrap().unwrap();
+  let reaper: i32 = out.stdout.trim().parse().unwrap();
+  let supervisor_pid = ppid(reaper);
+  pool.shutdown().await;
+  let until = Instant::now() + Duration::from_secs(2);
+  while [supervisor_pid, reaper]
+    .iter()
+    .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
+  {
+    assert!(Instant::now() < until, "the supervisor outlived shutdown()");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+  }
+}

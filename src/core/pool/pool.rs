@@ -190,6 +190,11 @@ impl Pool {
         tokio::pin!(idle);
         idle.as_mut().enable();
         if inner.lock().running.is_empty() {
+          // No job will come any more: the supervisor and its idle reapers can go now
+          // rather than when the last handle on the pool is dropped.
+          if let Some(supervisor) = &inner.supervisor {
+            supervisor.stop();
+          }
           return;
         }
         idle.await;

@@ -121,6 +121,12 @@ impl Supervisor {
     }
   }
 
+  /// Lets the supervisor and its idle reapers go (the pool is shut down). A later checkout
+  /// would start a new one.
+  pub fn stop(&self) {
+    stop(&mut self.lock());
+  }
+
   /// Returns a reaper whose job ended with its tree gone. Reapers idle for too long are let go.
   pub fn checkin(&self, reaper: Reaper) {
     let mut state = self.lock();

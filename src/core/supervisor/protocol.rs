@@ -122,22 +122,35 @@ impl FromSupervisor {
 
 impl ToReaper {
   pub fn encode(&self) -> Vec<u8> {
-    let mut w = Writer::default();
     match self {
-      ToReaper::Run { spec, drain_ms } => {
-        w.u8(RUN)
-          .u64(*drain_ms)
-          .bytes(spec.program.as_bytes())
-          .bytes(spec.cwd.as_bytes());
-        for list in [&spec.argv, &spec.env] {
-          w.u32(list.len() as u32);
-          for s in list {
-            w.bytes(s.as_bytes());
-          }
-        }
-      }
+      ToReaper::Run { spec, drain_ms } => Self::encode_run(spec, *drain_ms),
       ToReaper::Terminate { grace_ms } => {
+        let mut w = Writer::default();
         w.u8(TERMINATE).u64(*grace_ms);
+        w.0
+      }
+    }
+  }
+
+  /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
+  pub fn encode_run(spec: &SpawnSpec, drain_ms: u64) -> Vec<u8> {
+    let size = 32
+      + spec.program.as_bytes().len()
+      + spec.cwd.as_bytes().len()
+      + [&spec.argv, &spec.env]
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|s| 4 + s.as_bytes().len())
+        .sum::<usize>();
+    let mut w = Writer(Vec::with_capacity(size));
+    w.u8(RUN)
+      .u64(drain_ms)
+      .bytes(spec.program.as_bytes())
+      .bytes(spec.cwd.as_bytes());
+    for list in [&spec.argv, &spec.env] {
+      w.u32(list.len() as u32);
+      for s in list {
+        w.bytes(s.as_bytes());
       }
     }
     w.0

@@ -77,13 +77,10 @@ pub fn run_blocking<R>(
     nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
       .map_err(|e| SpawnError::Setup(e.into()))?;
   }
-  let run = ToReaper::Run {
-    spec: Box::new(spec.clone()),
-    drain_ms: drain.as_millis() as u64,
-  };
+  let run = ToReaper::encode_run(spec, drain.as_millis() as u64);
   reaper
     .conn
-    .send(&run.encode(), &[out_w.as_raw_fd(), err_w.as_raw_fd()])
+    .send(&run, &[out_w.as_raw_fd(), err_w.as_raw_fd()])
     .map_err(|e| crashed(&reaper, &e))?;
   // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
   drop((out_w, err_w));
