@@ -148,18 +148,24 @@ impl Reaper {
     }
     loop {
       let (leader_status, gone) = self.reap(&job);
+      // Both in one write when they come together (a command without background children):
+      // the addon then wakes once.
+      let mut report: Vec<Vec<u8>> = Vec::new();
       if let Some(status) = leader_status {
         job.leader_reaped();
-        if !job.host_gone && self.send(FromReaper::Exited(status)).is_err() {
+        report.push(FromReaper::Exited(status).encode());
+      }
+      if gone {
+        report.push(FromReaper::TreeGone.encode());
+      }
+      if !report.is_empty() && !job.host_gone {
+        let frames: Vec<&[u8]> = report.iter().map(Vec::as_slice).collect();
+        if self.conn.send_all(&frames).is_err() {
           job.host_gone();
         }
       }
       if gone {
-        return if job.host_gone {
-          Err(Gone)
-        } else {
-          self.send(FromReaper::TreeGone)
-        };
+        return if job.host_gone { Err(Gone) } else { Ok(()) };
       }
       let now = Instant::now();
       if job.drain_until.is_some_and(|at| now >= at) && job.kill.is_none() {
