@@ -8,12 +8,25 @@
 // shown to fail (it hangs: Node never sees its children exit) with a `waitpid(-1, WNOHANG)`
 // loop added to the addon's reaper checkin.
 import { execFile, spawn } from 'node:child_process'
-import { readdirSync, readFileSync } from 'node:fs'
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, renameSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { describe, expect, test } from 'vitest'
 import { PoolError, WorkerPool } from '../index.js'
 import { ENV, rejectionOf, sh } from './helpers.js'
+
+/** Runs `fn` with FINN_SANDBOX_SUPERVISOR set to `path` (pools read it when constructed). */
+function withSupervisor<T>(path: string, fn: () => T): T {
+  const before = process.env.FINN_SANDBOX_SUPERVISOR
+  process.env.FINN_SANDBOX_SUPERVISOR = path
+  try {
+    return fn()
+  } finally {
+    if (before === undefined) delete process.env.FINN_SANDBOX_SUPERVISOR
+    else process.env.FINN_SANDBOX_SUPERVISOR = before
+  }
+}
 
 const root = join(import.meta.dirname, '..')
 
@@ -209,6 +222,43 @@ describe("Node's child_process beside the pool", () => {
     mine.forEach(([code, out], i) => expect([code, out]).toEqual([i % 2 === 0 ? 3 : 4, `cp ${i}\n`]))
     const results = await Promise.all(poolJobs)
     results.forEach((r, i) => expect([r.exitCode, r.stdout]).toEqual([i % 7, `pool ${i}\n`]))
+    await p.shutdown()
+  })
+})
+
+describe('the supervisor binary', () => {
+  test('missing or not executable: the constructor throws WORKER_CRASHED naming the file', () => {
+    for (const [path, why] of [
+      ['/nonexistent/finn-supervisor', /\/nonexistent\/finn-supervisor: No such file/],
+      ['/etc/passwd', /\/etc\/passwd: not an executable file/],
+    ] as const) {
+      let err: unknown
+      withSupervisor(path, () => {
+        try {
+          new WorkerPool()
+        } catch (e) {
+          err = e
+        }
+      })
+      expect(err).toBeInstanceOf(PoolError)
+      expect((err as PoolError).code).toBe('WORKER_CRASHED')
+      expect((err as PoolError).message).toMatch(why)
+    }
+  })
+
+  test('gone after construction: jobs reject WORKER_CRASHED naming it, and the pool recovers once it is back', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'finn-sup-'))
+    const file = join(dir, 'finn-supervisor')
+    const shipped = readdirSync(root).find((n) => n.startsWith('finn-supervisor.'))
+    copyFileSync(join(root, shipped as string), file)
+    const p = withSupervisor(file, () => new WorkerPool())
+    renameSync(file, `${file}.away`)
+    const err = await rejectionOf(p.exec(sh('echo hi')), PoolError)
+    expect(err.code).toBe('WORKER_CRASHED')
+    expect(err.message).toContain(file)
+    renameSync(`${file}.away`, file)
+    expect((await p.exec(sh('echo back'))).stdout).toBe('back\n')
+    expect(p.stats().totals.failed).toBe(1)
     await p.shutdown()
   })
 })
