@@ -281,8 +281,8 @@ fn spawn_supervisor(program: &CString, socket: i32) -> io::Result<i32> {
         0,
       ))?;
     }
-    // dup2 onto itself would keep close-on-exec set; the socket is never fd 3 here because
-    // `socket` > 3 or fd 3 is another of Node's descriptors... unless it is: then move it.
+    // dup2 of a descriptor onto its own number would leave close-on-exec set: if the socket
+    // happens to be fd 3, hand the child a copy from another number.
     let source = if socket == ADDON_FD {
       let moved = libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, ADDON_FD + 1);
       if moved < 0 {
