@@ -434,3 +434,48 @@ async fn shutdown_lets_the_supervisor_go() {
     tokio::time::sleep(Duration::from_millis(5)).await;
   }
 }
+
+#[test]
+fn idle_reapers_retire_and_a_job_meeting_a_retiring_reaper_runs_on_another() {
+  let sup = Arc::new(Supervisor::with_reaper_idle(
+    PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")),
+    Duration::from_millis(50),
+  ));
+  let first: i32 = run(&sup, sh("echo $PPID"), limits(5000, 100))
+    .unwrap()
+    .stdout
+    .trim()
+    .parse()
+    .unwrap();
+  // Its reaper exits on its own once idle; the supervisor stays.
+  let until = Instant::now() + Duration::from_secs(2);
+  while std::path::Path::new(&format!("/proc/{first}")).exists() {
+    assert!(
+      Instant::now() < until,
+      "the idle reaper {first} did not retire"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+  assert!(sup.pid().is_some());
+  // A job handed to a reaper that retired meanwhile (it left `Retired` and closed its end)
+  // runs on another one, once.
+  let stale = sup.checkout().unwrap();
+  let stale_pid = stale.pid;
+  while std::path::Path::new(&format!("/proc/{stale_pid}")).exists() {
+    assert!(
+      Instant::now() < until + Duration::from_secs(2),
+      "{stale_pid} did not retire"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+  sup.checkin(stale);
+  let done = run(&sup, sh("echo $PPID"), limits(5000, 100)).unwrap();
+  let ran_on: i32 = done.stdout.trim().parse().unwrap();
+  assert_ne!(ran_on, stale_pid);
+  // Jobs keep running however their start meets a retirement.
+  for i in 0..20 {
+    std::thread::sleep(Duration::from_millis(i % 4 * 20));
+    let done = run(&sup, sh("echo ok"), limits(5000, 100)).unwrap();
+    assert_eq!(done.stdout, "ok\n", "job {i}");
+  }
+}

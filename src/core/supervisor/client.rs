@@ -5,7 +5,7 @@
 //! never with `waitpid(-1)`, and no signal disposition of Node's is touched, so Node's
 //! `child_process` keeps working beside it.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -17,15 +17,10 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use super::poll::ready;
 use super::protocol::{FromSupervisor, ToSupervisor};
-use super::server::ADDON_FD;
+use super::server::{ADDON_FD, DEFAULT_REAPER_IDLE, REAPER_IDLE_ARG};
 use super::wire::{self, Conn};
 use crate::core::exec::pidfd;
-
-/// An idle reaper with no job for this long is let go (its process exits), as the pool lets
-/// parked worker threads go.
-const REAPER_IDLE: Duration = Duration::from_secs(10);
 
 /// A job reaper leased for one job.
 pub struct Reaper {
@@ -37,6 +32,9 @@ pub struct Reaper {
 /// One pool's supervisor.
 pub struct Supervisor {
   program: PathBuf,
+  /// A reaper without a job for this long exits (reporting `Retired`), as the pool lets
+  /// parked worker threads go: an idle pool holds no reaper.
+  reaper_idle: Duration,
   state: Mutex<State>,
 }
 
@@ -56,8 +54,14 @@ struct Running {
 impl Supervisor {
   /// Nothing is started before the first job.
   pub fn new(program: PathBuf) -> Supervisor {
+    Self::with_reaper_idle(program, DEFAULT_REAPER_IDLE)
+  }
+
+  /// [`Self::new`] with reapers that retire after `reaper_idle` without a job.
+  pub fn with_reaper_idle(program: PathBuf, reaper_idle: Duration) -> Supervisor {
     Supervisor {
       program,
+      reaper_idle,
       state: Mutex::new(State {
         running: None,
         generation: 0,
@@ -90,9 +94,10 @@ impl Supervisor {
     {
       stop(&mut state);
     }
+    // The most recently used first. One that retired or died meanwhile is found out by the
+    // job itself (`Retired`, or EPIPE), which then takes another: no check costs a syscall here.
     while let Some((reaper, _)) = state.idle.pop() {
-      // Readable while idle means EOF: that reaper is gone.
-      if reaper.generation == state.generation && !ready(reaper.conn.raw()) {
+      if reaper.generation == state.generation {
         return Ok(reaper);
       }
     }
@@ -133,7 +138,7 @@ impl Supervisor {
     let now = Instant::now();
     state
       .idle
-      .retain(|(_, since)| now.duration_since(*since) < REAPER_IDLE);
+      .retain(|(_, since)| now.duration_since(*since) < self.reaper_idle);
     if reaper.generation == state.generation && state.running.is_some() {
       state.idle.push((reaper, now));
     }
@@ -143,7 +148,9 @@ impl Supervisor {
     let (ours, theirs) = wire::pair()?;
     let program = CString::new(self.program.as_os_str().as_bytes())
       .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
-    let pid = spawn_supervisor(&program, theirs.as_raw_fd())?;
+    let idle = CString::new(self.reaper_idle.as_millis().to_string()).expect("digits");
+    let args = [c"finn-supervisor", REAPER_IDLE_ARG, &idle];
+    let pid = spawn_supervisor(&program, &args, theirs.as_raw_fd())?;
     drop(theirs);
     let pidfd = match pidfd::open(pid) {
       Ok(fd) => fd,
@@ -233,8 +240,9 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 /// Starts the supervisor with `socket` as its fd 3: a new session (no terminal signal reaches
 /// it), stdin and stdout `/dev/null`, stderr shared for its diagnostics, an empty signal mask,
 /// default dispositions and an empty environment.
-fn spawn_supervisor(program: &CString, socket: i32) -> io::Result<i32> {
-  let argv = [program.as_ptr() as *mut libc::c_char, std::ptr::null_mut()];
+fn spawn_supervisor(program: &CString, args: &[&CStr], socket: i32) -> io::Result<i32> {
+  let mut argv: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr() as *mut _).collect();
+  argv.push(std::ptr::null_mut());
   let envp = [std::ptr::null_mut::<libc::c_char>()];
   // SAFETY: every pointer handed to libc points into `program`, `argv`, `envp` or `a`, all of
   // which outlive the call; the objects are initialised before use and destroyed by `Attrs`.

@@ -34,13 +34,6 @@ pub fn poll(fds: &mut [libc::pollfd], until: Option<Instant>) {
   };
 }
 
-/// Whether `fd` has input, an error or a hang-up right now.
-pub fn ready(fd: RawFd) -> bool {
-  let mut fds = [watch(Some(fd))];
-  poll(&mut fds, Some(Instant::now()));
-  fds[0].revents != 0
-}
-
 /// The earliest of some optional instants.
 pub fn earliest(times: impl IntoIterator<Item = Option<Instant>>) -> Option<Instant> {
   times.into_iter().flatten().min()

@@ -45,6 +45,9 @@ pub enum FromReaper {
   Exited(ExitStatus),
   /// The reaper has no child left: every process of the job's tree is gone.
   TreeGone,
+  /// The reaper was idle for too long and exits without reading anything more: a `Run` sent
+  /// to it meanwhile was not started, and can go to another reaper.
+  Retired,
 }
 
 const NEW_REAPER: u8 = 1;
@@ -56,6 +59,7 @@ const SPAWN_FAILED: u8 = 6;
 const EXITED: u8 = 7;
 const SIGNALED: u8 = 8;
 const TREE_GONE: u8 = 9;
+const RETIRED: u8 = 10;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -192,6 +196,7 @@ impl FromReaper {
       FromReaper::Exited(ExitStatus::Exited(code)) => w.u8(EXITED).i32(*code),
       FromReaper::Exited(ExitStatus::Signaled(sig)) => w.u8(SIGNALED).i32(*sig),
       FromReaper::TreeGone => w.u8(TREE_GONE),
+      FromReaper::Retired => w.u8(RETIRED),
     };
     w.0
   }
@@ -204,6 +209,7 @@ impl FromReaper {
       EXITED => FromReaper::Exited(ExitStatus::Exited(r.i32()?)),
       SIGNALED => FromReaper::Exited(ExitStatus::Signaled(r.i32()?)),
       TREE_GONE => FromReaper::TreeGone,
+      RETIRED => FromReaper::Retired,
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -236,6 +242,7 @@ mod tests {
       FromReaper::Exited(ExitStatus::Exited(3)),
       FromReaper::Exited(ExitStatus::Signaled(9)),
       FromReaper::TreeGone,
+      FromReaper::Retired,
     ] {
       assert_eq!(FromReaper::decode(&msg.encode()).unwrap(), msg);
     }

@@ -32,12 +32,14 @@ struct Reaper {
   lifeline: OwnedFd,
   sigchld: SignalFd,
   me: i32,
+  idle: Duration,
 }
 
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
-/// away. `lifeline` is the read end of a pipe whose write end only the supervisor holds.
-pub fn main(conn: OwnedFd, lifeline: OwnedFd) -> ! {
-  let code = match setup(conn, lifeline) {
+/// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
+/// the supervisor holds.
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> ! {
+  let code = match setup(conn, lifeline, idle) {
     Ok(mut reaper) => {
       reaper.serve();
       0
@@ -51,7 +53,7 @@ pub fn main(conn: OwnedFd, lifeline: OwnedFd) -> ! {
   unsafe { libc::_exit(code) }
 }
 
-fn setup(conn: OwnedFd, lifeline: OwnedFd) -> nix::Result<Reaper> {
+fn setup(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> nix::Result<Reaper> {
   nix::sys::prctl::set_child_subreaper(true)?;
   let mut mask = SigSet::empty();
   mask.add(Signal::SIGCHLD);
@@ -62,12 +64,15 @@ fn setup(conn: OwnedFd, lifeline: OwnedFd) -> nix::Result<Reaper> {
     lifeline,
     sigchld,
     me: std::process::id() as i32,
+    idle,
   })
 }
 
 impl Reaper {
-  /// Waits for jobs and runs them, one at a time, until the addon or the supervisor is gone.
+  /// Waits for jobs and runs them, one at a time, until the addon or the supervisor is gone,
+  /// or no job came for `idle` (an idle pool then holds no reaper).
   fn serve(&mut self) {
+    let mut idle_until = Instant::now() + self.idle;
     loop {
       let msg = match self.conn.take_frame() {
         Ok(Some(frame)) => frame,
@@ -76,8 +81,14 @@ impl Reaper {
             watch(Some(self.conn.raw())),
             watch(Some(self.lifeline.as_raw_fd())),
           ];
-          poll(&mut fds, None);
+          poll(&mut fds, Some(idle_until));
           if fds[1].revents != 0 {
+            return;
+          }
+          if fds[0].revents == 0 && Instant::now() >= idle_until {
+            // Nothing is read after this decision, so a Run already on its way is never
+            // started: the addon sees `Retired` first and sends it elsewhere.
+            let _ = self.send(FromReaper::Retired);
             return;
           }
           if fds[0].revents != 0 && !matches!(self.conn.fill(), Ok(true)) {
@@ -98,6 +109,7 @@ impl Reaper {
           {
             return;
           }
+          idle_until = Instant::now() + self.idle;
         }
         // A request for a job that already ended.
         Ok(ToReaper::Terminate { .. }) => {}

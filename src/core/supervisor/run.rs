@@ -42,6 +42,10 @@ const READS_PER_WAKE: usize = 16;
 /// Reads of the final drain once the tree is gone: every writer is dead, so this only bounds
 /// a writer outside the tree that was handed the pipe.
 const FINAL_READS: usize = 1024;
+/// Reapers that may turn out retired (or dead) under one job before it gives up. Each try
+/// takes another idle reaper, and a freshly forked one does not retire before its first job:
+/// this only bounds a supervisor that misbehaves.
+const MAX_RETIRED: usize = 64;
 
 /// Runs `spec` through one of `supervisor`'s reapers on the calling thread. `on_spawn` gets the
 /// reaper's pid once the command runs: every process of the job's tree is a descendant of it
@@ -63,7 +67,6 @@ pub fn run_blocking<R>(
     }
   }
   let _detach = Detach(stop);
-  let mut reaper = supervisor.checkout().map_err(RunError::Crashed)?;
   let crashed = |reaper: &Reaper, e: &dyn std::fmt::Display| {
     RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
   };
@@ -78,13 +81,26 @@ pub fn run_blocking<R>(
       .map_err(|e| SpawnError::Setup(e.into()))?;
   }
   let run = ToReaper::encode_run(spec, drain.as_millis() as u64);
-  reaper
-    .conn
-    .send(&run, &[out_w.as_raw_fd(), err_w.as_raw_fd()])
-    .map_err(|e| crashed(&reaper, &e))?;
+  let fds = [out_w.as_raw_fd(), err_w.as_raw_fd()];
+  let mut retired = 0;
+  let (mut reaper, first) = loop {
+    let mut reaper = supervisor.checkout().map_err(RunError::Crashed)?;
+    let reply = match reaper.conn.send(&run, &fds) {
+      // The reaper closed before reading the whole frame, so it cannot have started it.
+      Err(e) if e.raw_os_error() == Some(libc::EPIPE) => Ok(FromReaper::Retired),
+      Err(e) => Err(e),
+      Ok(()) => next_message(&mut reaper),
+    };
+    match reply {
+      // An idle reaper retiring as the job came: the job was not started; take another.
+      Ok(FromReaper::Retired) if retired < MAX_RETIRED => retired += 1,
+      Ok(msg) => break (reaper, msg),
+      Err(e) => return Err(crashed(&reaper, &e)),
+    }
+  };
   // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
   drop((out_w, err_w));
-  match next_message(&mut reaper).map_err(|e| crashed(&reaper, &e))? {
+  match first {
     FromReaper::Spawned { .. } => {}
     FromReaper::SpawnFailed { errno } => {
       supervisor.checkin(reaper);

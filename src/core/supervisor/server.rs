@@ -9,6 +9,7 @@
 //! pipe, on which every reaper waits.
 
 use std::collections::HashSet;
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
@@ -39,11 +40,28 @@ struct Supervisor {
   lifeline_r: OwnedFd,
   reapers: HashSet<i32>,
   me: i32,
+  reaper_idle: Duration,
 }
+
+/// The argument that sets how long a reaper without a job lives, in milliseconds.
+pub const REAPER_IDLE_ARG: &CStr = c"--reaper-idle-ms";
+/// Default for [`REAPER_IDLE_ARG`]: as long as the pool keeps a parked worker thread.
+pub const DEFAULT_REAPER_IDLE: Duration = Duration::from_secs(10);
 
 /// The supervisor's `main`. Returns the process's exit code.
 pub fn main() -> i32 {
-  match setup().and_then(|mut s| s.serve()) {
+  let args: Vec<String> = std::env::args().skip(1).collect();
+  let reaper_idle = match args.as_slice() {
+    [] => DEFAULT_REAPER_IDLE,
+    [flag, ms] if REAPER_IDLE_ARG.to_str() == Ok(flag.as_str()) && ms.parse::<u64>().is_ok() => {
+      Duration::from_millis(ms.parse().expect("checked"))
+    }
+    _ => {
+      eprintln!("finn-supervisor: started by the finn-sandbox addon only (bad arguments {args:?})");
+      return 2;
+    }
+  };
+  match setup(reaper_idle).and_then(|mut s| s.serve()) {
     Ok(()) => 0,
     Err(e) => {
       eprintln!("finn-supervisor: {e}");
@@ -52,7 +70,7 @@ pub fn main() -> i32 {
   }
 }
 
-fn setup() -> io::Result<Supervisor> {
+fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
   // Only fds 0-3 are ours; anything else came from Node by mistake (an fd without
   // close-on-exec) and would keep someone's pipe open.
   close_from(ADDON_FD + 1);
@@ -78,6 +96,7 @@ fn setup() -> io::Result<Supervisor> {
     lifeline_r,
     reapers: HashSet::new(),
     me: std::process::id() as i32,
+    reaper_idle,
   })
 }
 
@@ -120,7 +139,7 @@ impl Supervisor {
     let (addon_end, reaper_end) = wire::pair()?;
     // SAFETY: this process is single-threaded; the child runs only `become_reaper`.
     match unsafe { nix::unistd::fork() }? {
-      ForkResult::Child => become_reaper(reaper_end, &self.lifeline_r),
+      ForkResult::Child => become_reaper(reaper_end, &self.lifeline_r, self.reaper_idle),
       ForkResult::Parent { child } => {
         drop(reaper_end);
         self.reapers.insert(child.as_raw());
@@ -187,7 +206,7 @@ impl Supervisor {
 
 /// In the forked child: keeps only its socket (as fd 3) and the lifeline (as fd 4), both
 /// close-on-exec so the job's command inherits neither, and runs the reaper.
-fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd) -> ! {
+fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration) -> ! {
   let moved = move_to(conn.as_raw_fd(), 3).and_then(|()| move_to(lifeline.as_raw_fd(), 4));
   if moved.is_err() {
     // SAFETY: exits the forked child at once.
@@ -198,7 +217,7 @@ fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd) -> ! {
   // SAFETY: fds 3 and 4 were just set up above and nothing else owns them now (the
   // supervisor's own owners of those numbers are never used again in this process).
   let (conn, lifeline) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-  reaper::main(conn, lifeline)
+  reaper::main(conn, lifeline, idle)
 }
 
 /// Makes `fd` available as `target` with close-on-exec set.
