@@ -4,7 +4,7 @@
 // process, on a directory of their own. Root and non-root take different mechanisms (root
 // ignores RLIMIT_NPROC and mode bits); a case that cannot run here says why in its skip.
 import { type ChildProcessWithoutNullStreams, execFileSync, spawn, spawnSync } from 'node:child_process'
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, rmdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, rmdirSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { createInterface } from 'node:readline'
@@ -100,6 +100,31 @@ function cgroupV1PidsWritable(): boolean {
   }
 }
 
+/** Every live descendant of `pid`, from /proc. */
+function descendants(pid: number): number[] {
+  const parent = new Map<number, number>()
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8')
+      parent.set(Number(name), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]))
+    } catch {
+      // exited meanwhile
+    }
+  }
+  const out: number[] = []
+  const walk = (p: number) => {
+    for (const [child, pp] of parent) {
+      if (pp === p) {
+        out.push(child)
+        walk(child)
+      }
+    }
+  }
+  walk(pid)
+  return out
+}
+
 /** Runs the pids child: `limit(pid)` makes new tasks fail, `lift(pid)` lets them through again. */
 async function pidsCase(prefix: string[], limit: (pid: number) => void, lift: (pid: number) => void) {
   const { child, next } = startChild(prefix, 'pids')
@@ -141,7 +166,7 @@ async function pidsColdCase(prefix: string[], limit: (pid: number) => void, lift
       const during = await next()
       expect(during.step).toBe('during')
       // Refused before a thread exists, or (if one started) the spawn fails naming the limit.
-      if (during.error) expect(during.error.code).toBe('WORKER_UNAVAILABLE')
+        if (during.error) expect(during.error.code).toBe('WORKER_UNAVAILABLE')
       expect(failureText(during)).toMatch(/process limit reached: RLIMIT_NPROC or the pids cgroup/)
     }
     const lifted = await next()
@@ -170,10 +195,11 @@ describe('pids limit', () => {
       mkdirSync(group)
       try {
         await run(
-          [],
-          (pid) => {
-            writeFileSync(join(group, 'cgroup.procs'), String(pid))
-            // Every task the group has now (Node's threads, the parked job thread): no new one.
+          // The child Node starts inside the group, so the supervisor and its reapers, which
+          // start the commands, are in it too (as in a container's own pids cgroup).
+          ['sh', '-c', `echo $$ > ${join(group, 'cgroup.procs')} && exec "$@"`, 'sh'],
+          () => {
+            // Every task the group has now (Node, its threads, the supervisor): no new one.
             writeFileSync(join(group, 'pids.max'), readFileSync(join(group, 'pids.current'), 'utf8').trim())
           },
           () => writeFileSync(join(group, 'pids.max'), 'max'),
@@ -197,17 +223,19 @@ describe('pids limit', () => {
   const nprocCase = (name: string, run: typeof pidsCase) =>
     test.skipIf(!canNproc)(name, async () => {
       let hard = ''
+      // Node and every process below it (the supervisor and its reapers start the commands).
+      const tree = (pid: number) => [pid, ...descendants(pid)]
       await run(
-      nprocPrefix,
-      (pid) => {
-        hard = prlimit(['--pid', String(pid), '--nproc', '--raw', '--noheadings', '--output=HARD']).trim()
-        // Soft limit 1: the user already has this process, so no new task may start.
-        prlimit(['--pid', String(pid), '--nproc=1:'])
-      },
-      (pid) => {
-        prlimit(['--pid', String(pid), `--nproc=${hard}:`])
-      },
-    )
+        nprocPrefix,
+        (pid) => {
+          hard = prlimit(['--pid', String(pid), '--nproc', '--raw', '--noheadings', '--output=HARD']).trim()
+          // Soft limit 1: the user already has these processes, so no new task may start.
+          for (const p of tree(pid)) prlimit(['--pid', String(p), '--nproc=1:'])
+        },
+        (pid) => {
+          for (const p of tree(pid)) prlimit(['--pid', String(p), `--nproc=${hard}:`])
+        },
+      )
     })
   nprocCase('with RLIMIT_NPROC reached a job fails naming it, and succeeds once the limit is raised (non-root)', pidsCase)
   nprocCase('with RLIMIT_NPROC reached before the pool has any thread: refused naming it, no slot leaks, all run once raised (non-root)', pidsColdCase)
