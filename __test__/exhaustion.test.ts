@@ -205,7 +205,12 @@ describe('pids limit', () => {
           () => writeFileSync(join(group, 'pids.max'), 'max'),
         )
       } finally {
-        // The child has exited (or was killed): the group is empty and can go.
+        // Once Node has exited its supervisor follows (it sees its socket close): then the group
+        // is empty and can go. A process left in it past the deadline fails the test.
+        const start = Date.now()
+        while (readFileSync(join(group, 'cgroup.procs'), 'utf8').trim() !== '' && Date.now() - start < 5000) {
+          await new Promise((r) => setTimeout(r, 20))
+        }
         rmdirSync(group)
       }
     })
