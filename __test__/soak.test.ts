@@ -47,7 +47,7 @@ describe('soak (short)', () => {
     expect(figures.rss.secondHalf).toBeLessThanOrEqual(4 * 1024 * 1024)
     expect(figures.rss.overall).toBeLessThanOrEqual(16 * 1024 * 1024)
     // Every kind of job really ran.
-    for (const kind of ['fast', 'failing', 'unspawnable', 'timeout', 'timeoutImmune', 'truncated', 'abortRunning', 'abortAtOnce', 'queueFull']) {
+    for (const kind of ['fast', 'failing', 'unspawnable', 'timeout', 'timeoutImmune', 'escapee', 'truncated', 'abortRunning', 'abortAtOnce', 'queueFull']) {
       expect(figures.kinds[kind], kind).toBeGreaterThan(0)
     }
   })

@@ -1,5 +1,5 @@
 'use strict'
-// npm run soak [-- --quick] [-- --jobs N] [-- --out FILE] [-- --escapees]
+// npm run soak [-- --quick] [-- --jobs N] [-- --out FILE] [-- --no-escapees]
 //
 // Runs many mixed jobs through one WorkerPool (fast, failing, unspawnable, timing out with
 // TERM-obeying and TERM-immune trees, truncated invalid UTF-8, aborted while queued or running,
@@ -10,9 +10,9 @@
 //   - no survivor: every command carries a unique token in its environment and command line,
 //     and /proc is scanned for it (not only the pids we recorded);
 //   - every job settled the way its kind must (an unexpected outcome is a failure too).
-// --escapees adds timed-out trees whose `setsid` grandchild has lost its parent: the process
-// group and the /proc walk cannot reach it, so today this fails with survivors; the supervisor
-// of issue 15 (a subreaper per slot) is what makes it pass.
+// The mix includes timed-out trees whose `setsid` grandchild has lost its parent: before the
+// supervisor (a subreaper per slot) the process group and the /proc walk could not reach it,
+// and the soak failed with survivors; --no-escapees leaves them out.
 // Prints the figures as JSON (and writes them to --out, default bench/results/soak[-quick].json)
 // and exits 1 when a bound is missed. Run with --expose-gc so RSS is read after a full GC; the
 // script re-executes itself with the flag when it is missing.
@@ -42,7 +42,7 @@ const option = (name, fallback) => {
   return at >= 0 && at + 1 < argv.length ? argv[at + 1] : fallback
 }
 const quick = flag('--quick')
-const escapees = flag('--escapees')
+const escapees = !flag('--no-escapees')
 const JOBS = Number(option('--jobs', quick ? 1000 : 10000))
 const OUT = option('--out', path.join(__dirname, '..', 'bench', 'results', quick ? 'soak-quick.json' : 'soak.json'))
 const MiB = 1024 * 1024
@@ -238,7 +238,7 @@ const ROTATION = [
 ]
 
 /** Runs `count` jobs with at most WORKERS + DEPTH interactive ones in flight (so none is refused). */
-async function drive(pool, count, counts, unexpected, onHalf) {
+async function drive(pool, count, counts, unexpected, onHalf, onTenth) {
   let next = 0
   let done = 0
   const half = Math.floor(count / 2)
@@ -267,6 +267,7 @@ async function drive(pool, count, counts, unexpected, onHalf) {
           counts[kind] = (counts[kind] || 0) + 1
           if (!ok && unexpected.length < 20) unexpected.push({ kind, what })
           done++
+          if (onTenth && done % Math.max(1, Math.floor(count / 10)) === 0) onTenth(done)
           if (!halfReached && done >= half && onHalf) {
             halfReached = true
             onHalf()
@@ -300,17 +301,29 @@ async function main() {
   // Shutdown retires the parked workers, and the runtime lets a retired thread go after 200 ms:
   // the baseline is taken once no job thread is left.
   await settle(jobThreads, 0, 5000)
-  const base = { threads: threads(), fds: fds(), fdTargets: fdTargets(), rss: rss() }
+  const base = { threads: threads(), fds: fds(), fdTargets: fdTargets(), rss: rss(), heapTotal: process.memoryUsage().heapTotal }
 
   const pool = new WorkerPool({ interactiveWorkers: WORKERS, maxQueueDepth: DEPTH, killGraceMs: 20 })
   const blockers = holdSystemLane(pool)
   const counts = {}
   const unexpected = []
   let rssHalf = 0
-  await drive(pool, JOBS, counts, unexpected, () => {
-    rssHalf = rss()
-  })
+  // [jobs, RSS, V8 heapTotal] (MiB) after each tenth of the jobs: a plateau is the allocator
+  // settling, a line a leak; heapTotal shows how much of RSS is V8 sizing its own heap (its
+  // young generation grows to several MiB under allocation pressure and stays after a GC).
+  const samples = []
+  await drive(
+    pool,
+    JOBS,
+    counts,
+    unexpected,
+    () => {
+      rssHalf = rss()
+    },
+    (done) => samples.push([done, Number((rss() / MiB).toFixed(2)), Number((process.memoryUsage().heapTotal / MiB).toFixed(2))]),
+  )
   const rssEnd = rss()
+  const heapTotalEnd = process.memoryUsage().heapTotal
   const stats = pool.stats()
   await releaseSystemLane(pool, blockers)
   await pool.shutdown()
@@ -345,6 +358,9 @@ async function main() {
       overall: rssEnd - base.rss,
       secondHalfMiB: Number(((rssEnd - rssHalf) / MiB).toFixed(2)),
       overallMiB: Number(((rssEnd - base.rss) / MiB).toFixed(2)),
+      samplesMiB: samples,
+      heapTotalStartMiB: Number((base.heapTotal / MiB).toFixed(2)),
+      heapTotalEndMiB: Number((heapTotalEnd / MiB).toFixed(2)),
     },
     bounds: BOUNDS,
   }
