@@ -5,7 +5,7 @@
 #
 # nobody can neither read root's toolchain (/root is 0700) nor write the checkout, so:
 #   - the cargo test binaries are built here as root (`cargo test --no-run`) and run as nobody;
-#   - the repository (git-tracked files, node_modules and the built addon) is copied to a
+#   - the repository (git-tracked files, node_modules, the built addon and supervisor) is copied to a
 #     staging directory nobody owns, with its own HOME and npm cache, and vitest runs there.
 # Skipped tests say why in their own output (e.g. a full tmpfs needs root to mount).
 set -euo pipefail
@@ -29,10 +29,10 @@ bins=$(cargo test --no-run --message-format=json 2>/dev/null |
 mkdir -p "$STAGE/bin"
 for b in $bins; do cp "$b" "$STAGE/bin/"; done
 
-# The repository as nobody will see it.
+# The repository as nobody will see it, with the built addon and supervisor (not tracked).
 git ls-files -z | xargs -0 cp --parents -t "$STAGE"
 cp -a node_modules "$STAGE/"
-cp -a ./*.node "$STAGE/"
+cp -a ./*.node ./finn-supervisor.* "$STAGE/"
 mkdir -p "$STAGE/home" "$STAGE/npm-cache"
 chown -R "$UID_NOBODY:$UID_NOBODY" "$STAGE"
 
