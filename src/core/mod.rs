@@ -1,4 +1,6 @@
 pub mod audit;
 pub mod exec;
+#[cfg(target_os = "linux")]
+pub mod isolate;
 pub mod policy;
 pub mod pool;
