@@ -273,7 +273,7 @@ mod tests {
     .unwrap();
     assert!(!p.layers.netns && !p.layers.mountns && !p.layers.cgroup);
     assert!(p.layers.landlock && p.layers.seccomp);
-    for name in ["cgroup:", "netns:", "mountns:", "protect:"] {
+    for name in ["cgroup:", "mountns:", "protect:"] {
       assert!(
         p.degraded.iter().any(|d| d.starts_with(name)),
         "{name} missing from {:?}",

@@ -113,7 +113,14 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   let landlock_fd = if plan.layers.landlock {
     let fd = ll::build(&FsRules {
       read_roots: &plan.read_roots,
-      deny_read: &plan.deny_read,
+      // With the mount namespace, denied paths are already covered by empty read-only mounts;
+      // carving them out of landlock's read rules as well costs ~2 ms and hundreds of rules per
+      // exec (every sibling in /etc), for paths that do not exist yet only.
+      deny_read: if plan.layers.mountns {
+        &[]
+      } else {
+        &plan.deny_read
+      },
       writable: &plan.writable,
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
