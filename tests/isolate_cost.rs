@@ -22,7 +22,10 @@ fn cost_per_layer() {
     .and_then(|s| s.parse().ok())
     .unwrap_or(300);
   let dir = tempfile::tempdir().unwrap();
-  let opts = IsolationOptions::from_json(serde_json::json!({"mode": "auto"})).unwrap();
+  let opts = IsolationOptions::from_json(
+    serde_json::json!({"mode": "auto", "namespaces": {"net": probe().sys_admin}}),
+  )
+  .unwrap();
   let full = Plan::resolve(&opts, dir.path(), probe()).unwrap().unwrap();
   let none = Layers::default();
   let steps: &[(&str, Layers)] = &[
@@ -31,6 +34,14 @@ fn cost_per_layer() {
       "+cgroup",
       Layers {
         cgroup: true,
+        ..none
+      },
+    ),
+    (
+      "+landlock, no denyRead",
+      Layers {
+        cgroup: true,
+        landlock: true,
         ..none
       },
     ),
@@ -81,10 +92,26 @@ fn cost_per_layer() {
   let base_ms = median(base);
   println!("| none (fork + exec) | 0 | {base_ms:.3} | 0 | 0 |");
   for (name, layers) in steps {
-    let plan = Plan {
+    // Only what this host can apply (as nobody: no cgroup, no namespaces).
+    let f = full.layers;
+    let layers = &Layers {
+      cgroup: layers.cgroup && f.cgroup,
+      landlock: layers.landlock && f.landlock,
+      seccomp: layers.seccomp && f.seccomp,
+      mountns: layers.mountns && f.mountns,
+      netns: layers.netns && f.netns,
+    };
+    if (name.contains("cgroup") && !f.cgroup) || (name.ends_with("ns") && !(f.mountns || f.netns)) {
+      println!("| {name} | not on this host | | | |");
+      continue;
+    }
+    let mut plan = Plan {
       layers: *layers,
       ..full.clone()
     };
+    if name.contains("no denyRead") {
+      plan.deny_read.clear();
+    }
     let (mut prep, mut run, mut clean) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..n {
       let t = Instant::now();
