@@ -761,7 +761,9 @@ fn only_fds_0_to_2_are_inherited() {
 
 #[test]
 fn the_report_says_what_applied_and_what_degraded() {
-  let p = prepared(&auto(), Path::new("/tmp")).unwrap();
+  let asked =
+    json!({"mode": "auto", "namespaces": {"net": probe().sys_admin, "pid": probe().sys_admin}});
+  let p = prepared(&asked, Path::new("/tmp")).unwrap();
   let r = p.report();
   assert!(
     r.applied.contains(&"landlock") && r.applied.contains(&"seccomp"),
@@ -769,11 +771,13 @@ fn the_report_says_what_applied_and_what_degraded() {
   );
   if probe().sys_admin {
     assert!(
-      r.applied.contains(&"netns") && r.applied.contains(&"mountns"),
+      ["netns", "mountns", "pidns", "protect", "cgroup"]
+        .iter()
+        .all(|l| r.applied.contains(l)),
       "{r:?}"
     );
   } else {
-    for layer in ["netns", "mountns", "protect"] {
+    for layer in ["mountns", "protect"] {
       assert!(
         r.degraded.iter().any(|d| d.starts_with(layer)),
         "{layer} not in {r:?}"
@@ -789,4 +793,121 @@ fn the_report_says_what_applied_and_what_degraded() {
     d.layers.iter().all(|l| l.available || l.reason.is_some()),
     "{d:?}"
   );
+}
+
+/// Runs `script` under a plan with only the given layers (to test one layer on its own).
+fn sh_with_layers(cwd: &Path, layers: finn_sandbox::core::isolate::Layers, script: &str) -> Ran {
+  let opts =
+    IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
+  let plan = Plan {
+    layers,
+    ..Plan::resolve(&opts, cwd, probe()).unwrap().unwrap()
+  };
+  let p = Arc::new(prepare(&plan).unwrap());
+  let hook = p.clone();
+  let mut cmd = Command::new("/bin/bash");
+  cmd
+    .args(["-c", script])
+    .current_dir(cwd)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+  // SAFETY: apply_in_child is async-signal-safe.
+  unsafe {
+    cmd.pre_exec(move || hook.apply_in_child().map_err(std::io::Error::from));
+  }
+  let out = cmd.output().unwrap();
+  Ran {
+    status: out.status,
+    stderr: String::from_utf8_lossy(&out.stderr).into(),
+    prepared: Some(p),
+  }
+}
+
+#[test]
+fn pid_namespace_ends_setsid_children_and_hides_outside_processes() {
+  use finn_sandbox::core::isolate::Layers;
+  use std::os::unix::process::ExitStatusExt;
+  if !probe().sys_admin {
+    let opts =
+      IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
+    assert!(
+      Plan::resolve(&opts, Path::new("/tmp"), probe()).is_err(),
+      "an asked-for pidns is refused, not faked"
+    );
+    return;
+  }
+  let only_pidns = Layers {
+    mountns: true,
+    pidns: true,
+    ..Layers::default()
+  };
+  for pidns in [false, true] {
+    let j = jail();
+    let token = format!("3600.{}{}", std::process::id(), rand_suffix());
+    let victim_token = format!("sk-{}", rand_suffix());
+    let mut v = victim(&victim_token);
+    let script = format!(
+      "setsid sleep {token} >/dev/null 2>&1 & cat /proc/{}/environ > leak; exit 7",
+      v.id()
+    );
+    let r = if pidns {
+      sh_with_layers(&j.root, only_pidns, &script)
+    } else {
+      sh(&off(), &j.root, &script)
+    };
+    assert_eq!(
+      r.status.code(),
+      Some(7),
+      "the exit status passes through the waiter: {}",
+      r.stderr
+    );
+    // The command has exited; with a pid namespace the kernel has already killed the rest of it.
+    let left = pids_with(&token);
+    let leaked = std::fs::read(j.root.join("leak"))
+      .map(|b| String::from_utf8_lossy(&b).contains(&victim_token));
+    kill_all(&token);
+    v.kill().unwrap();
+    v.wait().unwrap();
+    assert_eq!(
+      left.is_empty(),
+      pidns,
+      "setsid sleeper after exit: {left:?}"
+    );
+    assert_eq!(
+      leaked.unwrap_or(false),
+      !pidns,
+      "/proc/<outside pid>/environ: {}",
+      r.stderr
+    );
+  }
+  // A signal death passes through too: SIGKILL the command (pid 1 inside, shielded from its own
+  // namespace's signals) from the host, as the supervisor would.
+  let j = jail();
+  let opts =
+    IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
+  let plan = Plan {
+    layers: only_pidns,
+    ..Plan::resolve(&opts, &j.root, probe()).unwrap().unwrap()
+  };
+  let p = Arc::new(prepare(&plan).unwrap());
+  let mut cmd = Command::new("/bin/bash");
+  cmd
+    .args(["-c", "echo ready; exec sleep 60"])
+    .stdout(Stdio::piped());
+  // SAFETY: apply_in_child is async-signal-safe.
+  unsafe {
+    cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+  }
+  let mut child = cmd.spawn().unwrap();
+  wait_line(&mut child, "ready");
+  let waiter = child.id();
+  let kids = std::fs::read_to_string(format!("/proc/{waiter}/task/{waiter}/children")).unwrap();
+  let command: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
+  nix::sys::signal::kill(
+    nix::unistd::Pid::from_raw(command),
+    nix::sys::signal::Signal::SIGKILL,
+  )
+  .unwrap();
+  assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
 }

@@ -23,7 +23,7 @@ fn cost_per_layer() {
     .unwrap_or(300);
   let dir = tempfile::tempdir().unwrap();
   let opts = IsolationOptions::from_json(
-    serde_json::json!({"mode": "auto", "namespaces": {"net": probe().sys_admin}}),
+    serde_json::json!({"mode": "auto", "namespaces": {"net": probe().sys_admin, "pid": probe().sys_admin}}),
   )
   .unwrap();
   let full = Plan::resolve(&opts, dir.path(), probe()).unwrap().unwrap();
@@ -66,6 +66,15 @@ fn cost_per_layer() {
       "+mountns",
       Layers {
         mountns: true,
+        netns: false,
+        pidns: false,
+        ..full.layers
+      },
+    ),
+    (
+      "+pidns",
+      Layers {
+        netns: false,
         ..full.layers
       },
     ),
@@ -100,6 +109,7 @@ fn cost_per_layer() {
       seccomp: layers.seccomp && f.seccomp,
       mountns: layers.mountns && f.mountns,
       netns: layers.netns && f.netns,
+      pidns: layers.pidns && f.pidns,
     };
     if (name.contains("cgroup") && !f.cgroup) || (name.ends_with("ns") && !(f.mountns || f.netns)) {
       println!("| {name} | not on this host | | | |");

@@ -36,6 +36,9 @@ impl Prepared {
       check(unsafe { libc::unshare(self.unshare_flags) }.into())?;
     }
     mounts::apply(&self.mounts)?;
+    if self.pidns {
+      enter_pid_namespace()?;
+    }
     cloexec_from_3()?;
     drop_capabilities(self.drop_bounding, self.cap_last_cap)?;
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
@@ -56,6 +59,78 @@ impl Prepared {
       })?;
     }
     Ok(())
+  }
+}
+
+/// After `unshare(CLONE_NEWPID)` only children land in the new namespace: fork once more. The
+/// child (pid 1 there) mounts a fresh /proc and returns to exec the command. The parent stays
+/// behind as a waiter and never returns: it closes every fd (so the command alone holds stdio and
+/// the spawner's exec-error pipe), ignores the polite signals a group stop sends (the command
+/// gets them itself), and exits the way the command did.
+fn enter_pid_namespace() -> Result<(), Errno> {
+  // SAFETY: fork in a single-threaded child; both sides make only async-signal-safe calls.
+  let pid = unsafe { libc::fork() };
+  if pid < 0 {
+    return Err(Errno::last());
+  }
+  if pid == 0 {
+    // SAFETY: integers and static strings only. The waiter's death (SIGKILL to the group, or the
+    // supervisor's) takes the command with it.
+    unsafe {
+      if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+      ) != 0
+      {
+        return Err(Errno::last());
+      }
+      let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+      if libc::mount(
+        c"proc".as_ptr(),
+        c"/proc".as_ptr(),
+        c"proc".as_ptr(),
+        flags,
+        std::ptr::null(),
+      ) != 0
+      {
+        return Err(Errno::last());
+      }
+    }
+    return Ok(());
+  }
+  // SAFETY: the waiter only closes fds, sets signal dispositions, waits and exits.
+  unsafe {
+    libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+    for sig in [
+      libc::SIGTERM,
+      libc::SIGINT,
+      libc::SIGHUP,
+      libc::SIGQUIT,
+      libc::SIGUSR1,
+      libc::SIGUSR2,
+    ] {
+      libc::signal(sig, libc::SIG_IGN);
+    }
+    let mut status = 0;
+    while libc::waitpid(pid, &mut status, 0) < 0 {
+      if Errno::last() != Errno::EINTR {
+        libc::_exit(127);
+      }
+    }
+    if libc::WIFSIGNALED(status) {
+      let sig = libc::WTERMSIG(status);
+      libc::signal(sig, libc::SIG_DFL);
+      let mut set: libc::sigset_t = std::mem::zeroed();
+      libc::sigemptyset(&mut set);
+      libc::sigaddset(&mut set, sig);
+      libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+      libc::kill(libc::getpid(), sig);
+      libc::_exit(128 + sig);
+    }
+    libc::_exit(libc::WEXITSTATUS(status));
   }
 }
 

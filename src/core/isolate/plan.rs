@@ -28,6 +28,8 @@ pub struct Layers {
   pub seccomp: bool,
   pub netns: bool,
   pub mountns: bool,
+  /// A fresh pid namespace with its own /proc (needs the mount namespace).
+  pub pidns: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,10 +169,12 @@ impl Plan {
       }
       want
     };
+    // Not by default: seccomp (every non-Unix socket) and landlock (TCP) already deny the
+    // network, and a fresh network namespace costs 1-4 ms per exec (see tests/isolate_cost.rs).
     layers.netns = want_ns(
       "netns",
       ns.net,
-      deny_network,
+      false,
       "seccomp and landlock still refuse sockets",
     );
     let mount_useful = !protect.is_empty() || !deny_read.is_empty();
@@ -180,13 +184,29 @@ impl Plan {
       mount_useful,
       "protect paths stay writable; denyRead still holds by landlock",
     );
+    // Opt-in: the command becomes pid 1 of its namespace, which ignores SIGTERM unless it installs
+    // a handler, so a graceful stop waits out the grace period before SIGKILL. In exchange, when
+    // the command exits the kernel kills everything left in the namespace (setsid children too),
+    // and /proc shows no process outside it.
+    layers.pidns = want_ns(
+      "pidns",
+      ns.pid,
+      false,
+      "/proc/<pid>/environ of outside processes stays hidden by landlock",
+    );
     if !layers.mountns && !protect.is_empty() {
       degraded.push("protect: needs the mount namespace".to_string());
     }
-    if ns.pid == Some(true) {
-      missing_required.push("pidns: not implemented in the native backend".to_string());
+    if layers.pidns && !layers.mountns {
+      layers.pidns = false;
+      degraded.push("pidns: needs the mount namespace for a fresh /proc".to_string());
+      if ns.pid == Some(true) {
+        missing_required.push("pidns".to_string());
+      }
     }
-    if !missing_required.is_empty() && (strict || ns.pid == Some(true)) {
+    if !missing_required.is_empty()
+      && (strict || ns.pid == Some(true) || ns.net == Some(true) || ns.mount == Some(true))
+    {
       return Err(IsolationError::Unavailable(missing_required));
     }
     Ok(Some(Plan {
@@ -253,11 +273,17 @@ mod tests {
         cgroup: true,
         landlock: true,
         seccomp: true,
-        netns: true,
-        mountns: true
+        netns: false,
+        mountns: true,
+        pidns: false,
       }
     );
     assert!(p.degraded.is_empty(), "{:?}", p.degraded);
+    let o = opts(json!({"mode": "auto", "namespaces": {"net": true}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &host(true))
+      .unwrap()
+      .unwrap();
+    assert!(p.layers.netns);
     assert_eq!(p.writable, vec![Path::new("/tmp").canonicalize().unwrap()]);
     assert!(p.protect.iter().any(|p| p.ends_with(".git/hooks")));
   }
@@ -305,13 +331,19 @@ mod tests {
   }
 
   #[test]
-  fn pid_namespace_is_refused_not_faked() {
-    let e = Plan::resolve(
-      &opts(json!({"mode": "auto", "namespaces": {"pid": true}})),
-      Path::new("/tmp"),
-      &host(true),
-    )
-    .unwrap_err();
+  fn pid_namespace_needs_the_mount_namespace_and_privilege() {
+    let o = opts(json!({"mode": "auto", "namespaces": {"pid": true}}));
+    assert!(
+      Plan::resolve(&o, Path::new("/tmp"), &host(true))
+        .unwrap()
+        .unwrap()
+        .layers
+        .pidns
+    );
+    let e = Plan::resolve(&o, Path::new("/tmp"), &host(false)).unwrap_err();
+    assert!(e.to_string().contains("pidns"), "{e}");
+    let o = opts(json!({"mode": "auto", "namespaces": {"pid": true, "mount": false}}));
+    let e = Plan::resolve(&o, Path::new("/tmp"), &host(true)).unwrap_err();
     assert!(e.to_string().contains("pidns"), "{e}");
   }
 }

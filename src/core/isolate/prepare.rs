@@ -26,6 +26,9 @@ pub struct Prepared {
   pub(super) cgroup: Option<JobCgroup>,
   pub(super) unshare_flags: libc::c_int,
   pub(super) mounts: Vec<MountOp>,
+  /// Fork once more after `unshare(CLONE_NEWPID)`: the command runs as pid 1 of the namespace,
+  /// its parent stays behind to pass on the exit status.
+  pub(super) pidns: bool,
   pub(super) drop_bounding: bool,
   pub(super) cap_last_cap: u32,
   pub(super) landlock_fd: Option<OwnedFd>,
@@ -98,6 +101,10 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     unshare_flags |= libc::CLONE_NEWNET;
     applied.push("netns");
   }
+  if plan.layers.pidns {
+    unshare_flags |= libc::CLONE_NEWPID;
+    applied.push("pidns");
+  }
   let mounts = if plan.layers.mountns {
     unshare_flags |= libc::CLONE_NEWNS;
     applied.push("mountns");
@@ -148,6 +155,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     cgroup,
     unshare_flags,
     mounts,
+    pidns: plan.layers.pidns,
     drop_bounding: plan.drop_bounding,
     cap_last_cap: plan.cap_last_cap,
     landlock_fd,

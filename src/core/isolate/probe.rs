@@ -260,12 +260,7 @@ pub fn doctor() -> Doctor {
   );
   add("netns", p.sys_admin, ns_reason(), ns_remedy);
   add("mountns", p.sys_admin, ns_reason(), ns_remedy);
-  add(
-    "pidns",
-    false,
-    Some("not implemented in the native backend yet: /proc/<parent>/environ is hidden by landlock's ptrace scoping instead".into()),
-    None,
-  );
+  add("pidns", p.sys_admin, ns_reason(), ns_remedy);
   add(
     "bwrap",
     false,
