@@ -6,6 +6,7 @@
 // `module.exports.X =` line so Node's ESM loader can see the names statically.
 
 const native = require('./native.js')
+const path = require('node:path')
 
 // Every code comes from the addon (the Rust enum `PoolErrorCode`); native errors carry theirs
 // as a `code` property set in Rust.
@@ -133,6 +134,29 @@ function pack(spec, lane, jailRoot) {
   return fields.join('\0')
 }
 
+/** `linux-x64-gnu` and the like: the suffix of the shipped binaries (as scripts/install.js). */
+function platformSuffix() {
+  const { platform, arch } = process
+  if (platform !== 'linux') return `${platform}-${arch}`
+  const glibc = process.report && process.report.getReport().header.glibcVersionRuntime
+  return `linux-${arch}-${glibc ? 'gnu' : 'musl'}`
+}
+
+let supervisorFile
+/**
+ * The supervisor binary that contains every job's tree: `finn-supervisor.<platform>` beside
+ * this file, or the path in FINN_SANDBOX_SUPERVISOR. `off` (honoured only with the test hooks,
+ * FINN_SANDBOX_TEST_HOOKS=1) runs commands directly from Node, for the tests that show what
+ * the supervisor adds.
+ */
+function supervisorPath() {
+  const override = process.env.FINN_SANDBOX_SUPERVISOR
+  if (override === 'off') return undefined
+  if (override) return override
+  if (supervisorFile === undefined) supervisorFile = path.join(__dirname, `finn-supervisor.${platformSuffix()}`)
+  return supervisorFile
+}
+
 // Pools alive in this process. When Node exits (process.exit() included, and a worker thread's
 // exit) every running tree is SIGKILLed synchronously: nothing will await those jobs any more.
 const livePools = new Set()
@@ -152,7 +176,7 @@ class WorkerPool {
   constructor(config) {
     const pending = this.#pending
     try {
-      this.#native = new native.NativeWorkerPool(config, (batch) => settleBatch(pending, batch))
+      this.#native = new native.NativeWorkerPool(config, (batch) => settleBatch(pending, batch), supervisorPath())
     } catch (err) {
       throw toPoolError(err)
     }

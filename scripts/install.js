@@ -38,8 +38,11 @@ function run(cmd, args) {
 }
 
 const target = path.join(root, `finn-sandbox.${platformSuffix()}.node`)
+// The supervisor process every pool starts (src/bin/finn-supervisor.rs), beside the addon.
+const supervisor = path.join(root, `finn-supervisor.${platformSuffix()}`)
 const force = process.argv.includes('--force')
-if (!force && fs.existsSync(target) && fs.statSync(target).mtimeMs >= newestSourceMtime()) {
+const fresh = (file) => fs.existsSync(file) && fs.statSync(file).mtimeMs >= newestSourceMtime()
+if (!force && fresh(target) && fresh(supervisor)) {
   process.exit(0)
 }
 
@@ -69,3 +72,19 @@ if (fs.existsSync(napiCli) && fs.existsSync(path.join(root, '.git'))) {
   fs.copyFileSync(artifact, target)
 }
 fs.utimesSync(target, new Date(), new Date())
+const bin = spawnSync('cargo', ['build', '--release', '--bin', 'finn-supervisor', '--message-format=json-render-diagnostics'], {
+  cwd: root,
+  stdio: ['ignore', 'pipe', 'inherit'],
+  maxBuffer: 256 * 1024 * 1024,
+})
+if (bin.error) throw new Error(`finn-sandbox: cannot run cargo: ${bin.error.message}`)
+if (bin.status !== 0) process.exit(bin.status || 1)
+const executable = bin.stdout
+  .toString()
+  .split('\n')
+  .filter((line) => line.startsWith('{'))
+  .map((line) => JSON.parse(line))
+  .find((msg) => msg.reason === 'compiler-artifact' && msg.target.name === 'finn-supervisor' && msg.executable)
+if (!executable) throw new Error('finn-sandbox: cargo built no finn-supervisor')
+fs.copyFileSync(executable.executable, supervisor)
+fs.chmodSync(supervisor, 0o755)
