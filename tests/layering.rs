@@ -8,8 +8,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
   ("sandbox", &["sandbox", "policy", "audit", "pool", "limits"]),
   ("policy", &["policy"]),
   ("audit", &["audit"]),
-  ("pool", &["pool", "supervisor", "exec", "limits"]),
-  ("supervisor", &["supervisor", "exec"]),
+  ("pool", &["pool", "supervisor", "exec", "limits", "isolate"]),
+  ("supervisor", &["supervisor", "exec", "isolate"]),
   ("exec", &["exec"]),
   ("isolate", &["isolate"]),
 ];

@@ -64,6 +64,7 @@ pub fn raw_job(
     session_id: optional_string(&obj, "sessionId", "spec.sessionId")?,
     jail_root,
     lane: Some(lane(lane_arg)?),
+    isolation: None,
   })
 }
 
@@ -134,6 +135,8 @@ pub fn packed_job(packed: &str) -> Checked<RawJob> {
     session_id: optional_string(fields[7])?,
     jail_root: optional_string(fields[2])?,
     lane: Some(lane),
+    // `index.js` never packs a spec that carries `isolation`.
+    isolation: None,
   })
 }
 

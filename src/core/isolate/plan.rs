@@ -8,10 +8,11 @@ use super::options::{
   Access, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PROCESSES, IsolationOptions, Mode, Readable,
   default_deny_read, default_protect,
 };
+use super::prepare::IsolationReport;
 use super::probe::Probe;
 
 /// Limits with defaults filled in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ResolvedLimits {
   pub max_processes: u64,
   pub max_memory_bytes: u64,
@@ -21,7 +22,7 @@ pub struct ResolvedLimits {
 }
 
 /// Which layers `prepare` builds.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Layers {
   pub cgroup: bool,
   pub landlock: bool,
@@ -32,7 +33,8 @@ pub struct Layers {
   pub pidns: bool,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Serializable: the addon resolves it (probes are cached there) and the job's reaper prepares it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
   /// Canonical writable roots that exist.
   pub writable: Vec<PathBuf>,
@@ -52,6 +54,30 @@ pub struct Plan {
 }
 
 impl Plan {
+  /// What `prepare` applies for this plan, and what is degraded, for `ExecResult.isolation`.
+  pub fn report(&self) -> IsolationReport {
+    let l = self.layers;
+    let mut applied = vec!["rlimits", "privileges"];
+    for (on, name) in [
+      (l.cgroup, "cgroup"),
+      (l.netns, "netns"),
+      (l.pidns, "pidns"),
+      (l.mountns, "mountns"),
+      (l.mountns && !self.protect.is_empty(), "protect"),
+      (l.landlock, "landlock"),
+      (l.seccomp, "seccomp"),
+    ] {
+      if on {
+        applied.push(name);
+      }
+    }
+    IsolationReport {
+      backend: "native",
+      applied,
+      degraded: self.degraded.clone(),
+    }
+  }
+
   /// `None` for `mode: "off"`. `cwd` is the command's working directory (the default writable root).
   pub fn resolve(
     opts: &IsolationOptions,

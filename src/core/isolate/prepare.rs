@@ -13,7 +13,7 @@ use super::plan::Plan;
 use super::seccomp::{self, SeccompRules};
 
 /// What was applied, for `ExecResult.isolation` and the audit log.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct IsolationReport {
   pub backend: &'static str,
   pub applied: Vec<&'static str>,
@@ -70,7 +70,6 @@ impl Prepared {
 
 /// Builds everything `plan` asks for. Each layer's failure names the layer.
 pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
-  let mut applied = vec!["rlimits", "privileges"];
   let l = plan.limits;
   let mut rlimits = vec![(libc::RLIMIT_CORE, 0)];
   rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
@@ -88,7 +87,6 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     let name = uuid::Uuid::new_v4().simple().to_string();
     let cg = JobCgroup::create(&name, l.max_processes, Some(l.max_memory_bytes))
       .map_err(|e| IsolationError::prepare("cgroup", e))?;
-    applied.push("cgroup");
     Some(cg)
   } else {
     // Without a memory cgroup, bound each process's address space instead.
@@ -99,18 +97,12 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   let mut unshare_flags = 0;
   if plan.layers.netns {
     unshare_flags |= libc::CLONE_NEWNET;
-    applied.push("netns");
   }
   if plan.layers.pidns {
     unshare_flags |= libc::CLONE_NEWPID;
-    applied.push("pidns");
   }
   let mounts = if plan.layers.mountns {
     unshare_flags |= libc::CLONE_NEWNS;
-    applied.push("mountns");
-    if !plan.protect.is_empty() {
-      applied.push("protect");
-    }
     mounts::plan(&plan.writable, &plan.protect, &plan.deny_read)
       .map_err(|e| IsolationError::prepare("mountns", e))?
   } else {
@@ -133,14 +125,12 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       deny_unix: plan.deny_unix,
     })
     .map_err(|e| IsolationError::prepare("landlock", e))?;
-    applied.push("landlock");
     Some(fd)
   } else {
     None
   };
 
   let seccomp = if plan.layers.seccomp {
-    applied.push("seccomp");
     seccomp::compile(SeccompRules {
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
@@ -160,10 +150,6 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     cap_last_cap: plan.cap_last_cap,
     landlock_fd,
     seccomp,
-    report: IsolationReport {
-      backend: "native",
-      applied,
-      degraded: plan.degraded.clone(),
-    },
+    report: plan.report(),
   })
 }
