@@ -64,7 +64,10 @@ pub fn raw_job(
     session_id: optional_string(&obj, "sessionId", "spec.sessionId")?,
     jail_root,
     lane: Some(lane(lane_arg)?),
-    isolation: None,
+    // `index.js` hands it over as JSON (see binding/isolate.rs).
+    isolation: optional_string(&obj, "isolation", "spec.isolation")?
+      .map(|json| super::isolate::options_from_json(&json, "spec.isolation"))
+      .transpose()?,
   })
 }
 

@@ -147,7 +147,7 @@ pub fn default_protect() -> Vec<PathBuf> {
 
 /// Bad isolation options; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("invalid isolation.{field}: {reason}")]
+#[error("isolation.{field}: {reason}")]
 pub struct OptionsError {
   pub field: String,
   pub reason: String,
@@ -312,7 +312,7 @@ mod tests {
       json!({"nope": 1}),
     ] {
       let e = IsolationOptions::from_json(v.clone()).unwrap_err();
-      assert!(e.to_string().starts_with("invalid isolation."), "{v}: {e}");
+      assert!(e.to_string().starts_with("isolation."), "{v}: {e}");
     }
   }
 }
