@@ -146,7 +146,7 @@ pub(super) fn execute(
   let on_spawn = |pid| {
     leader.store(pid, Ordering::SeqCst);
     if inner.exiting.load(Ordering::SeqCst) {
-      inner.kill_tree_now(pid);
+      inner.kill_trees_now(&[pid]);
     }
     on_spawned();
   };

@@ -222,12 +222,13 @@ impl Pool {
         .values()
         .map(|r| r.leader.load(Ordering::SeqCst))
         .collect();
-      for &pid in &pids {
-        if pid > 0 && !killed.contains(&pid) {
-          self.inner.kill_tree_now(pid);
-          killed.push(pid);
-        }
-      }
+      let fresh: Vec<i32> = pids
+        .iter()
+        .copied()
+        .filter(|&pid| pid > 0 && !killed.contains(&pid))
+        .collect();
+      self.inner.kill_trees_now(&fresh);
+      killed.extend(fresh);
       if !pids.contains(&0) || std::time::Instant::now() >= give_up {
         return;
       }

@@ -110,11 +110,12 @@ pub(super) struct Inner {
 }
 
 impl Inner {
-  /// SIGKILLs the tree recorded for a running job (see [`Running::leader`]), now.
-  pub(super) fn kill_tree_now(&self, pid: i32) {
+  /// SIGKILLs the trees recorded for running jobs (see [`Running::leader`]), now; with the
+  /// supervisor, also waits (briefly) until they are dead.
+  pub(super) fn kill_trees_now(&self, pids: &[i32]) {
     match &self.supervisor {
-      Some(_) => supervisor::kill_tree_now(pid),
-      None => exec::kill_tree_now(pid),
+      Some(_) => supervisor::kill_trees_now(pids),
+      None => pids.iter().for_each(|&pid| exec::kill_tree_now(pid)),
     }
   }
 

@@ -150,6 +150,26 @@ impl Tree {
     n
   }
 
+  /// Waits until every process held has exited (a zombie counts as gone) or `until` passes;
+  /// returns whether all are gone.
+  pub fn wait_gone(&self, until: std::time::Instant) -> bool {
+    loop {
+      let mut fds: Vec<libc::pollfd> = self
+        .held
+        .iter()
+        .filter(|(_, fd)| !pidfd::exited(fd))
+        .map(|(_, fd)| super::poll::watch(Some(std::os::fd::AsRawFd::as_raw_fd(fd))))
+        .collect();
+      if fds.is_empty() {
+        return true;
+      }
+      if std::time::Instant::now() >= until {
+        return false;
+      }
+      super::poll::poll(&mut fds, Some(until));
+    }
+  }
+
   /// Pids held and still alive.
   pub fn alive(&self) -> Vec<i32> {
     self
@@ -164,6 +184,16 @@ impl Tree {
 /// SIGKILLs every descendant of `root` now, without waiting (the caller or `root` reaps).
 pub fn kill_now(root: i32, spare: &dyn Fn(i32) -> bool) {
   Tree::new(root).signal(Signal::SIGKILL, spare);
+}
+
+/// SIGKILLs every descendant of each of `roots`, then waits until they are all dead (reaped or
+/// not) or `until` passes.
+pub fn kill_and_wait(roots: &[i32], until: std::time::Instant) -> bool {
+  let mut trees: Vec<Tree> = roots.iter().map(|&r| Tree::new(r)).collect();
+  for tree in &mut trees {
+    tree.signal(Signal::SIGKILL, &|_| false);
+  }
+  trees.iter().all(|t| t.wait_gone(until))
 }
 
 #[cfg(test)]

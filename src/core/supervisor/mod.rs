@@ -14,4 +14,4 @@ pub mod server;
 pub mod wire;
 
 pub use client::Supervisor;
-pub use run::{RunError, kill_tree_now, run_blocking};
+pub use run::{RunError, kill_trees_now, run_blocking};

@@ -50,7 +50,7 @@ const MAX_RETIRED: usize = 64;
 
 /// Runs `spec` through one of `supervisor`'s reapers on the calling thread. `on_spawn` gets the
 /// reaper's pid once the command runs: every process of the job's tree is a descendant of it
-/// (see [`kill_tree_now`]). Once the leader exits, the rest of its tree is killed after
+/// (see [`kill_trees_now`]). Once the leader exits, the rest of its tree is killed after
 /// `drain`.
 pub fn run_blocking<R>(
   supervisor: &Supervisor,
@@ -154,11 +154,17 @@ pub fn run_blocking<R>(
   })
 }
 
-/// SIGKILLs every process of the job run by the reaper `reaper_pid` now, without waiting: for
-/// the host's exit, when nothing will be awaited any more.
-pub fn kill_tree_now(reaper_pid: i32) {
-  descendants::kill_now(reaper_pid, &|_| false);
+/// SIGKILLs every process of the jobs run by the reapers `reaper_pids` now, and waits (up to
+/// [`EXIT_KILL_WAIT`]) until they are dead: for the host's exit, when nothing will be awaited
+/// any more. Without the wait, a victim not yet scheduled (SIGKILL pending, on a busy CPU)
+/// would still be running after Node has gone.
+pub fn kill_trees_now(reaper_pids: &[i32]) {
+  descendants::kill_and_wait(reaper_pids, Instant::now() + EXIT_KILL_WAIT);
 }
+
+/// How long the host's exit waits for the trees it SIGKILLed to be gone; bounds a process in
+/// uninterruptible sleep (the reapers still finish the job once the host is gone).
+pub const EXIT_KILL_WAIT: Duration = Duration::from_millis(200);
 
 /// The next message from the reaper, blocking.
 fn next_message(reaper: &mut Reaper) -> io::Result<FromReaper> {
