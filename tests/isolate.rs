@@ -367,6 +367,14 @@ fn pids_with(token: &str) -> Vec<i32> {
   v
 }
 
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+  fn drop(&mut self) {
+    kill_all(&self.0);
+  }
+}
+
 fn kill_all(token: &str) {
   for _ in 0..100 {
     let pids = pids_with(token);
@@ -410,6 +418,8 @@ fn fork_bomb_is_bounded_and_cleaned_up() {
   {
     let j = jail();
     let token = format!("3600.{}{}", std::process::id(), rand_suffix());
+    // Whatever happens below (a failed assertion included), no sleeper outlives the test.
+    let _reap = KillOnDrop(token.clone());
     // 100 detached sleepers (setsid: nothing but the cgroup or a uid limit holds them). A shell
     // cannot do this: bash retries a failed fork for 15 s, dash exits on the first failure.
     let r = helper(&opts, &j.root, "fork-many", &token);
