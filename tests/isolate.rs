@@ -975,3 +975,41 @@ fn the_symlink_swap_race_never_escapes() {
     }
   }
 }
+
+/// A malicious repository: its `core.fsmonitor` and hooks are programs git runs on the agent's
+/// behalf. Inside the sandbox they cannot write outside.
+#[test]
+fn a_malicious_repositorys_fsmonitor_and_hooks_cannot_write_outside() {
+  if find_git().is_none() {
+    return; // git is not installed: nothing to attack with.
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let o = j.out.display();
+    let setup = format!(
+      "git init -q . && git config user.email a@b && git config user.name a &&
+       printf '#!/bin/sh\\necho x > {o}/fsmonitor\\n' > .git/fsm && chmod +x .git/fsm &&
+       printf '#!/bin/sh\\necho x > {o}/hook\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"
+    );
+    // The repository is prepared from the host, as a cloned repository would arrive.
+    let r = sh(&off(), &j.root, &setup);
+    assert!(r.status.success(), "{}", r.stderr);
+    let r = sh(
+      &opts,
+      &j.root,
+      "git -c core.fsmonitor=.git/fsm status >/dev/null; touch f; git add f; git commit -qm m",
+    );
+    let landed = [
+      j.out.join("fsmonitor").exists(),
+      j.out.join("hook").exists(),
+    ];
+    assert_eq!(landed, [!stopped; 2], "{opts}: {}", r.stderr);
+  }
+}
+
+fn find_git() -> Option<PathBuf> {
+  ["/usr/bin/git", "/bin/git", "/usr/local/bin/git"]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
