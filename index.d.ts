@@ -22,7 +22,76 @@ export interface ExecSpec {
   maxBuffer?: number
   /** Fairness key: above half a full queue, dispatch goes round-robin across sessions. */
   sessionId?: string
+  /** Kernel-enforced isolation for this job; overrides `WorkerPoolConfig.isolation`. */
+  isolation?: IsolationOptions
 }
+
+/**
+ * Kernel-enforced isolation of a command, applied by the supervisor's job reaper between fork
+ * and exec. Landlock, seccomp, no_new_privs and rlimits need no privilege; cgroups and
+ * namespaces apply where the host permits (root), and `ExecResult.isolation.degraded` says
+ * what did not, and why.
+ */
+export interface IsolationOptions {
+  /** `off` (default for a WorkerPool job), `auto` (the strongest layers this host allows), `native` (fails without landlock and seccomp). `bwrap` is not implemented and is refused. */
+  mode?: 'off' | 'auto' | 'native' | 'bwrap'
+  /** Refuse to run (PoolError ISOLATION_UNAVAILABLE) when landlock, seccomp or an explicitly requested namespace cannot apply. */
+  required?: boolean
+  fs?: {
+    /** Writable roots (absolute). Default: the job's cwd. */
+    writable?: string[]
+    /** Default `"all"`. */
+    readable?: 'all' | string[]
+    /** Never readable. Default: ~/.ssh ~/.aws ~/.gnupg ~/.netrc ~/.git-credentials ~/.docker ~/.kube ~/.config/gcloud ~/.config/gh ~/.npmrc /etc/shadow /etc/gshadow /etc/sudoers. */
+    denyRead?: string[]
+    /** Read-only inside the writable roots (needs the mount namespace). Default `.git/hooks`, `.git/config`. */
+    protect?: string[]
+  }
+  /** Default `deny`: every non-Unix socket (seccomp) and TCP (landlock). */
+  network?: 'deny' | 'allow'
+  /** Default `deny`: `socket(AF_UNIX)` (socketpair stays allowed) and abstract sockets. */
+  unixSockets?: 'deny' | 'allow'
+  limits?: {
+    /** Default 256 (a pids cgroup; RLIMIT_NPROC per uid without one). */
+    maxProcesses?: number
+    /** Default 2 GiB (a memory cgroup; RLIMIT_AS per process without one). */
+    maxMemoryBytes?: number
+    cpuSeconds?: number
+    maxFileBytes?: number
+    maxOpenFiles?: number
+  }
+  /** Default: mount where useful and permitted; net and pid only when asked (they cost 1-4 ms per exec). */
+  namespaces?: { pid?: boolean; net?: boolean; mount?: boolean }
+}
+
+/** What isolation a command ran under. */
+export interface IsolationInfo {
+  backend: string
+  applied: string[]
+  degraded: string[]
+}
+
+/** Machine facts, probed once and cached. */
+export interface IsolationProbe {
+  /** The landlock ABI version, or false. */
+  landlock: number | false
+  seccomp: boolean
+  userns: boolean
+  cgroup: string | false
+  bwrap: string | false
+  sysAdmin: boolean
+  uid: number
+}
+
+/** Why each isolation layer is or is not available here, and what would fix it. */
+export interface IsolationDoctor {
+  backend: string
+  layers: Array<{ name: string; available: boolean; reason?: string; remedy?: string }>
+  ms: number
+}
+
+export declare function probeIsolation(): IsolationProbe
+export declare function doctor(): IsolationDoctor
 
 /** What a job resolves with. A non-zero exit or a signal is a result, not an error. */
 export interface ExecResult {
@@ -34,6 +103,8 @@ export interface ExecResult {
   truncated: boolean
   /** Wall-clock milliseconds from spawn until the child's tree was gone. */
   durationMs: number
+  /** Present when the job ran isolated. */
+  isolation?: IsolationInfo
 }
 
 export interface WorkerPoolConfig {
@@ -53,6 +124,8 @@ export interface WorkerPoolConfig {
   drainMs?: number
   /** Accepted and ignored: a native pool has no worker script. */
   workerScript?: string
+  /** Isolation for every job that brings none of its own. Default off. */
+  isolation?: IsolationOptions
 }
 
 export interface WorkerPoolStats {
@@ -91,6 +164,8 @@ export declare const PoolErrorCode: {
   readonly ABORTED: 'ABORTED'
   /** The spec or an argument is invalid; the message names the field. */
   readonly INVALID_SPEC: 'INVALID_SPEC'
+  /** Required isolation cannot be applied on this host; the message names the layers and why. */
+  readonly ISOLATION_UNAVAILABLE: 'ISOLATION_UNAVAILABLE'
 }
 export type PoolErrorCode = (typeof PoolErrorCode)[keyof typeof PoolErrorCode]
 

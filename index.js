@@ -110,6 +110,10 @@ function settleBatch(pending, batch) {
 function submit(nativePool, spec, lane, jailRoot) {
   let packed
   try {
+    if (spec != null && typeof spec === 'object' && spec.isolation != null) {
+      // Isolation options cross napi as JSON (serde then names any bad field); never packed.
+      return nativePool.submit({ ...spec, isolation: JSON.stringify(spec.isolation) }, lane, jailRoot)
+    }
     packed = pack(spec, lane, jailRoot)
   } catch {
     // A getter or Proxy trap of the caller's threw: the field-by-field path names the field.
@@ -199,7 +203,10 @@ class WorkerPool {
   constructor(config) {
     const pending = this.#pending
     try {
-      this.#native = new native.NativeWorkerPool(config, (batch) => settleBatch(pending, batch), supervisorPath())
+      const cfg = config != null && typeof config === 'object' && config.isolation != null
+        ? { ...config, isolation: JSON.stringify(config.isolation) }
+        : config
+      this.#native = new native.NativeWorkerPool(cfg, (batch) => settleBatch(pending, batch), supervisorPath())
     } catch (err) {
       throw toPoolError(err)
     }
@@ -499,3 +506,16 @@ module.exports.WorkerExecutor = WorkerExecutor
 module.exports.ChildProcessExecutor = ChildProcessExecutor
 module.exports.DisabledExecutor = DisabledExecutor
 module.exports.createExecutor = createExecutor
+
+let probed
+/** Machine facts for isolation, probed once and cached. */
+function probeIsolation() {
+  if (probed === undefined) probed = Object.freeze(JSON.parse(native.probeIsolationJson()))
+  return probed
+}
+/** Per isolation layer: available, why not, what fixes it (answers from the cached probes). */
+function doctor() {
+  return JSON.parse(native.doctorJson())
+}
+module.exports.probeIsolation = probeIsolation
+module.exports.doctor = doctor

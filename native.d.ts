@@ -103,6 +103,9 @@ export declare class NativeWorkerPool {
   shutdown(): Promise<undefined>
 }
 
+/** Per layer: available, why not, what fixes it, as JSON: `index.js`'s `doctor()`. */
+export declare function doctorJson(): string
+
 /** The codes, read once by `index.js` (its `PoolErrorCode` is built from them). */
 export declare function errorCodes(): ErrorCodes
 
@@ -124,12 +127,27 @@ export interface ExecResult {
   truncated: boolean
   /** Wall-clock milliseconds from spawn until the child's tree was gone. */
   durationMs: number
+  /** The isolation the command ran under; absent when off. */
+  isolation?: IsolationInfo
 }
 
 export interface InteractiveLaneStats {
   active: number
   idle: number
   queued: number
+}
+
+/** `ExecResult.isolation`. */
+export interface IsolationInfo {
+  /** `"native"`. */
+  backend: string
+  /**
+   * The layers applied, cheapest first (`rlimits`, `privileges`, `cgroup`, `netns`, `pidns`,
+   * `mountns`, `protect`, `landlock`, `seccomp`).
+   */
+  applied: Array<string>
+  /** Layers this host could not apply, each with why. */
+  degraded: Array<string>
 }
 
 /** Result of `validatePath`: the canonical path, or the refusal. */
@@ -174,6 +192,9 @@ export interface PoolTotals {
   timedOut: number
   avgExecMs: number
 }
+
+/** Machine facts (cached after the first call), as JSON: `index.js`'s `probeIsolation()`. */
+export declare function probeIsolationJson(): string
 
 /** A tokenized command. */
 export interface SandboxCommand {

@@ -841,5 +841,7 @@ module.exports.NativePrepared = nativeBinding.NativePrepared
 module.exports.NativeRedactor = nativeBinding.NativeRedactor
 module.exports.NativeToolSandbox = nativeBinding.NativeToolSandbox
 module.exports.NativeWorkerPool = nativeBinding.NativeWorkerPool
+module.exports.doctorJson = nativeBinding.doctorJson
 module.exports.errorCodes = nativeBinding.errorCodes
 module.exports.limits = nativeBinding.limits
+module.exports.probeIsolationJson = nativeBinding.probeIsolationJson

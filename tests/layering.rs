@@ -8,9 +8,10 @@ const ALLOWED: &[(&str, &[&str])] = &[
   ("sandbox", &["sandbox", "policy", "audit", "pool", "limits"]),
   ("policy", &["policy"]),
   ("audit", &["audit"]),
-  ("pool", &["pool", "supervisor", "exec", "limits"]),
-  ("supervisor", &["supervisor", "exec"]),
+  ("pool", &["pool", "supervisor", "exec", "limits", "isolate"]),
+  ("supervisor", &["supervisor", "exec", "isolate"]),
   ("exec", &["exec"]),
+  ("isolate", &["isolate"]),
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

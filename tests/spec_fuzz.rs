@@ -78,6 +78,8 @@ fn raw_job() -> impl Strategy<Value = RawJob> {
           session_id,
           jail_root,
           lane,
+          // Never packed: index.js sends a spec with isolation field by field.
+          isolation: None,
         }
       },
     )

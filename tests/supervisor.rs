@@ -120,6 +120,7 @@ fn run_on_thread(
       supervisor::run_blocking(
         &sup,
         &spec,
+        None,
         &limits,
         Duration::from_millis(100),
         &runner,

@@ -3,6 +3,7 @@
 pub mod convert;
 pub mod error;
 pub mod executor;
+pub mod isolate;
 pub mod limits;
 pub mod logging;
 pub mod pool;

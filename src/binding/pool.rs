@@ -131,6 +131,8 @@ pub struct ExecResult {
   pub truncated: bool,
   /// Wall-clock milliseconds from spawn until the child's tree was gone.
   pub duration_ms: f64,
+  /// The isolation the command ran under; absent when off.
+  pub isolation: Option<super::isolate::IsolationInfo>,
 }
 
 impl From<pool::ExecResult> for ExecResult {
@@ -141,6 +143,7 @@ impl From<pool::ExecResult> for ExecResult {
       exit_code: r.exit_code,
       truncated: r.truncated,
       duration_ms: r.duration_ms,
+      isolation: r.isolation.map(Into::into),
     }
   }
 }
@@ -215,6 +218,13 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
       )));
     }
     out.drain = Duration::from_millis(ms);
+  }
+  // `index.js` hands it over as JSON (see binding/isolate.rs).
+  if let Some(json) = convert::optional_string(&obj, "isolation", "config.isolation")? {
+    out.isolation = Some(super::isolate::options_from_json(
+      &json,
+      "config.isolation",
+    )?);
   }
   // Accepted and ignored: there is no worker script in a native pool.
   convert::optional_string(&obj, "workerScript", "config.workerScript")?;

@@ -64,6 +64,10 @@ pub fn raw_job(
     session_id: optional_string(&obj, "sessionId", "spec.sessionId")?,
     jail_root,
     lane: Some(lane(lane_arg)?),
+    // `index.js` hands it over as JSON (see binding/isolate.rs).
+    isolation: optional_string(&obj, "isolation", "spec.isolation")?
+      .map(|json| super::isolate::options_from_json(&json, "spec.isolation"))
+      .transpose()?,
   })
 }
 
@@ -134,6 +138,8 @@ pub fn packed_job(packed: &str) -> Checked<RawJob> {
     session_id: optional_string(fields[7])?,
     jail_root: optional_string(fields[2])?,
     lane: Some(lane),
+    // `index.js` never packs a spec that carries `isolation`.
+    isolation: None,
   })
 }
 

@@ -6,6 +6,7 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use super::error::PoolError;
+use crate::core::isolate::IsolationOptions;
 use crate::core::limits::{
   DEFAULT_DRAIN_MS, DEFAULT_INTERACTIVE_WORKERS, DEFAULT_KILL_GRACE_MS, DEFAULT_MAX_BUFFER,
   DEFAULT_MAX_QUEUE_DEPTH, DEFAULT_SHUTDOWN_DEADLINE_MS, DEFAULT_TIMEOUT_MS, MAX_ARG_BYTES,
@@ -34,6 +35,8 @@ pub struct PoolConfig {
   /// The supervisor binary that contains every job's tree. `None` runs commands directly from
   /// this process (process groups only: a process whose parent died escapes), for tests.
   pub supervisor: Option<PathBuf>,
+  /// Isolation for every job that does not bring its own (`None`: off).
+  pub isolation: Option<IsolationOptions>,
 }
 
 impl Default for PoolConfig {
@@ -45,6 +48,7 @@ impl Default for PoolConfig {
       kill_grace: Duration::from_millis(DEFAULT_KILL_GRACE_MS),
       drain: Duration::from_millis(DEFAULT_DRAIN_MS),
       supervisor: None,
+      isolation: None,
     }
   }
 }
@@ -63,6 +67,8 @@ pub struct JobSpec {
   pub session_id: Option<String>,
   pub jail_root: Option<String>,
   pub lane: Lane,
+  /// Validated; resolved against the host when the job runs.
+  pub isolation: Option<IsolationOptions>,
 }
 
 /// The caller's fields before validation (types are already checked by the binding).
@@ -77,6 +83,7 @@ pub struct RawJob {
   pub session_id: Option<String>,
   pub jail_root: Option<String>,
   pub lane: Option<Lane>,
+  pub isolation: Option<IsolationOptions>,
 }
 
 fn invalid(msg: String) -> PoolError {
@@ -207,6 +214,9 @@ impl JobSpec {
       at_most(root, MAX_PATH_BYTES, "PATH_MAX", || "jailRoot".into())?;
       c_string(root, || "jailRoot".into())?;
     }
+    if let Some(iso) = &raw.isolation {
+      iso.validate().map_err(|e| invalid(format!("spec.{e}")))?;
+    }
     Ok(JobSpec {
       binary_path: raw.binary_path,
       argv,
@@ -218,6 +228,7 @@ impl JobSpec {
       session_id: raw.session_id,
       jail_root: raw.jail_root.filter(|r| !r.is_empty()),
       lane: raw.lane.unwrap_or(Lane::Interactive),
+      isolation: raw.isolation,
     })
   }
 }

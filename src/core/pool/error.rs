@@ -23,6 +23,9 @@ pub enum PoolError {
   NoWorker(String),
   #[error("{0}")]
   InvalidSpec(String),
+  /// Isolation was required (or `mode: "native"` asked for) and a layer cannot apply here.
+  #[error("{0}")]
+  IsolationUnavailable(String),
 }
 
 impl PoolError {
@@ -39,6 +42,7 @@ impl PoolError {
       PoolError::Aborted => PoolErrorCode::Aborted,
       PoolError::Crashed(_) => PoolErrorCode::WorkerCrashed,
       PoolError::InvalidSpec(_) => PoolErrorCode::InvalidSpec,
+      PoolError::IsolationUnavailable(_) => PoolErrorCode::IsolationUnavailable,
     }
   }
 }
@@ -61,10 +65,12 @@ pub enum PoolErrorCode {
   Aborted,
   /// The spec or an argument is invalid; the message names the field.
   InvalidSpec,
+  /// Required isolation cannot be applied on this host; the message names the layers and why.
+  IsolationUnavailable,
 }
 
 impl PoolErrorCode {
-  pub const ALL: [PoolErrorCode; 7] = [
+  pub const ALL: [PoolErrorCode; 8] = [
     PoolErrorCode::WorkerUnavailable,
     PoolErrorCode::PoolShuttingDown,
     PoolErrorCode::SandboxDisabled,
@@ -72,6 +78,7 @@ impl PoolErrorCode {
     PoolErrorCode::WorkerCrashed,
     PoolErrorCode::Aborted,
     PoolErrorCode::InvalidSpec,
+    PoolErrorCode::IsolationUnavailable,
   ];
 
   pub fn as_str(self) -> &'static str {
@@ -83,6 +90,7 @@ impl PoolErrorCode {
       PoolErrorCode::WorkerCrashed => "WORKER_CRASHED",
       PoolErrorCode::Aborted => "ABORTED",
       PoolErrorCode::InvalidSpec => "INVALID_SPEC",
+      PoolErrorCode::IsolationUnavailable => "ISOLATION_UNAVAILABLE",
     }
   }
 }

@@ -9,7 +9,28 @@ use super::config::JobSpec;
 use super::error::PoolError;
 use super::state::{Inner, StopReason};
 use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, StopCell};
+use crate::core::isolate::{IsolationError, IsolationOptions, IsolationReport, Mode, Plan, probe};
 use crate::core::supervisor;
+
+/// The job's options (or the pool's default) resolved against this host and the job's cwd.
+fn resolve_isolation(
+  opts: Option<&IsolationOptions>,
+  cwd: &str,
+  has_supervisor: bool,
+) -> Result<Option<Plan>, PoolError> {
+  let Some(opts) = opts.filter(|o| o.mode != Mode::Off) else {
+    return Ok(None);
+  };
+  if !has_supervisor {
+    return Err(PoolError::IsolationUnavailable(
+      "isolation is applied by the supervisor's reaper, and this pool runs without one".into(),
+    ));
+  }
+  Plan::resolve(opts, Path::new(cwd), probe()).map_err(|e| match e {
+    IsolationError::Options(e) => PoolError::InvalidSpec(format!("spec.{e}")),
+    other => PoolError::IsolationUnavailable(other.to_string()),
+  })
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecResult {
@@ -18,6 +39,8 @@ pub struct ExecResult {
   pub exit_code: i32,
   pub truncated: bool,
   pub duration_ms: f64,
+  /// The isolation the command ran under (`None`: off).
+  pub isolation: Option<IsolationReport>,
 }
 
 pub type JobOutcome = Result<ExecResult, PoolError>;
@@ -60,6 +83,7 @@ fn result(
     exit_code,
     truncated,
     duration_ms: duration.as_secs_f64() * 1000.0,
+    isolation: None,
   }
 }
 
@@ -84,6 +108,15 @@ pub(super) fn execute(
     );
     return (Ok(rejected), Tally::Completed(0.0));
   }
+  let isolation = match resolve_isolation(
+    job.isolation.as_ref().or(inner.config.isolation.as_ref()),
+    &job.cwd,
+    inner.supervisor.is_some(),
+  ) {
+    Ok(plan) => plan,
+    Err(e) => return (Err(e), Tally::Failed),
+  };
+  let report = isolation.as_ref().map(Plan::report);
   let started = std::time::Instant::now();
   let spawn_failure = |e: exec::SpawnError| {
     let failed = result(
@@ -118,7 +151,15 @@ pub(super) fn execute(
     on_spawned();
   };
   let ran = match &inner.supervisor {
-    Some(sup) => supervisor::run_blocking(sup, &spec, &limits, inner.config.drain, stop, on_spawn),
+    Some(sup) => supervisor::run_blocking(
+      sup,
+      &spec,
+      isolation.as_ref(),
+      &limits,
+      inner.config.drain,
+      stop,
+      on_spawn,
+    ),
     None => exec::run_blocking(&spec, &limits, stop, on_spawn).map_err(Into::into),
   };
   let finished = match ran {
@@ -135,13 +176,14 @@ pub(super) fn execute(
   let exit_code = finished.exit_code();
   match finished.ended_by {
     EndedBy::Exit | EndedBy::OutputLimit => {
-      let done = result(
+      let mut done = result(
         finished.stdout,
         finished.stderr,
         exit_code,
         finished.truncated,
         finished.duration,
       );
+      done.isolation = report;
       let ms = done.duration_ms;
       (Ok(done), Tally::Completed(ms))
     }

@@ -181,6 +181,7 @@ impl ToolSandbox {
       session_id,
       jail_root: Some(root),
       lane: None,
+      isolation: None,
     };
     let pending = Pending {
       allow,

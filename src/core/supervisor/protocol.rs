@@ -11,6 +11,7 @@ use std::io;
 
 use super::wire::{Reader, Writer};
 use crate::core::exec::{ExitStatus, SpawnSpec};
+use crate::core::isolate::Plan;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToSupervisor {
@@ -27,7 +28,12 @@ pub enum FromSupervisor {
 pub enum ToReaper {
   /// Start `spec`; its stdout and stderr write ends are attached, in that order. Once the
   /// leader exits, whatever else of the tree is left is killed after `drain_ms`.
-  Run { spec: Box<SpawnSpec>, drain_ms: u64 },
+  /// `isolation`: the layers the reaper prepares and applies between fork and exec.
+  Run {
+    spec: Box<SpawnSpec>,
+    drain_ms: u64,
+    isolation: Option<Box<Plan>>,
+  },
   /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
   /// request can only bring the SIGKILL forward.
   Terminate { grace_ms: u64 },
@@ -127,7 +133,11 @@ impl FromSupervisor {
 impl ToReaper {
   pub fn encode(&self) -> Vec<u8> {
     match self {
-      ToReaper::Run { spec, drain_ms } => Self::encode_run(spec, *drain_ms),
+      ToReaper::Run {
+        spec,
+        drain_ms,
+        isolation,
+      } => Self::encode_run(spec, *drain_ms, isolation.as_deref()),
       ToReaper::Terminate { grace_ms } => {
         let mut w = Writer::default();
         w.u8(TERMINATE).u64(*grace_ms);
@@ -137,7 +147,7 @@ impl ToReaper {
   }
 
   /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
-  pub fn encode_run(spec: &SpawnSpec, drain_ms: u64) -> Vec<u8> {
+  pub fn encode_run(spec: &SpawnSpec, drain_ms: u64, isolation: Option<&Plan>) -> Vec<u8> {
     let size = 32
       + spec.program.as_bytes().len()
       + spec.cwd.as_bytes().len()
@@ -157,6 +167,9 @@ impl ToReaper {
         w.bytes(s.as_bytes());
       }
     }
+    // The plan as JSON (empty: no isolation): it is small, and only isolated jobs pay for it.
+    let plan = isolation.map(|p| serde_json::to_vec(p).expect("a plan always serializes"));
+    w.bytes(plan.as_deref().unwrap_or_default());
     w.0
   }
 
@@ -169,6 +182,14 @@ impl ToReaper {
         let cwd = c_string(r.bytes()?)?;
         let argv = c_strings(&mut r)?;
         let env = c_strings(&mut r)?;
+        let plan = r.bytes()?;
+        let isolation = if plan.is_empty() {
+          None
+        } else {
+          Some(Box::new(serde_json::from_slice(plan).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidData, format!("isolation plan: {e}"))
+          })?))
+        };
         ToReaper::Run {
           spec: Box::new(SpawnSpec {
             program,
@@ -177,6 +198,7 @@ impl ToReaper {
             cwd,
           }),
           drain_ms,
+          isolation,
         }
       }
       TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
@@ -232,8 +254,27 @@ mod tests {
         cwd: c("/tmp"),
       }),
       drain_ms: 100,
+      isolation: None,
     };
-    for msg in [run, ToReaper::Terminate { grace_ms: 5 }] {
+    let opts =
+      crate::core::isolate::IsolationOptions::from_json(serde_json::json!({"mode": "auto"}))
+        .unwrap();
+    let plan = Plan::resolve(
+      &opts,
+      std::path::Path::new("/tmp"),
+      crate::core::isolate::probe(),
+    )
+    .unwrap()
+    .unwrap();
+    let ToReaper::Run { spec, .. } = &run else {
+      unreachable!()
+    };
+    let isolated = ToReaper::Run {
+      spec: spec.clone(),
+      drain_ms: 100,
+      isolation: Some(Box::new(plan)),
+    };
+    for msg in [run, isolated, ToReaper::Terminate { grace_ms: 5 }] {
       assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
     }
     for msg in [
@@ -272,7 +313,8 @@ mod tests {
       .bytes(b"/bin/t\0rue")
       .bytes(b"/")
       .u32(0)
-      .u32(0);
+      .u32(0)
+      .bytes(b"");
     assert!(ToReaper::decode(&w.0).is_err());
   }
 }

@@ -23,6 +23,7 @@ use super::poll::{backoff, earliest, poll, watch};
 use super::protocol::{FromReaper, ToReaper};
 use super::wire::Conn;
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
+use crate::core::isolate::{Plan, prepare};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -99,12 +100,22 @@ impl Reaper {
         Err(_) => return,
       };
       match ToReaper::decode(&msg) {
-        Ok(ToReaper::Run { spec, drain_ms }) => {
+        Ok(ToReaper::Run {
+          spec,
+          drain_ms,
+          isolation,
+        }) => {
           let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
             return;
           };
           if self
-            .run(&spec, out, err, Duration::from_millis(drain_ms))
+            .run(
+              &spec,
+              isolation.as_deref(),
+              out,
+              err,
+              Duration::from_millis(drain_ms),
+            )
             .is_err()
           {
             return;
@@ -127,11 +138,26 @@ impl Reaper {
   fn run(
     &mut self,
     spec: &SpawnSpec,
+    isolation: Option<&Plan>,
     out: OwnedFd,
     err: OwnedFd,
     drain: Duration,
   ) -> Result<(), Gone> {
-    let started = child::start(spec, out.as_raw_fd(), err.as_raw_fd());
+    // Built here, before the fork; held until the tree is gone (dropping it empties and
+    // removes the job's cgroup).
+    let mut prepared = match isolation.map(prepare).transpose() {
+      Ok(p) => p,
+      Err(e) => {
+        eprintln!("finn-supervisor: {e}");
+        return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
+      }
+    };
+    let started = match &prepared {
+      Some(p) => child::start_with(spec, out.as_raw_fd(), err.as_raw_fd(), &|| {
+        p.apply_in_child()
+      }),
+      None => child::start(spec, out.as_raw_fd(), err.as_raw_fd()),
+    };
     // The child has its own copies; ours would keep the addon from ever seeing EOF.
     drop((out, err));
     let leader = match started {
@@ -160,6 +186,10 @@ impl Reaper {
     }
     loop {
       let (leader_status, gone) = self.reap(&job);
+      if gone {
+        // Before `TreeGone` goes out: once the job settles, its cgroup is gone too.
+        drop(prepared.take());
+      }
       // Both in one write when they come together (a command without background children):
       // the addon then wakes once.
       let mut report: Vec<Vec<u8>> = Vec::new();

@@ -23,6 +23,7 @@ use crate::core::exec::spawn::classify_exec_error;
 use crate::core::exec::{
   EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,
 };
+use crate::core::isolate::Plan;
 
 /// Why a job through the supervisor did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +55,7 @@ const MAX_RETIRED: usize = 64;
 pub fn run_blocking<R>(
   supervisor: &Supervisor,
   spec: &SpawnSpec,
+  isolation: Option<&Plan>,
   limits: &Limits,
   drain: Duration,
   stop: &StopCell<R>,
@@ -80,7 +82,7 @@ pub fn run_blocking<R>(
     nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
       .map_err(|e| SpawnError::Setup(e.into()))?;
   }
-  let run = ToReaper::encode_run(spec, drain.as_millis() as u64);
+  let run = ToReaper::encode_run(spec, drain.as_millis() as u64, isolation);
   let fds = [out_w.as_raw_fd(), err_w.as_raw_fd()];
   let mut retired = 0;
   let (mut reaper, first) = loop {

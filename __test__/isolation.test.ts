@@ -1,0 +1,150 @@
+// Kernel isolation through the JS API (issue 17): each attack runs isolated and with
+// `mode: "off"`, where it must succeed (that proves the check can fail), and is judged from
+// Node (files, listeners), never from the command's own output. The per-layer suite with real
+// processes, also run as nobody, is tests/isolate.rs.
+import { createSocket } from 'node:dgram'
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs'
+import { createServer, connect, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, describe, expect, test } from 'vitest'
+import { type IsolationOptions, PoolError, WorkerPool, doctor, probeIsolation } from '../index.js'
+import { ENV, rejectionOf } from './helpers.js'
+
+const pool = new WorkerPool({ interactiveWorkers: 2 })
+afterAll(() => pool.shutdown())
+
+const AUTO: IsolationOptions = { mode: 'auto' }
+const OFF: IsolationOptions = { mode: 'off' }
+
+function dirs() {
+  const base = realpathSync(mkdtempSync(join(tmpdir(), 'finn-iso-')))
+  const jail = join(base, 'jail')
+  const evil = join(base, 'jail-evil')
+  const out = join(base, 'outside')
+  for (const d of [jail, evil, out]) mkdirSync(d)
+  return { jail, evil, out }
+}
+
+function bash(script: string, cwd: string, isolation: IsolationOptions) {
+  return pool.exec({ binaryPath: '/bin/bash', args: ['-c', script], cwd, env: ENV, isolation })
+}
+
+describe.each([
+  ['auto', AUTO, true],
+  ['off', OFF, false],
+] as const)('mode %s', (_name, isolation, stopped) => {
+  test('writes outside the jail: direct, <jail>-evil, symlink, hardlink, /proc/self/root, rename out', async () => {
+    const d = dirs()
+    writeFileSync(join(d.out, 'victim'), 'orig')
+    writeFileSync(join(d.jail, 'mine'), 'data')
+    const r = await bash(
+      `o=${d.out}; echo x > $o/direct; echo x > ${d.evil}/evil; ln -s $o/viasym link; echo x > link
+       ln $o/victim hard; echo pwned >> hard; echo x > /proc/self/root$o/procroot; mv mine $o/moved`,
+      d.jail,
+      isolation,
+    )
+    const landed = {
+      direct: existsSync(join(d.out, 'direct')),
+      evil: existsSync(join(d.evil, 'evil')),
+      symlink: existsSync(join(d.out, 'viasym')),
+      hardlink: readFileSync(join(d.out, 'victim'), 'utf8') !== 'orig',
+      procRoot: existsSync(join(d.out, 'procroot')),
+      renameOut: existsSync(join(d.out, 'moved')),
+    }
+    expect(Object.values(landed).every((v) => v === !stopped), `${JSON.stringify(landed)} ${r.stderr}`).toBe(true)
+    // lstat: the link itself, not its (absent) target.
+    expect(lstatSync(join(d.jail, 'link')).isSymbolicLink(), 'the jail stays writable').toBe(true)
+    if (stopped) {
+      expect(r.isolation?.backend).toBe('native')
+      expect(r.isolation?.applied).toEqual(expect.arrayContaining(['landlock', 'seccomp', 'privileges', 'rlimits']))
+    } else {
+      expect(r.isolation).toBeUndefined()
+    }
+  })
+
+  test("Node's /proc/<pid>/environ", async () => {
+    const d = dirs()
+    const r = await bash(`cat /proc/${process.pid}/environ > leak`, d.jail, isolation)
+    const leaked = statSync(join(d.jail, 'leak')).size > 0
+    expect(leaked, r.stderr).toBe(!stopped)
+  })
+
+  test('TCP and UDP to listeners on 127.0.0.1', async () => {
+    const d = dirs()
+    const tcp: Socket[] = []
+    const server = createServer((s) => {
+      tcp.push(s)
+      s.resume()
+    })
+    await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok))
+    const udp = createSocket('udp4')
+    const datagrams: string[] = []
+    udp.on('message', (m) => datagrams.push(m.toString()))
+    await new Promise<void>((ok) => udp.bind(0, '127.0.0.1', ok))
+    const tcpPort = (server.address() as { port: number }).port
+    const udpPort = udp.address().port
+    const r = await bash(
+      `echo cmd > /dev/tcp/127.0.0.1/${tcpPort}; echo cmd > /dev/udp/127.0.0.1/${udpPort}`,
+      d.jail,
+      isolation,
+    )
+    // Sentinels from Node itself, after the command settled: once they have arrived, anything
+    // the command sent (which was queued before them) has arrived too.
+    const sentinelTcp = new Promise<void>((ok) => server.once('connection', () => ok()))
+    connect(tcpPort, '127.0.0.1').end()
+    await sentinelTcp
+    const sentinelUdp = new Promise<void>((ok) => udp.on('message', (m) => m.toString() === 'sentinel' && ok()))
+    udp.send('sentinel', udpPort, '127.0.0.1')
+    await sentinelUdp
+    const fromCommand = { tcp: tcp.length - 1, udp: datagrams.filter((m) => m !== 'sentinel').length }
+    expect(fromCommand, r.stderr).toEqual(stopped ? { tcp: 0, udp: 0 } : { tcp: 1, udp: 1 })
+    for (const s of tcp) s.destroy()
+    server.close()
+    udp.close()
+  })
+})
+
+test('a pool-wide default applies to jobs without their own isolation', async () => {
+  const p = new WorkerPool({ isolation: AUTO })
+  try {
+    const d = dirs()
+    const r = await p.exec({ binaryPath: '/bin/sh', args: ['-c', `echo x > ${d.out}/escaped`], cwd: d.jail, env: ENV })
+    expect(existsSync(join(d.out, 'escaped')), r.stderr).toBe(false)
+    expect(r.isolation?.applied).toContain('landlock')
+  } finally {
+    await p.shutdown()
+  }
+})
+
+test('required isolation that cannot apply rejects with ISOLATION_UNAVAILABLE; bad options name the field', async () => {
+  const d = dirs()
+  const e = await rejectionOf(
+    bash('touch ran', d.jail, { mode: 'auto', required: true, namespaces: { pid: true, mount: false } }),
+    PoolError,
+  )
+  expect(e.code).toBe('ISOLATION_UNAVAILABLE')
+  expect(e.message).toContain('pidns')
+  expect(existsSync(join(d.jail, 'ran'))).toBe(false)
+  const bad = await rejectionOf(bash('true', d.jail, { mode: 'auto', limits: { cpuSeconds: 0 } }), PoolError)
+  expect(bad.code).toBe('INVALID_SPEC')
+  expect(bad.message).toContain('spec.isolation.limits.cpuSeconds')
+  const typo = await rejectionOf(
+    bash('true', d.jail, { mode: 'strong' } as unknown as IsolationOptions),
+    PoolError,
+  )
+  expect(typo.code).toBe('INVALID_SPEC')
+  expect(typo.message).toContain('isolation')
+})
+
+test('probeIsolation() and doctor() answer from cached probes', () => {
+  const p = probeIsolation()
+  expect(typeof p.seccomp).toBe('boolean')
+  expect(p.landlock === false || typeof p.landlock === 'number').toBe(true)
+  expect(probeIsolation()).toBe(p)
+  const t0 = performance.now()
+  const d = doctor()
+  expect(performance.now() - t0).toBeLessThan(50)
+  expect(d.layers.map((l) => l.name)).toEqual(expect.arrayContaining(['landlock', 'seccomp', 'cgroup', 'mountns']))
+  for (const l of d.layers) expect(l.available || typeof l.reason === 'string').toBe(true)
+})

@@ -1,0 +1,228 @@
+//! The child side: applies a `Prepared` between fork and exec. Async-signal-safe: raw syscalls on
+//! data built before the fork, no allocation, no locks (so libc rather than nix where nix would
+//! build a path or an error string). Order matters:
+//! cgroup and rlimits first (they bound everything after), namespaces and mounts while we still
+//! hold CAP_SYS_ADMIN, then fds, capabilities, no_new_privs, landlock, and seccomp last (it
+//! denies `mount`, `unshare` and the other calls made above).
+
+use nix::errno::Errno;
+
+use super::mounts;
+use super::prepare::Prepared;
+
+fn check(r: libc::c_long) -> Result<(), Errno> {
+  if r < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+impl Prepared {
+  /// Applies every prepared layer to the calling process. Call it only in a freshly forked,
+  /// single-threaded child, right before exec.
+  pub fn apply_in_child(&self) -> Result<(), Errno> {
+    if let Some(cg) = &self.cgroup {
+      for procs in cg.procs_files() {
+        join_cgroup(procs)?;
+      }
+    }
+    for &(res, value) in &self.rlimits {
+      let lim = libc::rlimit {
+        rlim_cur: value,
+        rlim_max: value,
+      };
+      // SAFETY: `lim` is a valid rlimit on our stack.
+      check(unsafe { libc::setrlimit(res, &lim) }.into())?;
+    }
+    if self.unshare_flags != 0 {
+      // SAFETY: unshare takes flags only.
+      check(unsafe { libc::unshare(self.unshare_flags) }.into())?;
+    }
+    mounts::apply(&self.mounts)?;
+    if self.pidns {
+      enter_pid_namespace()?;
+    }
+    cloexec_from_3()?;
+    drop_capabilities(self.drop_bounding, self.cap_last_cap)?;
+    // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())?;
+    if let Some(fd) = &self.landlock_fd {
+      use std::os::fd::AsRawFd;
+      // SAFETY: the fd is a landlock ruleset owned by `self`; flags 0.
+      check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) })?;
+    }
+    for prog in &self.seccomp {
+      // apply_filter builds its `sock_fprog` on the stack and makes two syscalls; its error
+      // carries an io::Error from errno, which does not allocate.
+      seccompiler::apply_filter(prog).map_err(|e| match e {
+        seccompiler::Error::Prctl(io) | seccompiler::Error::Seccomp(io) => {
+          Errno::from_raw(io.raw_os_error().unwrap_or(libc::EINVAL))
+        }
+        _ => Errno::EINVAL,
+      })?;
+    }
+    Ok(())
+  }
+}
+
+/// After `unshare(CLONE_NEWPID)` only children land in the new namespace: fork once more. The
+/// child (pid 1 there) mounts a fresh /proc and returns to exec the command. The parent stays
+/// behind as a waiter and never returns: it closes every fd (so the command alone holds stdio and
+/// the spawner's exec-error pipe), ignores the polite signals a group stop sends (the command
+/// gets them itself), and exits the way the command did.
+fn enter_pid_namespace() -> Result<(), Errno> {
+  // SAFETY: fork in a single-threaded child; both sides make only async-signal-safe calls.
+  let pid = unsafe { libc::fork() };
+  if pid < 0 {
+    return Err(Errno::last());
+  }
+  if pid == 0 {
+    // SAFETY: integers and static strings only. The waiter's death (SIGKILL to the group, or the
+    // supervisor's) takes the command with it.
+    unsafe {
+      if libc::prctl(
+        libc::PR_SET_PDEATHSIG,
+        libc::SIGKILL as libc::c_ulong,
+        0,
+        0,
+        0,
+      ) != 0
+      {
+        return Err(Errno::last());
+      }
+      let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+      if libc::mount(
+        c"proc".as_ptr(),
+        c"/proc".as_ptr(),
+        c"proc".as_ptr(),
+        flags,
+        std::ptr::null(),
+      ) != 0
+      {
+        return Err(Errno::last());
+      }
+    }
+    return Ok(());
+  }
+  // SAFETY: the waiter only closes fds, sets signal dispositions, waits and exits.
+  unsafe {
+    libc::syscall(libc::SYS_close_range, 0u32, u32::MAX, 0u32);
+    for sig in [
+      libc::SIGTERM,
+      libc::SIGINT,
+      libc::SIGHUP,
+      libc::SIGQUIT,
+      libc::SIGUSR1,
+      libc::SIGUSR2,
+    ] {
+      libc::signal(sig, libc::SIG_IGN);
+    }
+    let mut status = 0;
+    while libc::waitpid(pid, &mut status, 0) < 0 {
+      if Errno::last() != Errno::EINTR {
+        libc::_exit(127);
+      }
+    }
+    if libc::WIFSIGNALED(status) {
+      let sig = libc::WTERMSIG(status);
+      libc::signal(sig, libc::SIG_DFL);
+      let mut set: libc::sigset_t = std::mem::zeroed();
+      libc::sigemptyset(&mut set);
+      libc::sigaddset(&mut set, sig);
+      libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+      libc::kill(libc::getpid(), sig);
+      libc::_exit(128 + sig);
+    }
+    libc::_exit(libc::WEXITSTATUS(status));
+  }
+}
+
+/// Moves the calling process into the group: writing "0" means "the writer".
+fn join_cgroup(procs: &std::ffi::CStr) -> Result<(), Errno> {
+  // SAFETY: `procs` is a NUL-terminated path; open/write/close touch only our stack.
+  unsafe {
+    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+      return Err(Errno::last());
+    }
+    let r = libc::write(fd, c"0".as_ptr().cast(), 1);
+    let err = Errno::last();
+    libc::close(fd);
+    if r != 1 {
+      return Err(err);
+    }
+  }
+  Ok(())
+}
+
+/// Marks every fd above 2 close-on-exec: only 0-2 reach the command. CLOEXEC rather than close,
+/// because the landlock ruleset fd and std's exec-error pipe are still needed until exec.
+fn cloexec_from_3() -> Result<(), Errno> {
+  const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+  // SAFETY: close_range only changes flags of our own fds.
+  let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
+  if r == 0 {
+    return Ok(());
+  }
+  // Before Linux 5.11: walk the table up to the soft limit.
+  let mut lim = libc::rlimit {
+    rlim_cur: 0,
+    rlim_max: 0,
+  };
+  // SAFETY: getrlimit writes into `lim` on our stack; fcntl on any int is harmless (EBADF).
+  unsafe {
+    libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    for fd in 3..lim.rlim_cur.min(1 << 20) as libc::c_int {
+      libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+    }
+  }
+  Ok(())
+}
+
+/// Empties the bounding set (root only: it takes CAP_SETPCAP), the ambient set, and the
+/// effective/permitted/inheritable sets. With the bounding set empty, exec grants root nothing.
+fn drop_capabilities(drop_bounding: bool, cap_last_cap: u32) -> Result<(), Errno> {
+  if drop_bounding {
+    for cap in 0..=cap_last_cap {
+      // SAFETY: PR_CAPBSET_DROP takes integers only.
+      let r = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) };
+      if r != 0 && Errno::last() != Errno::EINVAL {
+        return Err(Errno::last());
+      }
+    }
+  }
+  // SAFETY: integers only. EINVAL on kernels without ambient capabilities is fine: none to clear.
+  let r = unsafe {
+    libc::prctl(
+      libc::PR_CAP_AMBIENT,
+      libc::PR_CAP_AMBIENT_CLEAR_ALL,
+      0,
+      0,
+      0,
+    )
+  };
+  if r != 0 && Errno::last() != Errno::EINVAL {
+    return Err(Errno::last());
+  }
+  #[repr(C)]
+  struct Header {
+    version: u32,
+    pid: libc::c_int,
+  }
+  #[repr(C)]
+  #[derive(Clone, Copy)]
+  struct Data {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+  }
+  const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+  let mut header = Header {
+    version: LINUX_CAPABILITY_VERSION_3,
+    pid: 0,
+  };
+  let data = [Data {
+    effective: 0,
+    permitted: 0,
+    inheritable: 0,
+  }; 2];
+  // SAFETY: capset reads a v3 header and two data structs, both on our stack.
+  check(unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) })
+}

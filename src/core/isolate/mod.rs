@@ -1,0 +1,24 @@
+//! Kernel-enforced isolation per command (issue 17): limits, cgroup, namespaces, landlock,
+//! seccomp. `prepare` builds everything before the fork; `Prepared::apply_in_child` applies it
+//! between fork and exec in the supervisor's child.
+
+mod cgroup;
+mod child;
+mod error;
+mod landlock;
+mod mounts;
+mod options;
+mod plan;
+mod prepare;
+mod probe;
+mod seccomp;
+
+pub use cgroup::CgroupEvents;
+pub use error::IsolationError;
+pub use options::{
+  Access, FsOptions, IsolationOptions, Limits, Mode, NamespaceOptions, OptionsError, Readable,
+  default_deny_read,
+};
+pub use plan::{Layers, Plan, ResolvedLimits};
+pub use prepare::{IsolationReport, Prepared, prepare};
+pub use probe::{CgroupKind, Doctor, LayerReport, Probe, doctor, probe};

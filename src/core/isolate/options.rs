@@ -1,0 +1,318 @@
+//! The caller's isolation request (issue 17's `IsolationOptions`), validated once with errors that
+//! name the field. Plain data: resolving it against the machine is `plan.rs`'s job.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Which backend applies the layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+  /// No isolation (containment by the supervisor still applies).
+  #[default]
+  Off,
+  /// The strongest layers this host allows.
+  Auto,
+  /// The addon's own layers (landlock, seccomp, namespaces, cgroups, rlimits).
+  Native,
+  /// bubblewrap. Not implemented yet: validation refuses it rather than pretending.
+  Bwrap,
+}
+
+/// Allow or deny; used for the network and for Unix sockets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Access {
+  #[default]
+  Deny,
+  Allow,
+}
+
+/// What the command may read: the issue's `"all" | string[]`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Readable {
+  /// Everything except `denyRead`.
+  #[default]
+  All,
+  Paths(Vec<PathBuf>),
+}
+
+// By hand rather than `untagged` (STYLE.md): the error then says what was expected.
+impl<'de> Deserialize<'de> for Readable {
+  fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    struct V;
+    impl<'de> serde::de::Visitor<'de> for V {
+      type Value = Readable;
+      fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("\"all\" or an array of paths")
+      }
+      fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Readable, E> {
+        if s == "all" {
+          Ok(Readable::All)
+        } else {
+          Err(E::invalid_value(serde::de::Unexpected::Str(s), &self))
+        }
+      }
+      fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Readable, A::Error> {
+        let mut v = Vec::new();
+        while let Some(p) = seq.next_element::<PathBuf>()? {
+          v.push(p);
+        }
+        Ok(Readable::Paths(v))
+      }
+    }
+    d.deserialize_any(V)
+  }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct FsOptions {
+  /// Writable roots; `None` means `[cwd]`.
+  pub writable: Option<Vec<PathBuf>>,
+  pub readable: Readable,
+  /// Paths never readable; `None` means [`default_deny_read`].
+  pub deny_read: Option<Vec<PathBuf>>,
+  /// Read-only inside the writable roots; relative entries are taken in each writable root.
+  /// `None` means `.git/hooks` and `.git/config`.
+  pub protect: Option<Vec<PathBuf>>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct Limits {
+  /// Processes (and threads) in the command's tree; default 256.
+  pub max_processes: Option<u64>,
+  /// Memory of the tree (cgroup) or address space per process (RLIMIT_AS); default 2 GiB.
+  pub max_memory_bytes: Option<u64>,
+  pub cpu_seconds: Option<u64>,
+  pub max_file_bytes: Option<u64>,
+  pub max_open_files: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct NamespaceOptions {
+  /// `None`: where the host permits (auto), `Some(true)`: requested, `Some(false)`: never.
+  pub pid: Option<bool>,
+  pub net: Option<bool>,
+  pub mount: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct IsolationOptions {
+  pub mode: Mode,
+  /// Refuse to run when a requested layer cannot be applied.
+  pub required: bool,
+  pub fs: FsOptions,
+  pub network: Access,
+  pub unix_sockets: Access,
+  pub limits: Limits,
+  pub namespaces: NamespaceOptions,
+}
+
+pub const DEFAULT_MAX_PROCESSES: u64 = 256;
+pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 2 << 30;
+
+/// Secrets a command never needs to read. `home` is the user's home directory.
+pub fn default_deny_read(home: Option<&Path>) -> Vec<PathBuf> {
+  let mut v: Vec<PathBuf> = ["/etc/shadow", "/etc/gshadow", "/etc/sudoers"]
+    .iter()
+    .map(PathBuf::from)
+    .collect();
+  if let Some(home) = home {
+    for rel in [
+      ".ssh",
+      ".aws",
+      ".gnupg",
+      ".netrc",
+      ".git-credentials",
+      ".docker",
+      ".kube",
+      ".config/gcloud",
+      ".config/gh",
+      ".npmrc",
+    ] {
+      v.push(home.join(rel));
+    }
+  }
+  v
+}
+
+pub fn default_protect() -> Vec<PathBuf> {
+  vec![PathBuf::from(".git/hooks"), PathBuf::from(".git/config")]
+}
+
+/// Bad isolation options; the message names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("isolation.{field}: {reason}")]
+pub struct OptionsError {
+  pub field: String,
+  pub reason: String,
+}
+
+impl OptionsError {
+  fn new(field: impl Into<String>, reason: impl Into<String>) -> Self {
+    OptionsError {
+      field: field.into(),
+      reason: reason.into(),
+    }
+  }
+
+  pub fn code(&self) -> &'static str {
+    "INVALID_SPEC"
+  }
+}
+
+impl IsolationOptions {
+  /// Parses and validates a JSON value, naming the field on error.
+  pub fn from_json(v: serde_json::Value) -> Result<Self, OptionsError> {
+    let opts: IsolationOptions =
+      serde_json::from_value(v).map_err(|e| OptionsError::new("*", e.to_string()))?;
+    opts.validate()?;
+    Ok(opts)
+  }
+
+  /// Fails closed on anything that would silently mean less isolation than asked for.
+  pub fn validate(&self) -> Result<(), OptionsError> {
+    if self.mode == Mode::Bwrap {
+      return Err(OptionsError::new(
+        "mode",
+        "the bwrap backend is not implemented; use \"native\" or \"auto\"",
+      ));
+    }
+    let check_abs = |field: &str, paths: &[PathBuf]| -> Result<(), OptionsError> {
+      for (i, p) in paths.iter().enumerate() {
+        if !p.is_absolute() {
+          return Err(OptionsError::new(
+            format!("{field}[{i}]"),
+            format!("must be an absolute path, got {p:?}"),
+          ));
+        }
+        if p.components().any(|c| c == std::path::Component::ParentDir) {
+          return Err(OptionsError::new(
+            format!("{field}[{i}]"),
+            "must not contain `..`",
+          ));
+        }
+      }
+      Ok(())
+    };
+    if let Some(w) = &self.fs.writable {
+      check_abs("fs.writable", w)?;
+      if w.iter().any(|p| p == Path::new("/")) {
+        return Err(OptionsError::new(
+          "fs.writable",
+          "`/` as a writable root isolates nothing",
+        ));
+      }
+    }
+    if let Readable::Paths(r) = &self.fs.readable {
+      check_abs("fs.readable", r)?;
+    }
+    if let Some(d) = &self.fs.deny_read {
+      check_abs("fs.denyRead", d)?;
+    }
+    if let Some(p) = &self.fs.protect {
+      for (i, p) in p.iter().enumerate() {
+        if p.as_os_str().is_empty() || p.components().any(|c| c == std::path::Component::ParentDir)
+        {
+          return Err(OptionsError::new(
+            format!("fs.protect[{i}]"),
+            "must be a non-empty path without `..`",
+          ));
+        }
+      }
+    }
+    let l = &self.limits;
+    for (name, v) in [
+      ("maxProcesses", l.max_processes),
+      ("maxMemoryBytes", l.max_memory_bytes),
+      ("cpuSeconds", l.cpu_seconds),
+      ("maxFileBytes", l.max_file_bytes),
+      ("maxOpenFiles", l.max_open_files),
+    ] {
+      if v == Some(0) {
+        return Err(OptionsError::new(
+          format!("limits.{name}"),
+          "must be at least 1",
+        ));
+      }
+    }
+    if l.max_open_files.is_some_and(|n| n < 3) {
+      return Err(OptionsError::new(
+        "limits.maxOpenFiles",
+        "must be at least 3 (stdin, stdout, stderr)",
+      ));
+    }
+    if self.mode == Mode::Off && self.required {
+      return Err(OptionsError::new(
+        "required",
+        "`required: true` with `mode: \"off\"` asks for nothing",
+      ));
+    }
+    Ok(())
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use serde_json::json;
+
+  #[test]
+  fn defaults_are_off_and_deny() {
+    let o = IsolationOptions::from_json(json!({})).unwrap();
+    assert_eq!(o.mode, Mode::Off);
+    assert_eq!(o.network, Access::Deny);
+    assert_eq!(o.fs.readable, Readable::All);
+  }
+
+  #[test]
+  fn full_shape_parses() {
+    let o = IsolationOptions::from_json(json!({
+      "mode": "native", "required": true,
+      "fs": {"writable": ["/tmp/j"], "readable": ["/usr"], "denyRead": ["/etc/shadow"], "protect": [".git/hooks"]},
+      "network": "allow", "unixSockets": "allow",
+      "limits": {"maxProcesses": 10, "maxMemoryBytes": 1, "cpuSeconds": 1, "maxFileBytes": 1, "maxOpenFiles": 16},
+      "namespaces": {"pid": true, "net": false, "mount": true}
+    }))
+    .unwrap();
+    assert_eq!(o.fs.readable, Readable::Paths(vec!["/usr".into()]));
+    assert_eq!(o.namespaces.net, Some(false));
+  }
+
+  #[test]
+  fn errors_name_the_field() {
+    let cases = [
+      (json!({"fs": {"writable": ["rel"]}}), "fs.writable[0]"),
+      (json!({"fs": {"writable": ["/"]}}), "fs.writable"),
+      (
+        json!({"fs": {"denyRead": ["/a", "/b/../c"]}}),
+        "fs.denyRead[1]",
+      ),
+      (json!({"fs": {"protect": ["../x"]}}), "fs.protect[0]"),
+      (json!({"limits": {"cpuSeconds": 0}}), "limits.cpuSeconds"),
+      (
+        json!({"limits": {"maxOpenFiles": 2}}),
+        "limits.maxOpenFiles",
+      ),
+      (json!({"mode": "bwrap"}), "mode"),
+      (json!({"required": true}), "required"),
+    ];
+    for (v, field) in cases {
+      let e = IsolationOptions::from_json(v.clone()).unwrap_err();
+      assert_eq!(e.field, field, "{v}");
+    }
+    for v in [
+      json!({"mode": "strong"}),
+      json!({"fs": {"readable": "some"}}),
+      json!({"nope": 1}),
+    ] {
+      let e = IsolationOptions::from_json(v.clone()).unwrap_err();
+      assert!(e.to_string().starts_with("isolation."), "{v}: {e}");
+    }
+  }
+}

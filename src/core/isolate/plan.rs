@@ -1,0 +1,375 @@
+//! Options resolved against this host: which layers apply, with what paths and limits, and what
+//! is degraded and why. Pure apart from path canonicalisation, so it is tested without processes.
+
+use std::path::{Path, PathBuf};
+
+use super::error::IsolationError;
+use super::options::{
+  Access, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PROCESSES, IsolationOptions, Mode, Readable,
+  default_deny_read, default_protect,
+};
+use super::prepare::IsolationReport;
+use super::probe::Probe;
+
+/// Limits with defaults filled in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ResolvedLimits {
+  pub max_processes: u64,
+  pub max_memory_bytes: u64,
+  pub cpu_seconds: Option<u64>,
+  pub max_file_bytes: Option<u64>,
+  pub max_open_files: Option<u64>,
+}
+
+/// Which layers `prepare` builds.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Layers {
+  pub cgroup: bool,
+  pub landlock: bool,
+  pub seccomp: bool,
+  pub netns: bool,
+  pub mountns: bool,
+  /// A fresh pid namespace with its own /proc (needs the mount namespace).
+  pub pidns: bool,
+}
+
+/// Serializable: the addon resolves it (probes are cached there) and the job's reaper prepares it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Plan {
+  /// Canonical writable roots that exist.
+  pub writable: Vec<PathBuf>,
+  pub read_roots: Vec<PathBuf>,
+  pub deny_read: Vec<PathBuf>,
+  /// Absolute protected paths inside the writable roots.
+  pub protect: Vec<PathBuf>,
+  pub deny_network: bool,
+  pub deny_unix: bool,
+  pub limits: ResolvedLimits,
+  pub layers: Layers,
+  /// Layers asked for (explicitly or by `auto`) that this host cannot apply, each with why.
+  pub degraded: Vec<String>,
+  /// The bounding set can be emptied (we hold CAP_SETPCAP, i.e. run as root).
+  pub drop_bounding: bool,
+  pub cap_last_cap: u32,
+}
+
+impl Plan {
+  /// What `prepare` applies for this plan, and what is degraded, for `ExecResult.isolation`.
+  pub fn report(&self) -> IsolationReport {
+    let l = self.layers;
+    let mut applied = vec!["rlimits", "privileges"];
+    for (on, name) in [
+      (l.cgroup, "cgroup"),
+      (l.netns, "netns"),
+      (l.pidns, "pidns"),
+      (l.mountns, "mountns"),
+      (l.mountns && !self.protect.is_empty(), "protect"),
+      (l.landlock, "landlock"),
+      (l.seccomp, "seccomp"),
+    ] {
+      if on {
+        applied.push(name);
+      }
+    }
+    IsolationReport {
+      backend: "native",
+      applied,
+      degraded: self.degraded.clone(),
+    }
+  }
+
+  /// `None` for `mode: "off"`. `cwd` is the command's working directory (the default writable root).
+  pub fn resolve(
+    opts: &IsolationOptions,
+    cwd: &Path,
+    probe: &Probe,
+  ) -> Result<Option<Plan>, IsolationError> {
+    opts.validate()?;
+    if opts.mode == Mode::Off {
+      return Ok(None);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let writable_in = opts
+      .fs
+      .writable
+      .clone()
+      .unwrap_or_else(|| vec![cwd.to_path_buf()]);
+    // Canonical, so that rules and mounts name what the check saw; a root that does not exist
+    // grants nothing rather than failing the job.
+    let writable: Vec<PathBuf> = writable_in
+      .iter()
+      .filter_map(|p| p.canonicalize().ok())
+      .collect();
+    let mut read_roots = match &opts.fs.readable {
+      Readable::All => vec![PathBuf::from("/")],
+      Readable::Paths(p) => p.iter().filter_map(|p| p.canonicalize().ok()).collect(),
+    };
+    if opts.fs.readable != Readable::All {
+      read_roots.extend(writable.iter().cloned());
+    }
+    let deny_read = opts
+      .fs
+      .deny_read
+      .clone()
+      .unwrap_or_else(|| default_deny_read(home.as_deref()));
+    let protect_rel = opts.fs.protect.clone().unwrap_or_else(default_protect);
+    let protect: Vec<PathBuf> = protect_rel
+      .iter()
+      .flat_map(|p| {
+        if p.is_absolute() {
+          vec![p.clone()]
+        } else {
+          writable.iter().map(|w| w.join(p)).collect()
+        }
+      })
+      .collect();
+    let l = opts.limits;
+    let limits = ResolvedLimits {
+      max_processes: l.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES),
+      max_memory_bytes: l.max_memory_bytes.unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
+      cpu_seconds: l.cpu_seconds,
+      max_file_bytes: l.max_file_bytes,
+      max_open_files: l.max_open_files,
+    };
+    let deny_network = opts.network == Access::Deny;
+    let deny_unix = opts.unix_sockets == Access::Deny;
+
+    let mut degraded = Vec::new();
+    // What makes the job fail: required layers that are missing.
+    let mut missing_required = Vec::new();
+    let strict = opts.required || opts.mode == Mode::Native;
+
+    let mut layers = Layers {
+      landlock: probe.landlock.is_some(),
+      seccomp: probe.seccomp,
+      ..Layers::default()
+    };
+    if !layers.landlock {
+      degraded.push("landlock: not in the kernel's active LSMs".to_string());
+      if strict {
+        missing_required.push("landlock".to_string());
+      }
+    } else {
+      let abi = probe.landlock.unwrap_or(0);
+      if deny_network && abi < 4 {
+        degraded.push(format!(
+          "landlock-net: ABI {abi} < 4 (seccomp still refuses non-Unix sockets)"
+        ));
+      }
+      if abi < 6 {
+        degraded.push(format!(
+          "landlock-scope: ABI {abi} < 6, signals to the parent not scoped"
+        ));
+      }
+    }
+    if !layers.seccomp {
+      degraded.push("seccomp: no filter mode in this kernel".to_string());
+      if strict {
+        missing_required.push("seccomp".to_string());
+      }
+    }
+    layers.cgroup = probe.cgroup.is_some();
+    if !layers.cgroup {
+      let why = probe.cgroup_reason.clone().unwrap_or_default();
+      if probe.uid == 0 {
+        degraded.push(format!(
+          "cgroup: {why}; maxProcesses is not enforced for root (RLIMIT_NPROC ignores uid 0)"
+        ));
+      } else {
+        degraded.push(format!(
+          "cgroup: {why}; maxProcesses counts all of uid {}'s processes",
+          probe.uid
+        ));
+      }
+    }
+    let ns = opts.namespaces;
+    // `None` means: where the host permits and where it adds something.
+    let mut want_ns = |name: &str, asked: Option<bool>, useful: bool, why_useful: &str| -> bool {
+      let want = asked.unwrap_or(useful);
+      if want && !probe.sys_admin {
+        degraded.push(format!("{name}: no CAP_SYS_ADMIN ({why_useful})"));
+        if asked == Some(true) {
+          missing_required.push(name.to_string());
+        }
+        return false;
+      }
+      want
+    };
+    // Not by default: seccomp (every non-Unix socket) and landlock (TCP) already deny the
+    // network, and a fresh network namespace costs 1-4 ms per exec (see tests/isolate_cost.rs).
+    layers.netns = want_ns(
+      "netns",
+      ns.net,
+      false,
+      "seccomp and landlock still refuse sockets",
+    );
+    let mount_useful = !protect.is_empty() || !deny_read.is_empty();
+    layers.mountns = want_ns(
+      "mountns",
+      ns.mount,
+      mount_useful,
+      "protect paths stay writable; denyRead still holds by landlock",
+    );
+    // Opt-in: the command becomes pid 1 of its namespace, which ignores SIGTERM unless it installs
+    // a handler, so a graceful stop waits out the grace period before SIGKILL. In exchange, when
+    // the command exits the kernel kills everything left in the namespace (setsid children too),
+    // and /proc shows no process outside it.
+    layers.pidns = want_ns(
+      "pidns",
+      ns.pid,
+      false,
+      "/proc/<pid>/environ of outside processes stays hidden by landlock",
+    );
+    if !layers.mountns && !protect.is_empty() {
+      degraded.push("protect: needs the mount namespace".to_string());
+    }
+    if layers.pidns && !layers.mountns {
+      layers.pidns = false;
+      degraded.push("pidns: needs the mount namespace for a fresh /proc".to_string());
+      if ns.pid == Some(true) {
+        missing_required.push("pidns".to_string());
+      }
+    }
+    if !missing_required.is_empty()
+      && (strict || ns.pid == Some(true) || ns.net == Some(true) || ns.mount == Some(true))
+    {
+      return Err(IsolationError::Unavailable(missing_required));
+    }
+    Ok(Some(Plan {
+      writable,
+      read_roots,
+      deny_read,
+      protect,
+      deny_network,
+      deny_unix,
+      limits,
+      layers,
+      degraded,
+      drop_bounding: probe.uid == 0,
+      cap_last_cap: probe.cap_last_cap,
+    }))
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::core::isolate::probe::CgroupKind;
+  use serde_json::json;
+
+  fn host(root: bool) -> Probe {
+    Probe {
+      landlock: Some(7),
+      seccomp: true,
+      userns: false,
+      sys_admin: root,
+      cgroup: root.then_some(CgroupKind::V1),
+      cgroup_reason: (!root).then(|| "no writable cgroup".into()),
+      bwrap: None,
+      uid: if root { 0 } else { 65534 },
+      cap_last_cap: 40,
+    }
+  }
+
+  fn opts(v: serde_json::Value) -> IsolationOptions {
+    IsolationOptions::from_json(v).unwrap()
+  }
+
+  #[test]
+  fn off_is_no_plan() {
+    assert!(
+      Plan::resolve(&opts(json!({})), Path::new("/tmp"), &host(true))
+        .unwrap()
+        .is_none()
+    );
+  }
+
+  #[test]
+  fn root_gets_every_layer() {
+    let p = Plan::resolve(
+      &opts(json!({"mode": "auto"})),
+      Path::new("/tmp"),
+      &host(true),
+    )
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+      p.layers,
+      Layers {
+        cgroup: true,
+        landlock: true,
+        seccomp: true,
+        netns: false,
+        mountns: true,
+        pidns: false,
+      }
+    );
+    assert!(p.degraded.is_empty(), "{:?}", p.degraded);
+    let o = opts(json!({"mode": "auto", "namespaces": {"net": true}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &host(true))
+      .unwrap()
+      .unwrap();
+    assert!(p.layers.netns);
+    assert_eq!(p.writable, vec![Path::new("/tmp").canonicalize().unwrap()]);
+    assert!(p.protect.iter().any(|p| p.ends_with(".git/hooks")));
+  }
+
+  #[test]
+  fn unprivileged_degrades_and_says_why() {
+    let p = Plan::resolve(
+      &opts(json!({"mode": "auto"})),
+      Path::new("/tmp"),
+      &host(false),
+    )
+    .unwrap()
+    .unwrap();
+    assert!(!p.layers.netns && !p.layers.mountns && !p.layers.cgroup);
+    assert!(p.layers.landlock && p.layers.seccomp);
+    for name in ["cgroup:", "mountns:", "protect:"] {
+      assert!(
+        p.degraded.iter().any(|d| d.starts_with(name)),
+        "{name} missing from {:?}",
+        p.degraded
+      );
+    }
+  }
+
+  #[test]
+  fn required_fails_on_missing_landlock_or_an_explicit_namespace() {
+    let mut h = host(false);
+    let e = Plan::resolve(
+      &opts(json!({"mode": "auto", "required": true, "namespaces": {"net": true}})),
+      Path::new("/tmp"),
+      &h,
+    )
+    .unwrap_err();
+    assert_eq!(e.code(), "ISOLATION_UNAVAILABLE");
+    assert!(e.to_string().contains("netns"), "{e}");
+    h.landlock = None;
+    let e = Plan::resolve(&opts(json!({"mode": "native"})), Path::new("/tmp"), &h).unwrap_err();
+    assert!(e.to_string().contains("landlock"), "{e}");
+    // auto without required runs with what there is.
+    assert!(
+      Plan::resolve(&opts(json!({"mode": "auto"})), Path::new("/tmp"), &h)
+        .unwrap()
+        .is_some()
+    );
+  }
+
+  #[test]
+  fn pid_namespace_needs_the_mount_namespace_and_privilege() {
+    let o = opts(json!({"mode": "auto", "namespaces": {"pid": true}}));
+    assert!(
+      Plan::resolve(&o, Path::new("/tmp"), &host(true))
+        .unwrap()
+        .unwrap()
+        .layers
+        .pidns
+    );
+    let e = Plan::resolve(&o, Path::new("/tmp"), &host(false)).unwrap_err();
+    assert!(e.to_string().contains("pidns"), "{e}");
+    let o = opts(json!({"mode": "auto", "namespaces": {"pid": true, "mount": false}}));
+    let e = Plan::resolve(&o, Path::new("/tmp"), &host(true)).unwrap_err();
+    assert!(e.to_string().contains("pidns"), "{e}");
+  }
+}

@@ -1,0 +1,285 @@
+//! Machine facts that decide which layers can apply, probed once per process and cached: a peer's
+//! probe took 20-30 s on NFS, and `doctor()` must answer in milliseconds.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// What this host allows, as seen by this process (uid and capabilities included).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+  /// Landlock ABI version, `None` when the LSM is absent or disabled.
+  pub landlock: Option<i32>,
+  /// seccomp filter mode available.
+  pub seccomp: bool,
+  /// Unprivileged user namespaces can be created (reported; the native backend does not use them yet).
+  pub userns: bool,
+  /// CAP_SYS_ADMIN in the effective set: mount, net and pid namespaces can be made directly.
+  pub sys_admin: bool,
+  /// A cgroup hierarchy we can make child groups in: `"v1"` (pids + memory controllers).
+  pub cgroup: Option<CgroupKind>,
+  /// Why no usable cgroup was found, for `doctor()`.
+  pub cgroup_reason: Option<String>,
+  pub bwrap: Option<PathBuf>,
+  pub uid: u32,
+  /// Highest capability number, for dropping the bounding set.
+  pub cap_last_cap: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CgroupKind {
+  V1,
+}
+
+impl CgroupKind {
+  pub fn as_str(self) -> &'static str {
+    match self {
+      CgroupKind::V1 => "v1",
+    }
+  }
+}
+
+/// The parent of our per-job groups under each v1 controller.
+pub const CGROUP_PARENT: &str = "finn-sandbox";
+
+/// The cached probe.
+pub fn probe() -> &'static Probe {
+  static PROBE: OnceLock<Probe> = OnceLock::new();
+  PROBE.get_or_init(probe_now)
+}
+
+fn probe_now() -> Probe {
+  let (cgroup, cgroup_reason) = match probe_cgroup_v1() {
+    Ok(k) => (Some(k), None),
+    Err(r) => (None, Some(r)),
+  };
+  Probe {
+    landlock: landlock_abi(),
+    seccomp: seccomp_available(),
+    userns: userns_available(),
+    sys_admin: has_effective_cap(21),
+    cgroup,
+    cgroup_reason,
+    bwrap: find_in_path("bwrap"),
+    // SAFETY: getuid cannot fail and touches no memory of ours.
+    uid: unsafe { libc::getuid() },
+    cap_last_cap: std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+      .ok()
+      .and_then(|s| s.trim().parse().ok())
+      .unwrap_or(63),
+  }
+}
+
+fn landlock_abi() -> Option<i32> {
+  const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+  // SAFETY: the VERSION query takes no pointer and only returns a number or an error.
+  let v = unsafe {
+    libc::syscall(
+      libc::SYS_landlock_create_ruleset,
+      std::ptr::null::<u8>(),
+      0usize,
+      LANDLOCK_CREATE_RULESET_VERSION,
+    )
+  };
+  (v > 0).then_some(v as i32)
+}
+
+fn seccomp_available() -> bool {
+  // PR_GET_SECCOMP fails with EINVAL on kernels without seccomp; the status line names the mode.
+  // SAFETY: PR_GET_SECCOMP takes no pointer.
+  let r = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
+  r >= 0
+    && std::fs::read_to_string("/proc/self/status")
+      .is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp_filters:")))
+}
+
+fn read_num(path: &str) -> Option<i64> {
+  std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn userns_available() -> bool {
+  if read_num("/proc/sys/user/max_user_namespaces") == Some(0)
+    || read_num("/proc/sys/kernel/unprivileged_userns_clone") == Some(0)
+    || read_num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1)
+  {
+    return false;
+  }
+  // The sysctls do not show a container's seccomp profile: try for real, in a child we spawn
+  // without a pre_exec hook (posix_spawn path, no fork of the caller).
+  match find_in_path("unshare") {
+    Some(u) => std::process::Command::new(u)
+      .args(["--user", "--map-root-user", "true"])
+      .stdin(std::process::Stdio::null())
+      .stdout(std::process::Stdio::null())
+      .stderr(std::process::Stdio::null())
+      .status()
+      .is_ok_and(|s| s.success()),
+    None => false,
+  }
+}
+
+fn has_effective_cap(cap: u32) -> bool {
+  let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+    return false;
+  };
+  status
+    .lines()
+    .find_map(|l| l.strip_prefix("CapEff:"))
+    .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+    .is_some_and(|eff| eff & (1 << cap) != 0)
+}
+
+fn probe_cgroup_v1() -> Result<CgroupKind, String> {
+  for ctrl in ["pids", "memory"] {
+    let base = Path::new("/sys/fs/cgroup").join(ctrl);
+    if !base.join("cgroup.procs").exists() {
+      return Err(format!(
+        "no cgroup v1 `{ctrl}` hierarchy at {}",
+        base.display()
+      ));
+    }
+    let parent = base.join(CGROUP_PARENT);
+    match std::fs::create_dir(&parent) {
+      Ok(()) => {}
+      Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+      Err(e) => return Err(format!("cannot create {}: {e}", parent.display())),
+    }
+    // Directory creation can succeed where writing limits does not (read-only bind, delegation).
+    let probe_dir = parent.join(format!("probe-{}", std::process::id()));
+    let made = std::fs::create_dir(&probe_dir);
+    let ok = made.is_ok()
+      && std::fs::OpenOptions::new()
+        .write(true)
+        .open(probe_dir.join("cgroup.procs"))
+        .is_ok();
+    let _ = std::fs::remove_dir(&probe_dir);
+    if !ok {
+      return Err(format!(
+        "cannot make a writable group under {}",
+        parent.display()
+      ));
+    }
+  }
+  Ok(CgroupKind::V1)
+}
+
+pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
+  let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
+  std::env::split_paths(&path)
+    .map(|d| d.join(name))
+    .find(|p| p.is_file())
+}
+
+/// One layer as `doctor()` reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerReport {
+  pub name: &'static str,
+  pub available: bool,
+  pub reason: Option<String>,
+  pub remedy: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Doctor {
+  pub backend: &'static str,
+  pub layers: Vec<LayerReport>,
+  pub ms: f64,
+}
+
+/// For people: each layer, whether it applies here, why not, and what fixes it. Cached probes.
+pub fn doctor() -> Doctor {
+  let t0 = std::time::Instant::now();
+  let p = probe();
+  let mut layers = Vec::new();
+  let mut add = |name, available: bool, reason: Option<String>, remedy: Option<&str>| {
+    layers.push(LayerReport {
+      name,
+      available,
+      reason: if available { None } else { reason },
+      remedy: if available {
+        None
+      } else {
+        remedy.map(str::to_owned)
+      },
+    })
+  };
+  add("rlimits", true, None, None);
+  add("privileges", true, None, None);
+  add(
+    "cgroup",
+    p.cgroup.is_some(),
+    p.cgroup_reason.clone(),
+    Some(
+      "run as root with cgroup v1 pids+memory mounted, or delegate a cgroup to this user; without it RLIMIT_NPROC \
+       bounds processes per uid (ignored for root) and RLIMIT_AS bounds memory per process",
+    ),
+  );
+  add(
+    "landlock",
+    p.landlock.is_some(),
+    Some(
+      "landlock is not in the kernel's active LSM list (or the kernel is older than 5.13)".into(),
+    ),
+    Some(
+      "boot with `lsm=landlock,...` (CONFIG_SECURITY_LANDLOCK=y), kernel 6.7+ for network rules, 6.12+ for scopes",
+    ),
+  );
+  add(
+    "landlock-net",
+    p.landlock.is_some_and(|a| a >= 4),
+    Some(format!(
+      "landlock ABI {:?} < 4 has no TCP rules",
+      p.landlock
+    )),
+    Some("kernel 6.7 or later"),
+  );
+  add(
+    "landlock-scope",
+    p.landlock.is_some_and(|a| a >= 6),
+    Some(format!(
+      "landlock ABI {:?} < 6 cannot scope signals and abstract sockets",
+      p.landlock
+    )),
+    Some("kernel 6.12 or later"),
+  );
+  add(
+    "seccomp",
+    p.seccomp,
+    Some("the kernel has no seccomp filter mode".into()),
+    Some("CONFIG_SECCOMP_FILTER=y"),
+  );
+  let ns_reason = || {
+    Some(if p.userns {
+      "no CAP_SYS_ADMIN; unprivileged user namespaces exist but the native backend does not use them yet".to_string()
+    } else {
+      "no CAP_SYS_ADMIN and user namespaces are blocked (container seccomp profile, AppArmor, or sysctl)".to_string()
+    })
+  };
+  let ns_remedy = Some(
+    "run the supervisor as root with CAP_SYS_ADMIN, or allow user namespaces (sysctl user.max_user_namespaces, \
+     kernel.apparmor_restrict_unprivileged_userns=0, a seccomp profile permitting unshare/clone with CLONE_NEWUSER)",
+  );
+  add("netns", p.sys_admin, ns_reason(), ns_remedy);
+  add("mountns", p.sys_admin, ns_reason(), ns_remedy);
+  add("pidns", p.sys_admin, ns_reason(), ns_remedy);
+  add(
+    "bwrap",
+    false,
+    Some(match &p.bwrap {
+      Some(b) => format!(
+        "{} found, but the bwrap backend is not implemented yet",
+        b.display()
+      ),
+      None => "bubblewrap not installed, and the backend is not implemented yet".into(),
+    }),
+    None,
+  );
+  Doctor {
+    backend: if p.landlock.is_some() || p.seccomp {
+      "native"
+    } else {
+      "off"
+    },
+    layers,
+    ms: t0.elapsed().as_secs_f64() * 1e3,
+  }
+}

@@ -1,0 +1,1015 @@
+//! core::isolate against real processes: each attack runs from inside a shell started with
+//! `pre_exec(|| prepared.apply_in_child())`, and is judged from the host (files, listeners,
+//! /proc), never from the command's own output. Each attack also runs with `mode: "off"`, where
+//! it must succeed: that proves the probe can fail.
+//!
+//! Forking the test process is fine here; the product path is the supervisor's reaper.
+//! Run as root and as nobody (`.ci/run` does both; see `nonroot`):
+//! `setpriv --reuid=65534 --regid=65534 --clear-groups target/debug/deps/isolate-*`.
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+
+use finn_sandbox::core::isolate::{IsolationOptions, Plan, Prepared, prepare, probe};
+use serde_json::{Value, json};
+
+fn is_root() -> bool {
+  probe().uid == 0
+}
+
+/// `<base>/jail` (the writable cwd), `<base>/jail-evil`, `<base>/outside`.
+struct Jail {
+  _dir: tempfile::TempDir,
+  root: PathBuf,
+  evil: PathBuf,
+  out: PathBuf,
+}
+
+fn jail() -> Jail {
+  let dir = tempfile::Builder::new()
+    .prefix("finn-iso")
+    .tempdir()
+    .unwrap();
+  let base = dir.path().canonicalize().unwrap();
+  let (root, evil, out) = (
+    base.join("jail"),
+    base.join("jail-evil"),
+    base.join("outside"),
+  );
+  for d in [&root, &evil, &out] {
+    std::fs::create_dir(d).unwrap();
+  }
+  Jail {
+    _dir: dir,
+    root,
+    evil,
+    out,
+  }
+}
+
+fn prepared(opts: &Value, cwd: &Path) -> Option<Arc<Prepared>> {
+  let opts = IsolationOptions::from_json(opts.clone()).unwrap();
+  let plan = Plan::resolve(&opts, cwd, probe()).unwrap()?;
+  Some(Arc::new(prepare(&plan).unwrap()))
+}
+
+fn command(opts: &Value, cwd: &Path, argv: &[&str]) -> (Command, Option<Arc<Prepared>>) {
+  let mut cmd = Command::new(argv[0]);
+  cmd
+    .args(&argv[1..])
+    .current_dir(cwd)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+  let p = prepared(opts, cwd);
+  if let Some(p) = p.clone() {
+    // SAFETY: apply_in_child is async-signal-safe: syscalls on data prepared before the fork.
+    unsafe {
+      cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+    }
+  }
+  (cmd, p)
+}
+
+struct Ran {
+  status: ExitStatus,
+  stderr: String,
+  prepared: Option<Arc<Prepared>>,
+}
+
+fn sh(opts: &Value, cwd: &Path, script: &str) -> Ran {
+  run(opts, cwd, &["/bin/bash", "-c", script])
+}
+
+fn run(opts: &Value, cwd: &Path, argv: &[&str]) -> Ran {
+  let (mut cmd, prepared) = command(opts, cwd, argv);
+  let out = cmd.output().unwrap();
+  Ran {
+    status: out.status,
+    stderr: String::from_utf8_lossy(&out.stderr).into(),
+    prepared,
+  }
+}
+
+fn off() -> Value {
+  json!({"mode": "off"})
+}
+
+fn auto() -> Value {
+  json!({"mode": "auto"})
+}
+
+/// Each isolation setting an attack is tried under, with whether it must be stopped.
+fn settings(extra: Value) -> Vec<(Value, bool)> {
+  let mut on = auto();
+  // The network namespace is opt-in; ask for it where the host can make one, so it is tested.
+  merge(&mut on, &json!({"namespaces": {"net": probe().sys_admin}}));
+  merge(&mut on, &extra);
+  let mut no_ns = on.clone();
+  merge(
+    &mut no_ns,
+    &json!({"namespaces": {"net": false, "mount": false}}),
+  );
+  vec![(off(), false), (on, true), (no_ns, true)]
+}
+
+fn merge(a: &mut Value, b: &Value) {
+  match (a, b) {
+    (Value::Object(a), Value::Object(b)) => {
+      for (k, v) in b {
+        merge(a.entry(k.clone()).or_insert(Value::Null), v);
+      }
+    }
+    (a, b) => *a = b.clone(),
+  }
+}
+
+fn exists(p: &Path) -> bool {
+  std::fs::symlink_metadata(p).is_ok()
+}
+
+#[test]
+fn writes_outside_the_jail() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    std::fs::write(j.out.join("victim"), "orig").unwrap();
+    std::fs::write(j.root.join("mine"), "data").unwrap();
+    let script = format!(
+      r#"o={out}; e={evil}
+      echo x > $o/direct
+      echo x > $e/evil
+      ln -s $o/viasym link; echo x > link
+      ln $o/victim hard; echo pwned >> hard
+      echo x > /proc/self/root$o/procroot
+      mv mine $o/moved
+      mkdir d; mv d $o/dir-moved"#,
+      out = j.out.display(),
+      evil = j.evil.display()
+    );
+    let r = sh(&opts, &j.root, &script);
+    let escaped: Vec<&str> = [
+      ("direct", exists(&j.out.join("direct"))),
+      ("jail-evil", exists(&j.evil.join("evil"))),
+      ("symlink", exists(&j.out.join("viasym"))),
+      (
+        "hardlink",
+        std::fs::read_to_string(j.out.join("victim")).unwrap() != "orig",
+      ),
+      ("/proc/self/root", exists(&j.out.join("procroot"))),
+      ("rename file out", exists(&j.out.join("moved"))),
+      ("rename dir out", exists(&j.out.join("dir-moved"))),
+    ]
+    .into_iter()
+    .filter_map(|(name, hit)| hit.then_some(name))
+    .collect();
+    if stopped {
+      assert!(
+        escaped.is_empty(),
+        "{opts}: escaped via {escaped:?}; stderr: {}",
+        r.stderr
+      );
+      // The jail itself stays writable.
+      assert!(exists(&j.root.join("link")), "{opts}: {}", r.stderr);
+    } else {
+      assert_eq!(
+        escaped.len(),
+        7,
+        "off: every write must land, got {escaped:?}: {}",
+        r.stderr
+      );
+    }
+  }
+}
+
+#[test]
+fn protected_paths_stay_read_only() {
+  if !probe().sys_admin {
+    let p = prepared(&auto(), Path::new("/tmp")).unwrap();
+    assert!(
+      p.report()
+        .degraded
+        .iter()
+        .any(|d| d.starts_with("protect:")),
+      "{:?}",
+      p.report()
+    );
+    return;
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    std::fs::create_dir_all(j.root.join(".git/hooks")).unwrap();
+    std::fs::write(j.root.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(j.root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let r = sh(
+      &opts,
+      &j.root,
+      "echo evil > .git/hooks/pre-commit; echo evil >> .git/config; echo ok > .git/HEAD",
+    );
+    let wrote = [
+      exists(&j.root.join(".git/hooks/pre-commit")),
+      std::fs::read_to_string(j.root.join(".git/config")).unwrap_or_default() != "[core]\n",
+    ];
+    let r2 = sh(
+      &opts,
+      &j.root,
+      "mv .git .git-old && mkdir -p .git/hooks && echo evil > .git/hooks/post-checkout",
+    );
+    let hit = [
+      wrote[0],
+      wrote[1],
+      exists(&j.root.join(".git-old")) || exists(&j.root.join(".git/hooks/post-checkout")),
+    ];
+    if stopped {
+      assert_eq!(hit, [false; 3], "{opts}: {} / {}", r.stderr, r2.stderr);
+      // The rest of .git stays writable (git needs its index and refs).
+      assert_eq!(
+        std::fs::read_to_string(j.root.join(".git/HEAD")).unwrap(),
+        "ok\n",
+        "{opts}: {}",
+        r.stderr
+      );
+    } else {
+      assert_eq!(hit, [true; 3], "off: {}", r.stderr);
+    }
+  }
+}
+
+#[test]
+fn denied_reads() {
+  for (extra_ns, stopped) in [(None, false), (Some(true), true), (Some(false), true)] {
+    let j = jail();
+    let secret_dir = j.out.join("dotssh");
+    std::fs::create_dir(&secret_dir).unwrap();
+    std::fs::write(secret_dir.join("id_ed25519"), "KEY-TOKEN").unwrap();
+    std::fs::write(j.out.join("netrc"), "NETRC-TOKEN").unwrap();
+    std::fs::write(j.out.join("public"), "PUBLIC").unwrap();
+    let opts = match extra_ns {
+      None => off(),
+      Some(mount) => {
+        json!({"mode": "auto", "fs": {"denyRead": [secret_dir, j.out.join("netrc"), "/etc/shadow"]},
+        "namespaces": {"mount": mount && probe().sys_admin}})
+      }
+    };
+    let o = j.out.display();
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3; cat {o}/public > pub"
+      ),
+    );
+    let read = |f: &str| std::fs::read_to_string(j.root.join(f)).unwrap_or_default();
+    assert_eq!(
+      read("pub"),
+      "PUBLIC",
+      "{opts}: readable siblings stay readable: {}",
+      r.stderr
+    );
+    let leaks = [
+      read("leak1").contains("KEY-TOKEN"),
+      read("leak2").contains("NETRC-TOKEN"),
+    ];
+    if stopped {
+      assert_eq!(leaks, [false, false], "{opts}: {}", r.stderr);
+      assert_eq!(read("leak3"), "", "{opts}: /etc/shadow leaked");
+    } else {
+      assert_eq!(leaks, [true, true], "off: {}", r.stderr);
+      if is_root() {
+        assert!(!read("leak3").is_empty(), "off: root reads /etc/shadow");
+      }
+    }
+  }
+}
+
+#[test]
+fn default_deny_list_covers_shadow() {
+  if !is_root() {
+    return; // nobody cannot read /etc/shadow with or without isolation: nothing to prove.
+  }
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let r = sh(&opts, &j.root, "cat /etc/shadow > leak");
+    let leaked = !std::fs::read_to_string(j.root.join("leak"))
+      .unwrap()
+      .is_empty();
+    assert_eq!(leaked, !stopped, "{opts}: {}", r.stderr);
+  }
+}
+
+#[test]
+fn root_operations_fail() {
+  if !is_root() {
+    // As nobody, mount and mknod fail without isolation too (the root run proves them); an
+    // unprivileged user namespace does not, where the host allows it, and seccomp must stop it.
+    if !probe().userns {
+      return;
+    }
+    for (opts, stopped) in settings(json!({})) {
+      let j = jail();
+      let r = sh(&opts, &j.root, "unshare -U -r touch unshared");
+      assert_eq!(
+        exists(&j.root.join("unshared")),
+        !stopped,
+        "{opts}: {}",
+        r.stderr
+      );
+    }
+    return;
+  }
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    std::fs::create_dir(j.root.join("m")).unwrap();
+    let r = sh(
+      &opts,
+      &j.root,
+      "mount -t tmpfs none m && touch m/mounted
+       mknod dev c 1 3
+       unshare -U -r touch unshared
+       unshare -m touch unshared-m",
+    );
+    let mounted = exists(&j.root.join("m/mounted"));
+    if mounted {
+      let m = std::ffi::CString::new(j.root.join("m").to_str().unwrap()).unwrap();
+      // SAFETY: umount of a NUL-terminated path this test mounted (in the off run).
+      assert_eq!(unsafe { libc::umount(m.as_ptr()) }, 0);
+    }
+    let hits = [
+      mounted,
+      exists(&j.root.join("dev")),
+      exists(&j.root.join("unshared")),
+      exists(&j.root.join("unshared-m")),
+    ];
+    if stopped {
+      assert_eq!(hits, [false; 4], "{opts}: {}", r.stderr);
+    } else {
+      assert_eq!(hits, [true; 4], "off: {}", r.stderr);
+    }
+  }
+}
+
+/// Pids whose command line contains `token`.
+fn pids_with(token: &str) -> Vec<i32> {
+  let mut v = Vec::new();
+  for e in std::fs::read_dir("/proc").unwrap().flatten() {
+    let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+      continue;
+    };
+    if let Ok(c) = std::fs::read(e.path().join("cmdline"))
+      && String::from_utf8_lossy(&c).contains(token)
+    {
+      v.push(pid);
+    }
+  }
+  v
+}
+
+struct KillOnDrop(String);
+
+impl Drop for KillOnDrop {
+  fn drop(&mut self) {
+    kill_all(&self.0);
+  }
+}
+
+fn kill_all(token: &str) {
+  for _ in 0..100 {
+    let pids = pids_with(token);
+    if pids.is_empty() {
+      return;
+    }
+    for p in pids {
+      let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(p),
+        nix::sys::signal::Signal::SIGKILL,
+      );
+    }
+    std::thread::yield_now();
+  }
+}
+
+/// Waits for `line` on the child's stdout: the real signal that it did what it was told.
+fn wait_line(child: &mut Child, line: &str) {
+  let out = child.stdout.as_mut().unwrap();
+  let mut r = BufReader::new(out);
+  let mut s = String::new();
+  loop {
+    s.clear();
+    assert_ne!(
+      r.read_line(&mut s).unwrap(),
+      0,
+      "child closed stdout before {line:?}"
+    );
+    // libtest may print "test attack_helper ... " on the same line first.
+    if s.trim_end().ends_with(line) {
+      return;
+    }
+  }
+}
+
+#[test]
+fn fork_bomb_is_bounded_and_cleaned_up() {
+  for (opts, stopped) in settings(json!({"limits": {"maxProcesses": 20}}))
+    .into_iter()
+    .take(2)
+  {
+    let j = jail();
+    let token = format!("3600.{}{}", std::process::id(), rand_suffix());
+    // Whatever happens below (a failed assertion included), no sleeper outlives the test.
+    let _reap = KillOnDrop(token.clone());
+    // 100 detached sleepers (setsid: nothing but the cgroup or a uid limit holds them). A shell
+    // cannot do this: bash retries a failed fork for 15 s, dash exits on the first failure.
+    let r = helper(&opts, &j.root, "fork-many", &token);
+    assert!(r.status.success(), "{opts}: {}", r.stderr);
+    let prepared = r.prepared;
+    let n = pids_with(&token).len();
+    if stopped {
+      assert!(n < 20, "{opts}: {n} sleepers despite maxProcesses 20");
+      let mut p = Arc::into_inner(prepared.unwrap()).expect("no other handle");
+      if p.report().applied.contains(&"cgroup") {
+        // RLIMIT_NPROC (without a cgroup) counts every process and thread of the uid, the test
+        // runner's included, so only the cgroup run can show that some forks still succeed.
+        assert!(n > 0, "{opts}: the limit must bound, not forbid");
+        assert!(p.cgroup_events().pids_max_hits > 0);
+        p.cleanup();
+        assert_eq!(
+          pids_with(&token),
+          Vec::<i32>::new(),
+          "cgroup cleanup left sleepers"
+        );
+      } else {
+        kill_all(&token);
+      }
+    } else {
+      assert_eq!(n, 100, "off: every sleeper runs");
+      kill_all(&token);
+    }
+  }
+}
+
+fn rand_suffix() -> u32 {
+  std::time::SystemTime::now()
+    .duration_since(std::time::UNIX_EPOCH)
+    .unwrap()
+    .subsec_nanos()
+}
+
+#[test]
+fn memory_bomb_is_stopped_and_reported() {
+  for (opts, stopped) in settings(json!({"limits": {"maxMemoryBytes": 64 << 20}}))
+    .into_iter()
+    .take(2)
+  {
+    let j = jail();
+    // `tail -n 1` holds a newline-free 256 MiB line in memory.
+    let r = sh(
+      &opts,
+      &j.root,
+      "set -o pipefail; head -c 268435456 /dev/zero | tail -n 1 | wc -c",
+    );
+    assert_eq!(r.status.success(), !stopped, "{opts}: {}", r.stderr);
+    if let Some(p) = &r.prepared
+      && p.report().applied.contains(&"cgroup")
+    {
+      assert!(
+        p.cgroup_events().oom_kills > 0,
+        "the OOM kill is visible in the cgroup's counters"
+      );
+    }
+  }
+}
+
+#[test]
+fn cpu_and_file_size_limits() {
+  use std::os::unix::process::ExitStatusExt;
+  for (opts, stopped) in settings(json!({"limits": {"cpuSeconds": 1, "maxFileBytes": 1048576}}))
+    .into_iter()
+    .take(2)
+  {
+    let j = jail();
+    let r = sh(&opts, &j.root, "head -c 2097152 /dev/zero > big");
+    let size = std::fs::metadata(j.root.join("big")).unwrap().len();
+    assert_eq!(
+      size,
+      if stopped { 1 << 20 } else { 2 << 20 },
+      "{opts}: {}",
+      r.stderr
+    );
+    if stopped {
+      let t0 = std::time::Instant::now();
+      let r = run(&opts, &j.root, &["/bin/bash", "-c", "while :; do :; done"]);
+      let sig = r.status.signal();
+      assert!(
+        matches!(sig, Some(libc::SIGXCPU) | Some(libc::SIGKILL)),
+        "{opts}: {:?}",
+        r.status
+      );
+      assert!(t0.elapsed().as_secs() < 30);
+    } else {
+      // Without the limit the loop runs until the timeout command ends it.
+      let r = run(
+        &opts,
+        &j.root,
+        &["timeout", "2", "/bin/bash", "-c", "while :; do :; done"],
+      );
+      assert_eq!(r.status.code(), Some(124));
+    }
+  }
+}
+
+#[test]
+fn network_tcp_udp_and_unix_socket_by_path() {
+  use std::net::{TcpListener, UdpSocket};
+  use std::os::unix::net::UnixListener;
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let sock = j.out.join("agent.sock");
+    let unix = UnixListener::bind(&sock).unwrap();
+    unix.set_nonblocking(true).unwrap();
+    let script = format!(
+      "echo tcp > /dev/tcp/127.0.0.1/{}; echo udp > /dev/udp/127.0.0.1/{}",
+      tcp.local_addr().unwrap().port(),
+      udp.local_addr().unwrap().port()
+    );
+    let r = sh(&opts, &j.root, &script);
+    let u = helper(&opts, &j.root, "unix-connect", sock.to_str().unwrap());
+    // The children have exited: anything they sent is already queued here.
+    let tcp_got = tcp.accept().is_ok();
+    let udp_got = udp.recv(&mut [0; 16]).is_ok();
+    let unix_got = unix.accept().is_ok();
+    assert_eq!(
+      [tcp_got, udp_got, unix_got],
+      [!stopped; 3],
+      "{opts}: {} / {}",
+      r.stderr,
+      u.stderr
+    );
+  }
+}
+
+/// Runs this test binary's `attack_helper` inside the sandbox.
+fn helper(opts: &Value, cwd: &Path, attack: &str, arg: &str) -> Ran {
+  let exe = std::env::current_exe().unwrap();
+  let (mut cmd, prepared) = command(
+    opts,
+    cwd,
+    &[
+      exe.to_str().unwrap(),
+      "--exact",
+      "attack_helper",
+      "--nocapture",
+      "--test-threads=1",
+    ],
+  );
+  cmd.env("FINN_ATTACK", attack).env("FINN_ATTACK_ARG", arg);
+  let out = cmd.output().unwrap();
+  Ran {
+    status: out.status,
+    stderr: String::from_utf8_lossy(&out.stderr).into(),
+    prepared,
+  }
+}
+
+/// Not a test on its own: the attacks that need a syscall no shell tool makes. Does nothing
+/// unless `FINN_ATTACK` is set.
+#[test]
+fn attack_helper() {
+  let Ok(attack) = std::env::var("FINN_ATTACK") else {
+    return;
+  };
+  let arg = std::env::var("FINN_ATTACK_ARG").unwrap();
+  match attack.as_str() {
+    "unix-connect" => {
+      use std::io::Write;
+      if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&arg) {
+        let _ = s.write_all(b"hi");
+      }
+    }
+    "ptrace-hold" => {
+      let pid: i32 = arg.parse().unwrap();
+      // SAFETY: PTRACE_SEIZE takes a pid and no pointers; failure is the expected outcome.
+      let _ = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) };
+      println!("ready");
+      // Hold the attachment (if any) until the test has looked and closes our stdin.
+      let _ = std::io::stdin().read(&mut [0; 1]);
+    }
+    "fork-many" => {
+      let sleep = std::ffi::CString::new("/bin/sleep").unwrap();
+      let tok = std::ffi::CString::new(arg).unwrap();
+      let argv = [sleep.as_ptr(), tok.as_ptr(), std::ptr::null()];
+      for _ in 0..100 {
+        // SAFETY: the child makes only async-signal-safe calls on memory prepared before the fork.
+        unsafe {
+          if libc::fork() == 0 {
+            libc::setsid();
+            // stdout/stderr close at exec, not before: the test's read of them ends only once
+            // every sleeper has exec'd (or died), so it counts finished forks, not racing ones.
+            libc::fcntl(1, libc::F_SETFD, libc::FD_CLOEXEC);
+            libc::fcntl(2, libc::F_SETFD, libc::FD_CLOEXEC);
+            libc::execv(sleep.as_ptr(), argv.as_ptr());
+            libc::_exit(127);
+          }
+        }
+      }
+    }
+    "sigstop" => {
+      let pid: i32 = arg.parse().unwrap();
+      let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGSTOP,
+      );
+    }
+    other => panic!("unknown attack {other}"),
+  }
+}
+
+/// A process outside the sandbox standing in for Node: it holds a secret in its environment.
+fn victim(token: &str) -> Child {
+  Command::new("sleep")
+    .arg("60")
+    .env("OPENAI_API_KEY", token)
+    .stdin(Stdio::null())
+    .spawn()
+    .unwrap()
+}
+
+fn proc_field(pid: u32, field: &str) -> String {
+  let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+  s.lines()
+    .find_map(|l| l.strip_prefix(field))
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+#[test]
+fn the_parent_cannot_be_read_traced_or_stopped() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let token = format!("sk-{}", rand_suffix());
+    let mut v = victim(&token);
+    let pid = v.id();
+
+    let r = sh(&opts, &j.root, &format!("cat /proc/{pid}/environ > leak"));
+    let leaked = std::fs::read(j.root.join("leak"))
+      .map(|b| String::from_utf8_lossy(&b).contains(&token))
+      .unwrap();
+    assert_eq!(
+      leaked, !stopped,
+      "{opts}: /proc/<parent>/environ: {}",
+      r.stderr
+    );
+
+    helper(&opts, &j.root, "sigstop", &pid.to_string());
+    // kill(2) has queued the signal before it returned: the victim is stopped already or has
+    // SIGSTOP pending in its shared queue.
+    let state = proc_field(pid, "State:");
+    let pending = u64::from_str_radix(&proc_field(pid, "ShdPnd:"), 16).unwrap();
+    let got_stop = state.starts_with('T') || pending & (1 << (libc::SIGSTOP - 1)) != 0;
+    assert_eq!(
+      got_stop, !stopped,
+      "{opts}: SIGSTOP: {state}, pending {pending:x}"
+    );
+    let _ = nix::sys::signal::kill(
+      nix::unistd::Pid::from_raw(pid as i32),
+      nix::sys::signal::Signal::SIGCONT,
+    );
+
+    let exe = std::env::current_exe().unwrap();
+    let (mut cmd, _p) = command(
+      &opts,
+      &j.root,
+      &[
+        exe.to_str().unwrap(),
+        "--exact",
+        "attack_helper",
+        "--nocapture",
+        "--test-threads=1",
+      ],
+    );
+    cmd
+      .env("FINN_ATTACK", "ptrace-hold")
+      .env("FINN_ATTACK_ARG", pid.to_string())
+      .stdin(Stdio::piped());
+    let mut h = cmd.spawn().unwrap();
+    wait_line(&mut h, "ready");
+    let tracer = proc_field(pid, "TracerPid:");
+    drop(h.stdin.take());
+    h.wait().unwrap();
+    assert_eq!(
+      tracer != "0",
+      !stopped,
+      "{opts}: ptrace: TracerPid {tracer}"
+    );
+
+    v.kill().unwrap();
+    v.wait().unwrap();
+  }
+}
+
+#[test]
+fn only_fds_0_to_2_are_inherited() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    // A file, a pipe and a socket without CLOEXEC, as a careless parent would leave them.
+    let path = std::ffi::CString::new(j.out.join("f").to_str().unwrap()).unwrap();
+    let mut leaked = [0; 5];
+    // SAFETY: open/pipe/socketpair write fds into arrays on our stack; all are closed below.
+    unsafe {
+      leaked[0] = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o600);
+      assert_eq!(libc::pipe(leaked[1..3].as_mut_ptr()), 0);
+      assert_eq!(
+        libc::socketpair(
+          libc::AF_UNIX,
+          libc::SOCK_STREAM,
+          0,
+          leaked[3..5].as_mut_ptr()
+        ),
+        0
+      );
+    }
+    let target = |pid: u32, fd: i32| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok();
+    let me = std::process::id();
+    let ours: Vec<PathBuf> = leaked.iter().filter_map(|&fd| target(me, fd)).collect();
+    assert_eq!(ours.len(), 5);
+    // `sleep` itself, no shell: spawn() returns once exec has succeeded (std's CLOEXEC error
+    // pipe). The command may open files of its own while starting (locale), so what counts is
+    // whether one of ours reached it, not the bare fd numbers.
+    let (mut cmd, _p) = command(&opts, &j.root, &["/bin/sleep", "60"]);
+    let mut child = cmd.spawn().unwrap();
+    let inherited: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
+      .unwrap()
+      .filter_map(|e| e.unwrap().file_name().to_string_lossy().parse::<i32>().ok())
+      .filter(|&fd| fd > 2)
+      .filter_map(|fd| target(child.id(), fd))
+      .filter(|t| ours.contains(t))
+      .collect();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    for fd in leaked {
+      // SAFETY: closing the fds opened above.
+      unsafe { libc::close(fd) };
+    }
+    if stopped {
+      assert_eq!(inherited, Vec::<PathBuf>::new(), "{opts}");
+    } else {
+      assert_eq!(
+        inherited.len(),
+        5,
+        "off: every leaked fd reaches the command: {inherited:?}"
+      );
+    }
+  }
+}
+
+#[test]
+fn the_report_says_what_applied_and_what_degraded() {
+  let asked =
+    json!({"mode": "auto", "namespaces": {"net": probe().sys_admin, "pid": probe().sys_admin}});
+  let p = prepared(&asked, Path::new("/tmp")).unwrap();
+  let r = p.report();
+  assert!(
+    r.applied.contains(&"landlock") && r.applied.contains(&"seccomp"),
+    "{r:?}"
+  );
+  if probe().sys_admin {
+    assert!(
+      ["netns", "mountns", "pidns", "protect", "cgroup"]
+        .iter()
+        .all(|l| r.applied.contains(l)),
+      "{r:?}"
+    );
+  } else {
+    for layer in ["mountns", "protect"] {
+      assert!(
+        r.degraded.iter().any(|d| d.starts_with(layer)),
+        "{layer} not in {r:?}"
+      );
+    }
+  }
+  if probe().cgroup.is_none() {
+    assert!(r.degraded.iter().any(|d| d.starts_with("cgroup")), "{r:?}");
+  }
+  let d = finn_sandbox::core::isolate::doctor();
+  assert!(d.ms < 50.0, "doctor from cached probes: {} ms", d.ms);
+  assert!(
+    d.layers.iter().all(|l| l.available || l.reason.is_some()),
+    "{d:?}"
+  );
+}
+
+/// Runs `script` under a plan with only the given layers (to test one layer on its own).
+fn sh_with_layers(cwd: &Path, layers: finn_sandbox::core::isolate::Layers, script: &str) -> Ran {
+  let opts =
+    IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
+  let plan = Plan {
+    layers,
+    ..Plan::resolve(&opts, cwd, probe()).unwrap().unwrap()
+  };
+  let p = Arc::new(prepare(&plan).unwrap());
+  let hook = p.clone();
+  let mut cmd = Command::new("/bin/bash");
+  cmd
+    .args(["-c", script])
+    .current_dir(cwd)
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+  // SAFETY: apply_in_child is async-signal-safe.
+  unsafe {
+    cmd.pre_exec(move || hook.apply_in_child().map_err(std::io::Error::from));
+  }
+  let out = cmd.output().unwrap();
+  Ran {
+    status: out.status,
+    stderr: String::from_utf8_lossy(&out.stderr).into(),
+    prepared: Some(p),
+  }
+}
+
+#[test]
+fn pid_namespace_ends_setsid_children_and_hides_outside_processes() {
+  use finn_sandbox::core::isolate::Layers;
+  use std::os::unix::process::ExitStatusExt;
+  if !probe().sys_admin {
+    let opts =
+      IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
+    assert!(
+      Plan::resolve(&opts, Path::new("/tmp"), probe()).is_err(),
+      "an asked-for pidns is refused, not faked"
+    );
+    return;
+  }
+  let only_pidns = Layers {
+    mountns: true,
+    pidns: true,
+    ..Layers::default()
+  };
+  for pidns in [false, true] {
+    let j = jail();
+    let token = format!("3600.{}{}", std::process::id(), rand_suffix());
+    let victim_token = format!("sk-{}", rand_suffix());
+    let mut v = victim(&victim_token);
+    let script = format!(
+      "setsid sleep {token} >/dev/null 2>&1 & cat /proc/{}/environ > leak; exit 7",
+      v.id()
+    );
+    let r = if pidns {
+      sh_with_layers(&j.root, only_pidns, &script)
+    } else {
+      sh(&off(), &j.root, &script)
+    };
+    assert_eq!(
+      r.status.code(),
+      Some(7),
+      "the exit status passes through the waiter: {}",
+      r.stderr
+    );
+    // The command has exited; with a pid namespace the kernel has already killed the rest of it.
+    let left = pids_with(&token);
+    let leaked = std::fs::read(j.root.join("leak"))
+      .map(|b| String::from_utf8_lossy(&b).contains(&victim_token));
+    kill_all(&token);
+    v.kill().unwrap();
+    v.wait().unwrap();
+    assert_eq!(
+      left.is_empty(),
+      pidns,
+      "setsid sleeper after exit: {left:?}"
+    );
+    assert_eq!(
+      leaked.unwrap_or(false),
+      !pidns,
+      "/proc/<outside pid>/environ: {}",
+      r.stderr
+    );
+  }
+  // A signal death passes through too: SIGKILL the command (pid 1 inside, shielded from its own
+  // namespace's signals) from the host, as the supervisor would.
+  let j = jail();
+  let opts =
+    IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
+  let plan = Plan {
+    layers: only_pidns,
+    ..Plan::resolve(&opts, &j.root, probe()).unwrap().unwrap()
+  };
+  let p = Arc::new(prepare(&plan).unwrap());
+  let mut cmd = Command::new("/bin/bash");
+  cmd
+    .args(["-c", "echo ready; exec sleep 60"])
+    .stdout(Stdio::piped());
+  // SAFETY: apply_in_child is async-signal-safe.
+  unsafe {
+    cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+  }
+  let mut child = cmd.spawn().unwrap();
+  wait_line(&mut child, "ready");
+  let waiter = child.id();
+  let kids = std::fs::read_to_string(format!("/proc/{waiter}/task/{waiter}/children")).unwrap();
+  let command: i32 = kids.split_whitespace().next().unwrap().parse().unwrap();
+  nix::sys::signal::kill(
+    nix::unistd::Pid::from_raw(command),
+    nix::sys::signal::Signal::SIGKILL,
+  )
+  .unwrap();
+  assert_eq!(child.wait().unwrap().signal(), Some(libc::SIGKILL));
+}
+
+/// The path check's race (issue 17: 375 leaks in 39,554 tries of a symlink-swap loop): a host
+/// thread swaps `x` between a directory in the jail and a symlink to outside while commands
+/// write through `x/`. Landlock checks the path the kernel resolves at open time, so a swap
+/// cannot win.
+#[test]
+fn the_symlink_swap_race_never_escapes() {
+  use std::sync::atomic::{AtomicBool, Ordering};
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    std::fs::create_dir(j.root.join("x")).unwrap();
+    std::os::unix::fs::symlink(&j.out, j.root.join("alt")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+      let (stop, root) = (stop.clone(), j.root.clone());
+      std::thread::spawn(move || {
+        let x = std::ffi::CString::new(root.join("x").to_str().unwrap()).unwrap();
+        let alt = std::ffi::CString::new(root.join("alt").to_str().unwrap()).unwrap();
+        while !stop.load(Ordering::Relaxed) {
+          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
+          unsafe {
+            libc::renameat2(
+              libc::AT_FDCWD,
+              x.as_ptr(),
+              libc::AT_FDCWD,
+              alt.as_ptr(),
+              libc::RENAME_EXCHANGE,
+            );
+          }
+        }
+      })
+    };
+    let escaped = |out: &Path| std::fs::read_dir(out).unwrap().count();
+    let mut tries = 0;
+    // Isolated: 150 commands of 20 writes each, and none may land outside. Off: the race must
+    // be winnable at all, so stop at the first escape (or fail after the same number of tries).
+    while tries < 150 && (stopped || escaped(&j.out) == 0) {
+      sh(
+        &opts,
+        &j.root,
+        "for i in $(seq 1 20); do echo pwn > x/f$i$RANDOM; done 2>/dev/null",
+      );
+      tries += 1;
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let n = escaped(&j.out);
+    if stopped {
+      assert_eq!(n, 0, "{opts}: {n} writes escaped in {tries} commands");
+    } else {
+      assert!(n > 0, "off: the race was never won in {tries} commands");
+    }
+  }
+}
+
+/// A malicious repository: its `core.fsmonitor` and hooks are programs git runs on the agent's
+/// behalf. Inside the sandbox they cannot write outside.
+#[test]
+fn a_malicious_repositorys_fsmonitor_and_hooks_cannot_write_outside() {
+  if find_git().is_none() {
+    return; // git is not installed: nothing to attack with.
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let o = j.out.display();
+    let setup = format!(
+      "git init -q . && git config user.email a@b && git config user.name a &&
+       printf '#!/bin/sh\\necho x > {o}/fsmonitor\\n' > .git/fsm && chmod +x .git/fsm &&
+       printf '#!/bin/sh\\necho x > {o}/hook\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit"
+    );
+    // The repository is prepared from the host, as a cloned repository would arrive.
+    let r = sh(&off(), &j.root, &setup);
+    assert!(r.status.success(), "{}", r.stderr);
+    let r = sh(
+      &opts,
+      &j.root,
+      "git -c core.fsmonitor=.git/fsm status >/dev/null; touch f; git add f; git commit -qm m",
+    );
+    let landed = [
+      j.out.join("fsmonitor").exists(),
+      j.out.join("hook").exists(),
+    ];
+    assert_eq!(landed, [!stopped; 2], "{opts}: {}", r.stderr);
+  }
+}
+
+fn find_git() -> Option<PathBuf> {
+  ["/usr/bin/git", "/bin/git", "/usr/local/bin/git"]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.exists())
+}
