@@ -65,7 +65,7 @@ function main() {
     reason = process.env.FINN_SANDBOX_BUILD_FROM_SOURCE === '1' ? 'FINN_SANDBOX_BUILD_FROM_SOURCE=1' : '--force'
   } else if (devCheckout) {
     if (devBuildIsFresh()) return
-    reason = 'development checkout with changed sources'
+    reason = 'development checkout: a binary is missing or older than the Rust sources'
   } else {
     const problem = addonProblem()
     if (problem === null) return
