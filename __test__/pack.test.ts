@@ -2,7 +2,7 @@ import { execFile, execFileSync } from 'node:child_process'
 import { chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { tmpdir } from 'node:os'
-import { delimiter, dirname, join } from 'node:path'
+import { basename, delimiter, dirname, join } from 'node:path'
 import { promisify } from 'node:util'
 import { beforeAll, describe, expect, test } from 'vitest'
 
@@ -86,8 +86,12 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
     tarball = join(out, info.filename)
     packed = info.files
 
+    // As the README's migration guide says: the tarball in the project, a `file:` dependency.
     project = emptyProject('consumer')
-    const added = await pnpm(project, ['add', tarball])
+    copyFileSync(tarball, join(project, info.filename))
+    const added = await pnpm(project, ['add', `./${info.filename}`])
+    const manifest = JSON.parse(readFileSync(join(project, 'package.json'), 'utf8'))
+    expect(manifest.dependencies).toEqual({ 'finn-sandbox': `file:${info.filename}` })
     // pnpm 10's default: the install script did not run (so nothing may depend on it).
     expect(added.stdout).toMatch(/Ignored build scripts: finn-sandbox/)
   }, 600_000)
@@ -139,14 +143,22 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
     }
   })
 
-  test('pnpm --frozen-lockfile, Node 22, no cargo: named imports, exec and the ToolSandbox work, as root and as a non-root user', async () => {
+  test("loa-finn's Docker build: pnpm install --frozen-lockfile on Node 22 without cargo, node_modules copied to the runtime stage, run as root and as a non-root user", async () => {
     const rust = noCargoPath.split(delimiter).flatMap((d) => ['cargo', 'rustc'].map((b) => join(d, b)))
     expect(rust.filter((f) => existsSync(f))).toEqual([])
-    // loa-finn's Dockerfile step: a fresh node_modules from the lockfile `pnpm add` wrote.
-    rmSync(join(project, 'node_modules'), { recursive: true })
-    await pnpm(project, ['install', '--frozen-lockfile'])
+    // Builder stage: COPY package.json pnpm-lock.yaml (and the tarball), RUN pnpm install --frozen-lockfile.
+    const builder = join(out, 'docker-builder')
+    mkdirSync(builder, { mode: 0o755 })
+    for (const f of ['package.json', 'pnpm-lock.yaml', basename(tarball)]) copyFileSync(join(project, f), join(builder, f))
+    const installed = await pnpm(builder, ['install', '--frozen-lockfile'])
+    expect(installed.stdout).toMatch(/Ignored build scripts: finn-sandbox/)
+    // Runtime stage: COPY --from=builder node_modules and package.json, then the app's own files.
+    const runtime = join(out, 'docker-runtime')
+    mkdirSync(runtime, { mode: 0o755 })
+    execFileSync('cp', ['-a', join(builder, 'node_modules'), join(builder, 'package.json'), runtime])
+    for (const f of ['consumer.mjs', 'consumer.cjs']) copyFileSync(join(fixtures, f), join(runtime, f))
 
-    const asRoot = await consume(tools.node22, project, join(out, 'data-root'))
+    const asRoot = await consume(tools.node22, runtime, join(out, 'data-root'))
     expect(asRoot).toEqual({
       node: expect.stringMatching(/^v22\./),
       uid: '0',
@@ -164,7 +176,7 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
     const dataDir = join(out, 'data-nobody')
     mkdirSync(dataDir)
     chownSync(dataDir, NOBODY, NOBODY)
-    const asNobody = await consume(node, project, dataDir, NOBODY)
+    const asNobody = await consume(node, runtime, dataDir, NOBODY)
     expect(asNobody).toEqual({ ...asRoot, uid: String(NOBODY) })
   })
 
@@ -182,7 +194,8 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
 
   test('with onlyBuiltDependencies pnpm runs the install script, which keeps the prebuilt binary without cargo', async () => {
     const dir = emptyProject('consumer-built', { pnpm: { onlyBuiltDependencies: ['finn-sandbox'] } })
-    const added = await pnpm(dir, ['add', tarball])
+    copyFileSync(tarball, join(dir, basename(tarball)))
+    const added = await pnpm(dir, ['add', `./${basename(tarball)}`])
     expect(added.stdout).toMatch(/finn-sandbox install\$ node scripts\/install\.js/)
     expect(added.stdout).toMatch(/finn-sandbox install: Done/)
     expect(added.stdout).not.toMatch(/Ignored build scripts/)
