@@ -46,23 +46,42 @@ function install(src, dest, mode) {
   fs.utimesSync(dest, now, now)
 }
 
-/** Names of the crate's bin targets, from `cargo metadata` (no build, no network). */
-function binTargets() {
+/** The crate's bin target names and declared cargo features, from `cargo metadata` (no build, no network). */
+function crateInfo() {
   const out = spawnOrThrow('cargo', ['metadata', '--no-deps', '--offline', '--format-version', '1', '--manifest-path', manifest], {
     stdio: ['ignore', 'pipe', 'inherit'],
   }).stdout.toString()
   const pkg = JSON.parse(out).packages.find((p) => path.resolve(p.manifest_path) === manifest)
-  return pkg.targets.filter((t) => t.kind.includes('bin')).map((t) => t.name)
+  return { bins: pkg.targets.filter((t) => t.kind.includes('bin')).map((t) => t.name), features: Object.keys(pkg.features) }
+}
+
+function binTargets() {
+  return crateInfo().bins
 }
 
 /**
- * Builds the addon and every bin target; returns the paths written. Throws BuildError with the
+ * Which cargo features the binaries beside native.js were built with. A development build has
+ * test hooks that a release must not ship, and both write the same files, so scripts/install.js
+ * reads this to tell a hook-less prepack build from a development one. Never packed.
+ */
+const stampFile = path.join(root, '.finn-sandbox-build.json')
+
+function builtFeatures() {
+  try {
+    return JSON.parse(fs.readFileSync(stampFile, 'utf8')).features
+  } catch {
+    return null
+  }
+}
+
+/**
+ * Builds the addon and every bin target with `features` (none for a release); returns the paths written. Throws BuildError with the
  * reason (cargo missing, build failed) and leaves any earlier binaries in place.
  */
-function build() {
+function build({ features = [] } = {}) {
   const triple = hostTriple()
   const suffix = platformSuffix()
-  const cargoJson = ['--message-format=json-render-diagnostics']
+  const cargoJson = ['--message-format=json-render-diagnostics', ...(features.length ? ['--features', features.join(',')] : [])]
   const env = { ...process.env }
   const napiCli = path.join(root, 'node_modules', '@napi-rs', 'cli', 'dist', 'cli.js')
   const dev = fs.existsSync(napiCli) && fs.existsSync(path.join(root, '.git'))
@@ -102,6 +121,7 @@ function build() {
     install(msg.executable, helperPath(msg.target.name, suffix), 0o755)
     written.push(helperPath(msg.target.name, suffix))
   }
+  fs.writeFileSync(stampFile, `${JSON.stringify({ features })}\n`)
   return written
 }
 
@@ -121,9 +141,9 @@ function checkGlibcBaseline(files) {
   }
 }
 
-module.exports = { build, binTargets, checkGlibcBaseline, BuildError }
+module.exports = { build, binTargets, builtFeatures, crateInfo, checkGlibcBaseline, BuildError }
 
-// As prepack: build, then refuse binaries that would not load on the baseline glibc.
+// As prepack: a release build (no test features), then refuse binaries that would not load on the baseline glibc.
 if (require.main === module) {
   try {
     const files = build()

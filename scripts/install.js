@@ -32,15 +32,16 @@ function newestSourceMtime() {
   return newest
 }
 
-/** In a checkout: the addon and every bin target exist and are newer than every Rust source. */
-function devBuildIsFresh() {
-  const { binTargets } = require('./build.js')
-  let bins
-  try {
-    bins = binTargets()
-  } catch {
-    return false // no cargo: the build below says so
-  }
+/** Features a development build has: the test hooks vitest uses, once the crate declares them. */
+const DEV_FEATURES = ['test-hooks']
+
+/**
+ * In a checkout: the addon and every bin target exist, are newer than every Rust source, and were
+ * built with the development features (a prepack in the same checkout builds without them).
+ */
+function devBuildIsFresh(wanted) {
+  const { builtFeatures } = require('./build.js')
+  if (JSON.stringify(builtFeatures()) !== JSON.stringify(wanted)) return false
   const newest = newestSourceMtime()
   return [addon, ...bins.map((name) => helperPath(name, suffix))].every((f) => fs.existsSync(f) && fs.statSync(f).mtimeMs >= newest)
 }
@@ -56,16 +57,28 @@ function addonProblem() {
   }
 }
 
+let bins = null
+let features = []
+
 function main() {
   if (process.platform !== 'linux') {
     fail(`finn-sandbox runs on Linux only (this is ${suffix}).`)
+  }
+  if (devCheckout) {
+    try {
+      const info = require('./build.js').crateInfo()
+      bins = info.bins
+      features = DEV_FEATURES.filter((f) => info.features.includes(f))
+    } catch {
+      // no cargo: the build below says so
+    }
   }
   let reason
   if (fromSource) {
     reason = process.env.FINN_SANDBOX_BUILD_FROM_SOURCE === '1' ? 'FINN_SANDBOX_BUILD_FROM_SOURCE=1' : '--force'
   } else if (devCheckout) {
-    if (devBuildIsFresh()) return
-    reason = 'development checkout: a binary is missing or older than the Rust sources'
+    if (bins !== null && devBuildIsFresh(features)) return
+    reason = 'development checkout: a binary is missing, older than the Rust sources or built with other features'
   } else {
     const problem = addonProblem()
     if (problem === null) return
@@ -74,7 +87,7 @@ function main() {
   console.error(`finn-sandbox: building from source for ${suffix} (${reason})`)
   const { build, BuildError } = require('./build.js')
   try {
-    build()
+    build({ features })
   } catch (err) {
     if (!(err instanceof BuildError)) throw err
     const cargoMissing = /cannot run (cargo|rustc)/.test(err.message)
