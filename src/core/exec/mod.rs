@@ -8,6 +8,7 @@ pub mod run;
 pub mod spawn;
 pub mod stop;
 pub mod tree;
+pub mod utf8;
 
 pub use capture::TRUNCATION_MARKER;
 pub use outcome::{EndedBy, ExitStatus, Finished};
