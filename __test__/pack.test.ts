@@ -202,6 +202,16 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
     expect(await consume(tools.node22, dir, join(out, 'data-built'))).toMatchObject({ uid: '0', audited: true })
   })
 
+  test('npm install without cargo runs the install script, which keeps the prebuilt binary', async () => {
+    const dir = emptyProject('consumer-npm')
+    const installed = await run('npm', ['install', '--no-audit', '--no-fund', '--foreground-scripts', tarball], {
+      cwd: dir,
+      env: { PATH: noCargoPath, HOME: join(out, 'home') },
+    })
+    expect(`${installed.stdout}${installed.stderr}`).toMatch(/finn-sandbox@[\d.]+ install\n> node scripts\/install\.js/)
+    expect(await consume(tools.node22, dir, join(out, 'data-npm'))).toMatchObject({ uid: '0', audited: true })
+  })
+
   test('FINN_SANDBOX_BUILD_FROM_SOURCE=1 without cargo fails naming what is missing and the prebuilt platforms, and leaves the package working', async () => {
     const installed = join(project, 'node_modules', 'finn-sandbox')
     const before = readFileSync(join(installed, `finn-sandbox.${SUFFIX}.node`))
