@@ -75,8 +75,9 @@ function builtFeatures() {
 }
 
 /**
- * Builds the addon and every bin target with `features` (none for a release); returns the paths written. Throws BuildError with the
- * reason (cargo missing, build failed) and leaves any earlier binaries in place.
+ * Builds the addon and every bin target with `features` (none for a release); returns the paths
+ * written. Throws BuildError with the reason (cargo missing, build failed) and leaves any earlier
+ * binaries in place.
  */
 function build({ features = [] } = {}) {
   const triple = hostTriple()

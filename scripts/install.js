@@ -88,6 +88,9 @@ function main() {
   const { build, BuildError } = require('./build.js')
   try {
     build({ features })
+    // A consumer's build leaves hundreds of MB of cargo output inside node_modules, which an
+    // image like loa-finn's would copy into its runtime stage; the binaries are already out.
+    if (!devCheckout && !process.env.CARGO_TARGET_DIR) fs.rmSync(path.join(root, 'target'), { recursive: true, force: true })
   } catch (err) {
     if (!(err instanceof BuildError)) throw err
     const cargoMissing = /cannot run (cargo|rustc)/.test(err.message)
