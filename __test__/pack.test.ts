@@ -130,6 +130,15 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
     expect(PREBUILT_PLATFORMS).toEqual([SUFFIX])
   })
 
+  test('the shipped addon is a release build, without the test hooks of a development build', () => {
+    const addon = readFileSync(join(project, 'node_modules', 'finn-sandbox', `finn-sandbox.${SUFFIX}.node`))
+    // The message of the job that panics on purpose (src/core/pool/test_hooks.rs) exists only
+    // in a build with the `test-hooks` feature, which `npm test`'s own addon has.
+    const hook = Buffer.from('test hook: job ')
+    expect(readFileSync(join(root, `finn-sandbox.${SUFFIX}.node`)).includes(hook)).toBe(true)
+    expect(addon.includes(hook)).toBe(false)
+  })
+
   test(`the shipped binaries need no glibc newer than bookworm's ${GLIBC_BASELINE}`, () => {
     const installed = join(project, 'node_modules', 'finn-sandbox')
     for (const file of [`finn-sandbox.${SUFFIX}.node`, ...bins.map((b) => `${b}.${SUFFIX}`)]) {
