@@ -4,8 +4,9 @@
 //   skips this script by default anyway; the package must work without it);
 // - FINN_SANDBOX_BUILD_FROM_SOURCE=1, another platform or libc, or a prebuilt binary that does
 //   not load here (an older glibc): build from source with cargo, or fail saying what is missing;
-// - a development checkout (a .git beside package.json): rebuild when any Rust source is newer
-//   than the binaries (the `npm test` and `npm install` step).
+// - a development checkout (a .git beside package.json): rebuild when a binary is missing, older
+//   than a Rust source, or built with other cargo features than the development ones (a prepack
+//   builds without the test hooks); this is the `npm install` and `npm test` step.
 // A failed build leaves no half-written binary (scripts/build.js writes by rename) and exits
 // non-zero, so npm and pnpm fail the install instead of leaving a package that fails at import.
 
@@ -18,6 +19,9 @@ const suffix = platformSuffix()
 const addon = addonPath(suffix)
 const fromSource = process.env.FINN_SANDBOX_BUILD_FROM_SOURCE === '1' || process.argv.includes('--force')
 const devCheckout = fs.existsSync(path.join(root, '.git'))
+/** In a checkout, from cargo metadata: the crate's bin targets, and the features to build with. */
+let bins = null
+let features = []
 
 function newestSourceMtime() {
   let newest = 0
@@ -56,9 +60,6 @@ function addonProblem() {
     return String(err.message).split('\n')[0]
   }
 }
-
-let bins = null
-let features = []
 
 function main() {
   if (process.platform !== 'linux') {
