@@ -45,6 +45,12 @@ export interface WorkerPoolConfig {
   maxQueueDepth?: number
   /** SIGTERM-to-SIGKILL grace after a timeout or an abort. Default 5000. */
   killGraceMs?: number
+  /**
+   * Once a command's main process has exited, how long the rest of its tree (background
+   * children, `setsid` escapees) may keep running and writing before it is SIGKILLed and the job
+   * settles with the main process's exit code. Default 100.
+   */
+  drainMs?: number
   /** Accepted and ignored: a native pool has no worker script. */
   workerScript?: string
 }

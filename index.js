@@ -5,6 +5,8 @@
 // wiring, and the rule that `exec` never throws synchronously. Every export is a
 // `module.exports.X =` line so Node's ESM loader can see the names statically.
 
+const { helperPath } = require('./platform.js')
+
 const native = loadNative()
 
 /**
@@ -156,6 +158,22 @@ function pack(spec, lane, jailRoot) {
   return fields.join('\0')
 }
 
+/** `linux-x64-gnu` and the like: the suffix of the shipped binaries (as scripts/install.js). */
+let supervisorFile
+/**
+ * The supervisor binary that contains every job's tree: `finn-supervisor.<platform>` beside
+ * this file, or the path in FINN_SANDBOX_SUPERVISOR. `off` (honoured only with the test hooks,
+ * FINN_SANDBOX_TEST_HOOKS=1) runs commands directly from Node, for the tests that show what
+ * the supervisor adds.
+ */
+function supervisorPath() {
+  const override = process.env.FINN_SANDBOX_SUPERVISOR
+  if (override === 'off') return undefined
+  if (override) return override
+  if (supervisorFile === undefined) supervisorFile = helperPath('finn-supervisor')
+  return supervisorFile
+}
+
 // Pools alive in this process. When Node exits (process.exit() included, and a worker thread's
 // exit) every running tree is SIGKILLed synchronously: nothing will await those jobs any more.
 const livePools = new Set()
@@ -175,7 +193,7 @@ class WorkerPool {
   constructor(config) {
     const pending = this.#pending
     try {
-      this.#native = new native.NativeWorkerPool(config, (batch) => settleBatch(pending, batch))
+      this.#native = new native.NativeWorkerPool(config, (batch) => settleBatch(pending, batch), supervisorPath())
     } catch (err) {
       throw toPoolError(err)
     }

@@ -73,9 +73,11 @@ export declare class NativeToolSandbox {
 export declare class NativeWorkerPool {
   /**
    * Throws an `INVALID_SPEC` error naming the field for a bad config. `onSettled` receives batches of
-   * settled jobs.
+   * settled jobs. `supervisor` is the path of the `finn-supervisor` binary that contains every
+   * job's tree (`index.js` finds it); without an executable file there, this throws
+   * `WORKER_CRASHED` naming it.
    */
-  constructor(config: unknown | undefined | null, onSettled: (arg: Array<JobSettled>) => void)
+  constructor(config: unknown | undefined | null, onSettled: (arg: Array<JobSettled>) => void, supervisor?: string | undefined | null)
   /**
    * SIGKILLs every running tree synchronously and closes the pool. `index.js` calls it from
    * `process.on('exit')`: once Node exits nothing awaits the jobs, and their trees must not
@@ -158,6 +160,7 @@ export interface Limits {
   defaultMaxBuffer: number
   maxBufferLimit: number
   defaultKillGraceMs: number
+  defaultDrainMs: number
   defaultShutdownDeadlineMs: number
   defaultInteractiveWorkers: number
   maxInteractiveWorkers: number

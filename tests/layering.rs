@@ -8,7 +8,8 @@ const ALLOWED: &[(&str, &[&str])] = &[
   ("sandbox", &["sandbox", "policy", "audit", "pool", "limits"]),
   ("policy", &["policy"]),
   ("audit", &["audit"]),
-  ("pool", &["pool", "exec", "limits"]),
+  ("pool", &["pool", "supervisor", "exec", "limits"]),
+  ("supervisor", &["supervisor", "exec"]),
   ("exec", &["exec"]),
 ];
 

@@ -23,6 +23,9 @@ fn pool(workers: usize, depth: usize) -> Pool {
     max_queue_depth: depth,
     kill_grace: Duration::from_millis(200),
     shutdown_deadline: Duration::from_millis(300),
+    // Every job contained by the supervisor, as the addon runs them.
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
   };
   Pool::new(config, Handle::current())
 }

@@ -14,7 +14,7 @@ use super::convert::{self, Checked};
 use super::error::{coded, pool_error};
 use super::sandbox::SandboxResult;
 use super::spec;
-use crate::core::limits::MAX_INTERACTIVE_WORKERS;
+use crate::core::limits::{MAX_INTERACTIVE_WORKERS, MAX_TIMEOUT_MS};
 use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
@@ -196,9 +196,39 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
   if let Some(ms) = convert::optional_uint(&obj, "killGraceMs", "config.killGraceMs")? {
     out.kill_grace = Duration::from_millis(ms);
   }
+  if let Some(ms) = convert::optional_uint(&obj, "drainMs", "config.drainMs")? {
+    if ms > MAX_TIMEOUT_MS {
+      return Err(PoolError::InvalidSpec(format!(
+        "config.drainMs must be at most {MAX_TIMEOUT_MS}"
+      )));
+    }
+    out.drain = Duration::from_millis(ms);
+  }
   // Accepted and ignored: there is no worker script in a native pool.
   convert::optional_string(&obj, "workerScript", "config.workerScript")?;
   Ok(out)
+}
+
+/// The supervisor binary, checked to be an executable file. Only a build with the test hooks,
+/// run with `FINN_SANDBOX_TEST_HOOKS=1`, may go without one: commands then run directly from
+/// Node, contained by process groups only, which is how the tests show what the supervisor adds.
+fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> {
+  let Some(path) = path else {
+    if cfg!(feature = "test-hooks")
+      && std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1")
+    {
+      return Ok(None);
+    }
+    return Err(PoolError::Crashed("no supervisor binary was given".into()));
+  };
+  let bad = |why: String| PoolError::Crashed(format!("supervisor binary {path}: {why}"));
+  let meta = std::fs::metadata(&path).map_err(|e| bad(e.to_string()))?;
+  let c = std::ffi::CString::new(path.as_str()).map_err(|_| bad("NUL in the path".into()))?;
+  // SAFETY: `c` is a valid NUL-terminated string.
+  if !meta.is_file() || unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
+    return Err(bad("not an executable file".into()));
+  }
+  Ok(Some(path.into()))
 }
 
 /// The native pool. Use `WorkerPool` from the package entry instead.
@@ -211,14 +241,18 @@ pub struct NativeWorkerPool {
 #[napi]
 impl NativeWorkerPool {
   /// Throws an `INVALID_SPEC` error naming the field for a bad config. `onSettled` receives batches of
-  /// settled jobs.
+  /// settled jobs. `supervisor` is the path of the `finn-supervisor` binary that contains every
+  /// job's tree (`index.js` finds it); without an executable file there, this throws
+  /// `WORKER_CRASHED` naming it.
   #[napi(constructor, catch_unwind)]
   pub fn new(
     env: &Env,
     config: Option<Unknown>,
     on_settled: Function<Vec<JobSettled>, ()>,
+    supervisor: Option<String>,
   ) -> napi::Result<Self> {
-    let config = config_from_js(config).map_err(|e| pool_error(env, &e))?;
+    let mut config = config_from_js(config).map_err(|e| pool_error(env, &e))?;
+    config.supervisor = supervisor_path(supervisor).map_err(|e| pool_error(env, &e))?;
     let runtime = jobs_runtime().map_err(|e| {
       let message = format!("could not start the job runtime: {e}");
       coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)

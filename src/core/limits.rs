@@ -11,6 +11,9 @@ pub const DEFAULT_MAX_BUFFER: u64 = 1_048_576;
 pub const MAX_BUFFER_LIMIT: u64 = 512 * 1024 * 1024;
 /// SIGTERM-to-SIGKILL grace after a timeout or an abort.
 pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
+/// Once a command's main process has exited, how long the rest of its tree may run before it
+/// is killed and the job settles.
+pub const DEFAULT_DRAIN_MS: u64 = 100;
 /// From `shutdown()` until whatever still runs is SIGKILLed.
 pub const DEFAULT_SHUTDOWN_DEADLINE_MS: u64 = 10_000;
 /// Concurrent interactive jobs of a pool by default, and the most a pool may have.

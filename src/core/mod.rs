@@ -4,3 +4,4 @@ pub mod limits;
 pub mod policy;
 pub mod pool;
 pub mod sandbox;
+pub mod supervisor;

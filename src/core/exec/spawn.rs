@@ -17,7 +17,7 @@ use nix::unistd::Pid;
 use super::outcome::ExitStatus;
 
 /// What to start: an already-resolved program, its argv and its entire environment.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SpawnSpec {
   /// Path of the program; resolved against `env`'s PATH by [`resolve_program`] beforehand.
   pub program: CString,
@@ -187,7 +187,7 @@ fn nonblocking(fd: OwnedFd) -> io::Result<OwnedFd> {
 
 /// posix_spawn reports a failed `chdir` and a failed `execve` with the same errno; tell them
 /// apart only after the failure, so the success path pays nothing.
-fn classify_exec_error(spec: &SpawnSpec, source: io::Error) -> SpawnError {
+pub(crate) fn classify_exec_error(spec: &SpawnSpec, source: io::Error) -> SpawnError {
   let program = spec.program.to_string_lossy().into_owned();
   if matches!(
     source.raw_os_error(),
@@ -234,7 +234,7 @@ fn check(rc: libc::c_int) -> io::Result<()> {
   }
 }
 
-fn posix_spawn(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> io::Result<Pid> {
+pub(crate) fn posix_spawn(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> io::Result<Pid> {
   const DEV_NULL: &CStr = c"/dev/null";
   let mut argv: Vec<*mut libc::c_char> = spec.argv.iter().map(|a| a.as_ptr() as *mut _).collect();
   argv.push(ptr::null_mut());

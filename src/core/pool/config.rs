@@ -1,12 +1,14 @@
 //! Pool configuration and the job description, validated once.
 
 use std::ffi::CString;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::error::PoolError;
 use crate::core::limits::{
-  DEFAULT_INTERACTIVE_WORKERS, DEFAULT_KILL_GRACE_MS, DEFAULT_MAX_BUFFER, DEFAULT_MAX_QUEUE_DEPTH,
-  DEFAULT_SHUTDOWN_DEADLINE_MS, DEFAULT_TIMEOUT_MS, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
+  DEFAULT_DRAIN_MS, DEFAULT_INTERACTIVE_WORKERS, DEFAULT_KILL_GRACE_MS, DEFAULT_MAX_BUFFER,
+  DEFAULT_MAX_QUEUE_DEPTH, DEFAULT_SHUTDOWN_DEADLINE_MS, DEFAULT_TIMEOUT_MS, MAX_BUFFER_LIMIT,
+  MAX_TIMEOUT_MS,
 };
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +27,12 @@ pub struct PoolConfig {
   pub max_queue_depth: usize,
   /// SIGTERM-to-SIGKILL grace after a timeout or an abort.
   pub kill_grace: Duration,
+  /// Once a command's main process has exited, how long the rest of its tree may run (and
+  /// write) before it is killed and the job settles.
+  pub drain: Duration,
+  /// The supervisor binary that contains every job's tree. `None` runs commands directly from
+  /// this process (process groups only: a process whose parent died escapes), for tests.
+  pub supervisor: Option<PathBuf>,
 }
 
 impl Default for PoolConfig {
@@ -34,6 +42,8 @@ impl Default for PoolConfig {
       shutdown_deadline: Duration::from_millis(DEFAULT_SHUTDOWN_DEADLINE_MS),
       max_queue_depth: DEFAULT_MAX_QUEUE_DEPTH,
       kill_grace: Duration::from_millis(DEFAULT_KILL_GRACE_MS),
+      drain: Duration::from_millis(DEFAULT_DRAIN_MS),
+      supervisor: None,
     }
   }
 }

@@ -2,13 +2,14 @@
 //! working directory, and the run's outcome to the pool's result and tally.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use super::config::JobSpec;
 use super::error::PoolError;
-use super::state::StopReason;
+use super::state::{Inner, StopReason};
 use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, StopCell};
+use crate::core::supervisor;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ExecResult {
@@ -65,9 +66,8 @@ fn result(
 pub(super) fn execute(
   job: JobSpec,
   stop: &StopCell<StopReason>,
-  kill_grace: Duration,
+  inner: &Inner,
   leader: &AtomicI32,
-  exiting: &AtomicBool,
   on_spawned: impl FnOnce(),
 ) -> (JobOutcome, Tally) {
   if let Some(root) = &job.jail_root
@@ -108,18 +108,26 @@ pub(super) fn execute(
   let limits = Limits {
     timeout: Some(Duration::from_millis(job.timeout_ms)),
     max_output_bytes: job.max_buffer,
-    kill_grace,
+    kill_grace: inner.config.kill_grace,
   };
   let on_spawn = |pid| {
     leader.store(pid, Ordering::SeqCst);
-    if exiting.load(Ordering::SeqCst) {
-      exec::kill_tree_now(pid);
+    if inner.exiting.load(Ordering::SeqCst) {
+      inner.kill_tree_now(pid);
     }
     on_spawned();
   };
-  let finished = match exec::run_blocking(&spec, &limits, stop, on_spawn) {
+  let ran = match &inner.supervisor {
+    Some(sup) => supervisor::run_blocking(sup, &spec, &limits, inner.config.drain, stop, on_spawn),
+    None => exec::run_blocking(&spec, &limits, stop, on_spawn).map_err(Into::into),
+  };
+  let finished = match ran {
     Ok(finished) => finished,
-    Err(e) => return spawn_failure(e),
+    Err(supervisor::RunError::Spawn(e)) => return spawn_failure(e),
+    Err(supervisor::RunError::Crashed(msg)) => {
+      tracing::error!(%msg, "the job's supervisor failed");
+      return (Err(PoolError::Crashed(msg)), Tally::Failed);
+    }
   };
   if !finished.survivors.is_empty() {
     tracing::error!(survivors = ?finished.survivors, "processes outlived SIGKILL and the reap bound");

@@ -16,7 +16,8 @@ use super::job::JobOutcome;
 use super::lane::{Admit, LaneQueue};
 use super::state::{Inner, Queued, Reply, State, StopReason, retire_parked};
 use super::stats::{LaneStats, PoolStats, SystemStats, Totals};
-use crate::core::exec::{self, Stop};
+use crate::core::exec::Stop;
+use crate::core::supervisor::Supervisor;
 
 /// Called once with a job's id and outcome, on whichever thread ends it.
 pub type Completion = Box<dyn FnOnce(u64, JobOutcome) + Send>;
@@ -49,6 +50,7 @@ impl Pool {
   /// Each running job occupies a thread of `runtime`'s blocking pool (see `exec::run`), so
   /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
+    let supervisor = config.supervisor.clone().map(Supervisor::new);
     let state = State {
       closing: false,
       abandoned: false,
@@ -67,6 +69,7 @@ impl Pool {
       #[cfg(feature = "test-hooks")]
       test_hooks: super::test_hooks::enabled(),
       exiting: AtomicBool::new(false),
+      supervisor,
     });
     Pool {
       _owners: Arc::new(Owners(Arc::clone(&inner))),
@@ -187,6 +190,11 @@ impl Pool {
         tokio::pin!(idle);
         idle.as_mut().enable();
         if inner.lock().running.is_empty() {
+          // No job will come any more: the supervisor and its idle reapers can go now
+          // rather than when the last handle on the pool is dropped.
+          if let Some(supervisor) = &inner.supervisor {
+            supervisor.stop();
+          }
           return;
         }
         idle.await;
@@ -216,7 +224,7 @@ impl Pool {
         .collect();
       for &pid in &pids {
         if pid > 0 && !killed.contains(&pid) {
-          exec::kill_tree_now(pid);
+          self.inner.kill_tree_now(pid);
           killed.push(pid);
         }
       }

@@ -15,7 +15,8 @@ use super::lane::LaneQueue;
 use super::pool::Completion;
 use super::stats::Totals;
 use super::worker::Mailbox;
-use crate::core::exec::StopCell;
+use crate::core::exec::{self, StopCell};
+use crate::core::supervisor::{self, Supervisor};
 
 /// Delivers a job's outcome exactly once. Dropped without one (the job's task panicked), it
 /// reports the crash, so no caller is left waiting.
@@ -58,7 +59,8 @@ pub(super) struct Queued {
 pub(super) struct Running {
   /// Abort and shutdown ask here; the first request per job wins.
   pub(super) stop: Arc<StopCell<StopReason>>,
-  /// The leader's pid once spawned (0 before), for [`Pool::kill_all_now`].
+  /// The pid whose tree to kill once spawned (0 before), for [`Pool::kill_all_now`]: the
+  /// job's reaper, or the leader without a supervisor.
   pub(super) leader: Arc<AtomicI32>,
 }
 
@@ -103,9 +105,19 @@ pub(super) struct Inner {
   pub(super) test_hooks: bool,
   /// Set by [`Pool::kill_all_now`]: a job that spawns from now on kills its own tree at once.
   pub(super) exiting: AtomicBool,
+  /// Contains every job's tree; started with the first job.
+  pub(super) supervisor: Option<Supervisor>,
 }
 
 impl Inner {
+  /// SIGKILLs the tree recorded for a running job (see [`Running::leader`]), now.
+  pub(super) fn kill_tree_now(&self, pid: i32) {
+    match &self.supervisor {
+      Some(_) => supervisor::kill_tree_now(pid),
+      None => exec::kill_tree_now(pid),
+    }
+  }
+
   pub(super) fn lock(&self) -> MutexGuard<'_, State> {
     // A panic never happens while the lock is held, but a poisoned lock must not wedge the pool.
     self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -134,14 +134,7 @@ impl Inner {
     };
     #[cfg(feature = "test-hooks")]
     super::test_hooks::before_run(self.test_hooks, job.session_id.as_deref(), id);
-    let (outcome, tally) = job::execute(
-      job,
-      &stop,
-      self.config.kill_grace,
-      &leader,
-      &self.exiting,
-      || carried.flush(),
-    );
+    let (outcome, tally) = job::execute(job, &stop, self, &leader, || carried.flush());
     carried.flush();
     tracing::debug!(?outcome, "job settled");
     let next = slot.finish(tally, me);

@@ -1,0 +1,264 @@
+// Containment by the supervisor process: Node dying by any means, a reaper or the supervisor
+// killed mid-job, and Node's own child_process beside the pool. Survivors are found by
+// scanning /proc/<pid>/cmdline for a token unique to each test (`sleep 9999.<digits>` is a
+// valid duration and a unique string), never only by recorded pids.
+//
+// With FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off in the environment the same tests
+// run the old direct path; the Node-death and crash tests then fail. The child_process test was
+// shown to fail (it hangs: Node never sees its children exit) with a `waitpid(-1, WNOHANG)`
+// loop added to the addon's reaper checkin.
+import { execFile, spawn } from 'node:child_process'
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, renameSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { promisify } from 'node:util'
+import { describe, expect, test } from 'vitest'
+import { PoolError, WorkerPool } from '../index.js'
+import { ENV, rejectionOf, sh } from './helpers.js'
+
+/** Runs `fn` with FINN_SANDBOX_SUPERVISOR set to `path` (pools read it when constructed). */
+function withSupervisor<T>(path: string, fn: () => T): T {
+  const before = process.env.FINN_SANDBOX_SUPERVISOR
+  process.env.FINN_SANDBOX_SUPERVISOR = path
+  try {
+    return fn()
+  } finally {
+    if (before === undefined) delete process.env.FINN_SANDBOX_SUPERVISOR
+    else process.env.FINN_SANDBOX_SUPERVISOR = before
+  }
+}
+
+const root = join(import.meta.dirname, '..')
+
+function token(): string {
+  return `9999.${String(Math.floor(Math.random() * 1e12)).padStart(12, '0')}`
+}
+
+function stat(pid: number): { state: string; ppid: number } | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8')
+    const fields = text.slice(text.lastIndexOf(')') + 2).split(' ')
+    return { state: fields[0], ppid: Number(fields[1]) }
+  } catch {
+    return undefined
+  }
+}
+
+/** Live (non-zombie) processes whose command line contains `tok`. */
+function holders(tok: string): number[] {
+  const out: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    const pid = Number(name)
+    if (pid === process.pid) continue
+    let cmdline: string
+    try {
+      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'latin1')
+    } catch {
+      continue
+    }
+    const s = stat(pid)
+    if (s && s.state !== 'Z' && s.state !== 'X' && cmdline.includes(tok)) out.push(pid)
+  }
+  return out
+}
+
+/** Polls /proc until `n` processes hold `tok` (the trees are fully up). */
+async function untilHolders(tok: string, n: number, timeoutMs = 10_000): Promise<number[]> {
+  const start = Date.now()
+  for (;;) {
+    const found = holders(tok)
+    if (found.length >= n) return found
+    if (Date.now() - start > timeoutMs) throw new Error(`only ${found.length} of ${n} processes of ${tok} started`)
+    await new Promise((r) => setTimeout(r, 5))
+  }
+}
+
+/** Polls /proc until no process holds `tok`, up to `boundMs`; returns the time taken and what is left. */
+async function survivors(tok: string, boundMs: number): Promise<{ left: number[]; ms: number }> {
+  const start = performance.now()
+  for (;;) {
+    const left = holders(tok)
+    const ms = performance.now() - start
+    if (left.length === 0 || ms > boundMs) return { left, ms }
+    await new Promise((r) => setTimeout(r, 2))
+  }
+}
+
+/** Five commands built to outlive their job, and how many processes carry the token once all are up. */
+function trees(tok: string): { scripts: string[]; processes: number } {
+  return {
+    scripts: [
+      // TERM-immune leader and child (an ignored disposition is inherited across exec).
+      `trap '' TERM; sleep ${tok} & wait; : ${tok}`,
+      // A setsid escapee.
+      `setsid sleep ${tok} & wait; : ${tok}`,
+      // A background tree: a double-forked orphan and a child shell with its own child.
+      `(sleep ${tok} &); sh -c 'sleep ${tok}; :' & wait; : ${tok}`,
+      // Two setsid escapees, one double-forked, and a TERM-immune grandchild.
+      `trap '' TERM; setsid sleep ${tok} & (setsid sh -c 'sleep ${tok}; :' &); sh -c 'trap "" TERM; sleep ${tok}; :' & wait; : ${tok}`,
+      // A double-forked setsid escapee holding the pipe, and a leader sleeping.
+      `(setsid sleep ${tok} &); sleep ${tok}; : ${tok}`,
+    ],
+    processes: 2 + 2 + 4 + 6 + 3,
+  }
+}
+
+/**
+ * Starts a Node process that runs the five trees on one pool, waits until all are up, then
+ * ends that Node with `how`; returns the survivors and how long they took to go.
+ */
+async function nodeDies(how: 'SIGKILL' | 'exit' | 'throw') {
+  const tok = token()
+  const { scripts, processes } = trees(tok)
+  const body = `
+    const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+    const pool = new sandbox.WorkerPool({ interactiveWorkers: 5 })
+    for (const s of ${JSON.stringify(scripts)}) {
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
+    }
+    process.stdin.on('data', () => {
+      if (${JSON.stringify(how)} === 'exit') process.exit(0)
+      throw new Error('uncaught on purpose')
+    })`
+  const child = spawn(process.execPath, ['-e', body], { stdio: ['pipe', 'ignore', 'ignore'] })
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+  await untilHolders(tok, processes)
+  if (how === 'SIGKILL') child.kill('SIGKILL')
+  else child.stdin.write('go\n')
+  await exited
+  return survivors(tok, 2000)
+}
+
+describe('Node dies with commands running', () => {
+  test.each(['SIGKILL', 'exit', 'throw'] as const)('%s: no process of the five trees survives', async (how) => {
+    const { left, ms } = await nodeDies(how)
+    expect(left).toEqual([])
+    console.log(`node ${how}: last process of the trees gone ${ms.toFixed(1)} ms after Node exited`)
+  })
+})
+
+/** The job's reaper: the parent of the leader, which is the holder whose parent holds no token. */
+function reaperOf(pids: number[]): number {
+  const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
+  for (const p of pids) parents.delete(p)
+  expect(parents.size).toBe(1)
+  return [...parents][0]
+}
+
+describe('a crash below the pool', () => {
+  const script = (tok: string) => `(sleep ${tok} &); setsid sleep ${tok} & wait; : ${tok}`
+
+  test('a reaper killed mid-job: WORKER_CRASHED, its tree dies, the next job runs, stats stay consistent', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 2 })
+    const before = p.stats().totals.failed
+    const tok = token()
+    const job = p.exec(sh(script(tok), { timeoutMs: 60_000 }))
+    const reaper = reaperOf(await untilHolders(tok, 3))
+    process.kill(reaper, 'SIGKILL')
+    const err = await rejectionOf(job, PoolError)
+    expect(err.code).toBe('WORKER_CRASHED')
+    expect((await survivors(tok, 2000)).left).toEqual([])
+    expect((await p.exec(sh('echo next'))).stdout).toBe('next\n')
+    const stats = p.stats()
+    expect(stats.interactive).toEqual({ active: 0, idle: 2, queued: 0 })
+    expect(stats.totals.failed).toBe(before + 1)
+    await p.shutdown()
+  })
+
+  test('the supervisor killed mid-job: every job in flight rejects, the trees die, a new supervisor serves the next job', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 2 })
+    const tok = token()
+    const jobs = [p.exec(sh(script(tok), { timeoutMs: 60_000 })), p.exec(sh(script(tok), { timeoutMs: 60_000 }))]
+    const pids = await untilHolders(tok, 6)
+    const reapers = new Set(pids.map((pid) => stat(pid)?.ppid).filter((pp) => pp !== undefined && !pids.includes(pp)))
+    expect(reapers.size).toBe(2)
+    const supervisors = new Set([...reapers].map((r) => stat(r as number)?.ppid))
+    expect(supervisors.size).toBe(1)
+    const supervisor = [...supervisors][0] as number
+    expect(stat(supervisor)?.ppid).toBe(process.pid)
+    process.kill(supervisor, 'SIGKILL')
+    const errors = await Promise.all(jobs.map((job) => rejectionOf(job, PoolError)))
+    expect(errors.map((e) => e.code)).toEqual(['WORKER_CRASHED', 'WORKER_CRASHED'])
+    expect((await survivors(tok, 2000)).left).toEqual([])
+    const next = await p.exec(sh('echo $PPID'))
+    expect(next.exitCode).toBe(0)
+    const newSupervisor = stat(Number(next.stdout.trim()))?.ppid
+    expect(newSupervisor).not.toBe(supervisor)
+    expect(p.stats().interactive).toEqual({ active: 0, idle: 2, queued: 0 })
+    // The dead supervisor was reaped: Node has no zombie child.
+    const zombies = readdirSync('/proc')
+      .filter((n) => /^\d+$/.test(n))
+      .filter((n) => {
+        const s = stat(Number(n))
+        return s?.ppid === process.pid && s.state === 'Z'
+      })
+    expect(zombies).toEqual([])
+    await p.shutdown()
+  })
+})
+
+describe("Node's child_process beside the pool", () => {
+  test('spawn and execFile get their own exit codes and output while the pool runs jobs', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 4, maxQueueDepth: 1000 })
+    const run = promisify(execFile)
+    const poolJobs = Array.from({ length: 200 }, (_, i) => p.exec(sh(`echo pool ${i}; exit ${i % 7}`)))
+    const own = Array.from({ length: 30 }, async (_, i) => {
+      if (i % 2 === 0) {
+        const err = (await run('/bin/sh', ['-c', `echo cp ${i}; exit 3`]).then(
+          () => undefined,
+          (e) => e,
+        )) as { code: number; stdout: string }
+        return [err.code, err.stdout]
+      }
+      return await new Promise<[number | null, string]>((resolve) => {
+        const c = spawn('/bin/sh', ['-c', `echo cp ${i}; exit 4`])
+        let out = ''
+        c.stdout.on('data', (d) => (out += d))
+        c.on('close', (code) => resolve([code, out]))
+      })
+    })
+    const mine = await Promise.all(own)
+    mine.forEach(([code, out], i) => expect([code, out]).toEqual([i % 2 === 0 ? 3 : 4, `cp ${i}\n`]))
+    const results = await Promise.all(poolJobs)
+    results.forEach((r, i) => expect([r.exitCode, r.stdout]).toEqual([i % 7, `pool ${i}\n`]))
+    await p.shutdown()
+  })
+})
+
+describe('the supervisor binary', () => {
+  test('missing or not executable: the constructor throws WORKER_CRASHED naming the file', () => {
+    for (const [path, why] of [
+      ['/nonexistent/finn-supervisor', /\/nonexistent\/finn-supervisor: No such file/],
+      ['/etc/passwd', /\/etc\/passwd: not an executable file/],
+    ] as const) {
+      let err: unknown
+      withSupervisor(path, () => {
+        try {
+          new WorkerPool()
+        } catch (e) {
+          err = e
+        }
+      })
+      expect(err).toBeInstanceOf(PoolError)
+      expect((err as PoolError).code).toBe('WORKER_CRASHED')
+      expect((err as PoolError).message).toMatch(why)
+    }
+  })
+
+  test('gone after construction: jobs reject WORKER_CRASHED naming it, and the pool recovers once it is back', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'finn-sup-'))
+    const file = join(dir, 'finn-supervisor')
+    const shipped = readdirSync(root).find((n) => n.startsWith('finn-supervisor.'))
+    copyFileSync(join(root, shipped as string), file)
+    const p = withSupervisor(file, () => new WorkerPool())
+    renameSync(file, `${file}.away`)
+    const err = await rejectionOf(p.exec(sh('echo hi')), PoolError)
+    expect(err.code).toBe('WORKER_CRASHED')
+    expect(err.message).toContain(file)
+    renameSync(`${file}.away`, file)
+    expect((await p.exec(sh('echo back'))).stdout).toBe('back\n')
+    expect(p.stats().totals.failed).toBe(1)
+    await p.shutdown()
+  })
+})

@@ -1,0 +1,6 @@
+//! The supervisor process started by the finn-sandbox addon (one per pool). Not meant to be
+//! run by hand: it expects its socket to the addon on fd 3.
+
+fn main() {
+  std::process::exit(finn_sandbox::core::supervisor::server::main());
+}

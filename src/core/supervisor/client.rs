@@ -1,0 +1,325 @@
+//! The addon's handle on its supervisor: started lazily with `posix_spawn` (Node is never
+//! forked), restarted after it dies, and a stock of idle job reapers to lease.
+//!
+//! The supervisor is Node's child; it is reaped here by its own pid (a dedicated `waitpid`),
+//! never with `waitpid(-1)`, and no signal disposition of Node's is touched, so Node's
+//! `child_process` keeps working beside it.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::protocol::{FromSupervisor, ToSupervisor};
+use super::server::{ADDON_FD, DEFAULT_REAPER_IDLE, REAPER_IDLE_ARG};
+use super::wire::{self, Conn};
+use crate::core::exec::pidfd;
+
+/// A job reaper leased for one job.
+pub struct Reaper {
+  pub pid: i32,
+  pub conn: Conn,
+  generation: u64,
+}
+
+/// One pool's supervisor.
+pub struct Supervisor {
+  program: PathBuf,
+  /// A reaper without a job for this long exits (reporting `Retired`), as the pool lets
+  /// parked worker threads go: an idle pool holds no reaper.
+  reaper_idle: Duration,
+  state: Mutex<State>,
+}
+
+struct State {
+  running: Option<Running>,
+  /// Bumped at every (re)start: reapers of an earlier supervisor are never reused.
+  generation: u64,
+  idle: Vec<(Reaper, Instant)>,
+}
+
+struct Running {
+  pid: i32,
+  pidfd: OwnedFd,
+  conn: Conn,
+}
+
+impl Supervisor {
+  /// Nothing is started before the first job.
+  pub fn new(program: PathBuf) -> Supervisor {
+    Self::with_reaper_idle(program, DEFAULT_REAPER_IDLE)
+  }
+
+  /// [`Self::new`] with reapers that retire after `reaper_idle` without a job.
+  pub fn with_reaper_idle(program: PathBuf, reaper_idle: Duration) -> Supervisor {
+    Supervisor {
+      program,
+      reaper_idle,
+      state: Mutex::new(State {
+        running: None,
+        generation: 0,
+        idle: Vec::new(),
+      }),
+    }
+  }
+
+  pub fn program(&self) -> &Path {
+    &self.program
+  }
+
+  fn lock(&self) -> MutexGuard<'_, State> {
+    self.state.lock().unwrap_or_else(|e| e.into_inner())
+  }
+
+  /// The supervisor's pid, if one runs.
+  pub fn pid(&self) -> Option<i32> {
+    self.lock().running.as_ref().map(|r| r.pid)
+  }
+
+  /// A reaper for one job: an idle one, or a new one (starting the supervisor if needed). The
+  /// error says what failed, naming the supervisor's file.
+  pub fn checkout(&self) -> Result<Reaper, String> {
+    let mut state = self.lock();
+    if state
+      .running
+      .as_ref()
+      .is_some_and(|r| pidfd::exited(&r.pidfd))
+    {
+      stop(&mut state);
+    }
+    // The most recently used first. One that retired or died meanwhile is found out by the
+    // job itself (`Retired`, or EPIPE), which then takes another: no check costs a syscall here.
+    while let Some((reaper, _)) = state.idle.pop() {
+      if reaper.generation == state.generation {
+        return Ok(reaper);
+      }
+    }
+    if state.running.is_none() {
+      state.running = Some(self.start().map_err(|e| {
+        format!(
+          "cannot start the supervisor {}: {e}",
+          self.program.display()
+        )
+      })?);
+      state.generation += 1;
+    }
+    let generation = state.generation;
+    let running = state.running.as_mut().expect("started above");
+    match new_reaper(running) {
+      Ok((pid, conn)) => Ok(Reaper {
+        pid,
+        conn,
+        generation,
+      }),
+      Err(e) => {
+        let pid = running.pid;
+        stop(&mut state);
+        Err(format!("the supervisor (pid {pid}) failed: {e}"))
+      }
+    }
+  }
+
+  /// Lets the supervisor and its idle reapers go (the pool is shut down). A later checkout
+  /// would start a new one.
+  pub fn stop(&self) {
+    stop(&mut self.lock());
+  }
+
+  /// Returns a reaper whose job ended with its tree gone. Reapers idle for too long are let go.
+  pub fn checkin(&self, reaper: Reaper) {
+    let mut state = self.lock();
+    let now = Instant::now();
+    state
+      .idle
+      .retain(|(_, since)| now.duration_since(*since) < self.reaper_idle);
+    if reaper.generation == state.generation && state.running.is_some() {
+      state.idle.push((reaper, now));
+    }
+  }
+
+  fn start(&self) -> io::Result<Running> {
+    let (ours, theirs) = wire::pair()?;
+    let program = CString::new(self.program.as_os_str().as_bytes())
+      .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in the path"))?;
+    let idle = CString::new(self.reaper_idle.as_millis().to_string()).expect("digits");
+    let args = [c"finn-supervisor", REAPER_IDLE_ARG, &idle];
+    let pid = spawn_supervisor(&program, &args, theirs.as_raw_fd())?;
+    drop(theirs);
+    let pidfd = match pidfd::open(pid) {
+      Ok(fd) => fd,
+      Err(e) => {
+        let _ = nix::sys::signal::kill(Pid::from_raw(pid), Signal::SIGKILL);
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        return Err(e);
+      }
+    };
+    Ok(Running {
+      pid,
+      pidfd,
+      conn: Conn::new(ours),
+    })
+  }
+}
+
+impl Drop for Supervisor {
+  fn drop(&mut self) {
+    stop(&mut self.lock());
+  }
+}
+
+/// Lets the supervisor go: closing its socket and those of the idle reapers makes all of them
+/// kill what they hold and exit. Reaped on a thread of its own, as it may take a moment.
+fn stop(state: &mut State) {
+  state.idle.clear();
+  if let Some(running) = state.running.take() {
+    let Running { pid, pidfd, conn } = running;
+    drop(conn);
+    if pidfd::exited(&pidfd) {
+      let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+    } else {
+      let reap = move || {
+        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+        drop(pidfd);
+      };
+      if std::thread::Builder::new()
+        .name("finn-supervisor-reap".into())
+        .spawn(reap)
+        .is_err()
+      {
+        tracing::warn!(pid, "could not start a thread to reap the supervisor");
+      }
+    }
+  }
+}
+
+fn new_reaper(running: &mut Running) -> io::Result<(i32, Conn)> {
+  running.conn.send(&ToSupervisor::NewReaper.encode(), &[])?;
+  let frame = running
+    .conn
+    .recv()?
+    .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"))?;
+  let FromSupervisor::ReaperReady { pid } = FromSupervisor::decode(&frame)?;
+  let fd = running
+    .conn
+    .take_fd()
+    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no socket came with the reaper"))?;
+  Ok((pid, Conn::new(fd)))
+}
+
+/// RAII for the libc spawn attribute objects.
+struct Attrs {
+  attr: libc::posix_spawnattr_t,
+  actions: libc::posix_spawn_file_actions_t,
+}
+
+impl Drop for Attrs {
+  fn drop(&mut self) {
+    // SAFETY: both were initialised before an `Attrs` was built.
+    unsafe {
+      libc::posix_spawnattr_destroy(&mut self.attr);
+      libc::posix_spawn_file_actions_destroy(&mut self.actions);
+    }
+  }
+}
+
+fn check(rc: libc::c_int) -> io::Result<()> {
+  if rc == 0 {
+    Ok(())
+  } else {
+    Err(io::Error::from_raw_os_error(rc))
+  }
+}
+
+/// Starts the supervisor with `socket` as its fd 3: a new session (no terminal signal reaches
+/// it), stdin and stdout `/dev/null`, stderr shared for its diagnostics, an empty signal mask,
+/// default dispositions and an empty environment.
+fn spawn_supervisor(program: &CString, args: &[&CStr], socket: i32) -> io::Result<i32> {
+  let mut argv: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr() as *mut _).collect();
+  argv.push(std::ptr::null_mut());
+  let envp = [std::ptr::null_mut::<libc::c_char>()];
+  // SAFETY: every pointer handed to libc points into `program`, `argv`, `envp` or `a`, all of
+  // which outlive the call; the objects are initialised before use and destroyed by `Attrs`.
+  unsafe {
+    let mut a = Attrs {
+      attr: MaybeUninit::zeroed().assume_init(),
+      actions: MaybeUninit::zeroed().assume_init(),
+    };
+    check(libc::posix_spawnattr_init(&mut a.attr))?;
+    if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut a.actions)) {
+      libc::posix_spawnattr_destroy(&mut a.attr);
+      return Err(e);
+    }
+    let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
+      | libc::POSIX_SPAWN_SETSIGMASK
+      | libc::POSIX_SPAWN_SETSIGDEF;
+    check(libc::posix_spawnattr_setflags(
+      &mut a.attr,
+      flags as libc::c_short,
+    ))?;
+    let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
+    libc::sigemptyset(empty.as_mut_ptr());
+    check(libc::posix_spawnattr_setsigmask(
+      &mut a.attr,
+      empty.as_ptr(),
+    ))?;
+    let mut defaults = MaybeUninit::<libc::sigset_t>::uninit();
+    libc::sigemptyset(defaults.as_mut_ptr());
+    for sig in 1..32 {
+      if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+        libc::sigaddset(defaults.as_mut_ptr(), sig);
+      }
+    }
+    check(libc::posix_spawnattr_setsigdefault(
+      &mut a.attr,
+      defaults.as_ptr(),
+    ))?;
+    for fd in [0, 1] {
+      check(libc::posix_spawn_file_actions_addopen(
+        &mut a.actions,
+        fd,
+        c"/dev/null".as_ptr(),
+        libc::O_RDWR,
+        0,
+      ))?;
+    }
+    // dup2 of a descriptor onto its own number would leave close-on-exec set: if the socket
+    // happens to be fd 3, hand the child a copy from another number.
+    let source = if socket == ADDON_FD {
+      let moved = libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, ADDON_FD + 1);
+      if moved < 0 {
+        return Err(io::Error::last_os_error());
+      }
+      moved
+    } else {
+      socket
+    };
+    let result = (|| {
+      check(libc::posix_spawn_file_actions_adddup2(
+        &mut a.actions,
+        source,
+        ADDON_FD,
+      ))?;
+      let mut pid: libc::pid_t = 0;
+      check(libc::posix_spawn(
+        &mut pid,
+        program.as_ptr(),
+        &a.actions,
+        &a.attr,
+        argv.as_ptr(),
+        envp.as_ptr(),
+      ))?;
+      Ok(pid)
+    })();
+    if source != socket {
+      libc::close(source);
+    }
+    result
+  }
+}

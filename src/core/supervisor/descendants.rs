@@ -1,0 +1,205 @@
+//! Every process below a pid, by parent links in `/proc`, frozen and then signalled.
+//!
+//! A subreaper inherits every orphan of its subtree, so "the job's tree" is simply "all
+//! descendants of the job's reaper": no process group or session to escape from. Each one is
+//! stopped first (SIGSTOP, walking again until a walk finds no new one): a stopped process can
+//! neither fork nor exit, so the tree holds still while it is walked. Every process is held
+//! by a pidfd opened after it was found and checked against its parent link, so a pid
+//! recycled in between is never hit.
+//!
+//! The walk reads `/proc/<pid>/task/<tid>/children` from the root down: a few small reads per
+//! process of the tree. Scanning every `/proc/<pid>/stat` instead cost 60-120 ms from Node's
+//! `kill -9` to the last process gone, with six processes (five reapers and the supervisor)
+//! scanning a few hundred entries each on two cores; the full scan remains the fallback for
+//! kernels built without `CONFIG_PROC_CHILDREN`.
+
+use std::os::fd::OwnedFd;
+
+use nix::sys::signal::Signal;
+
+use crate::core::exec::pidfd;
+use crate::core::exec::tree::{self, Proc};
+
+/// Scans per freeze: a fork bomb cannot keep the walk going forever, and what it adds later is
+/// caught by the next call.
+const FREEZE_ROUNDS: usize = 16;
+
+/// Live descendants of `root` (not `root` itself), leaving out the subtrees of pids for which
+/// `spare` holds.
+pub fn descendants(procs: &[Proc], root: i32, spare: &dyn Fn(i32) -> bool) -> Vec<Proc> {
+  let mut out = Vec::new();
+  let mut stack = vec![root];
+  while let Some(parent) = stack.pop() {
+    for p in procs.iter().filter(|p| p.ppid == parent) {
+      if p.pid == root || spare(p.pid) || out.iter().any(|o: &Proc| o.pid == p.pid) {
+        continue;
+      }
+      stack.push(p.pid);
+      if !p.zombie {
+        out.push(*p);
+      }
+    }
+  }
+  out
+}
+
+/// The live direct children of `pid` (of all its threads), or `None` when the kernel does not
+/// provide the `children` files.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+  let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+  let mut out = Vec::new();
+  let mut any = false;
+  for task in tasks.flatten() {
+    if let Ok(text) = std::fs::read_to_string(task.path().join("children")) {
+      any = true;
+      out.extend(
+        text
+          .split_ascii_whitespace()
+          .filter_map(|p| p.parse::<i32>().ok()),
+      );
+    }
+  }
+  any.then_some(out)
+}
+
+/// Descendants of `root` found through the `children` files, as (pid, parent) pairs; `None`
+/// when those files are missing. A process already frozen (in `held`) has a stable list of
+/// children; the others are listed as they are at the moment of the read.
+fn walk_children(root: i32, spare: &dyn Fn(i32) -> bool) -> Option<Vec<(i32, i32)>> {
+  let mut out: Vec<(i32, i32)> = Vec::new();
+  let mut stack = vec![root];
+  let mut first = true;
+  while let Some(parent) = stack.pop() {
+    let kids = match children_of(parent) {
+      Some(kids) => kids,
+      // The root's files must be there; a child that just exited simply has none.
+      None if first => return None,
+      None => Vec::new(),
+    };
+    first = false;
+    for pid in kids {
+      if pid == root || spare(pid) || out.iter().any(|(p, _)| *p == pid) {
+        continue;
+      }
+      out.push((pid, parent));
+      stack.push(pid);
+    }
+  }
+  Some(out)
+}
+
+/// The processes of one tree that have been frozen so far.
+pub struct Tree {
+  root: i32,
+  held: Vec<(i32, OwnedFd)>,
+}
+
+impl Tree {
+  pub fn new(root: i32) -> Tree {
+    Tree {
+      root,
+      held: Vec::new(),
+    }
+  }
+
+  /// Stops every descendant not yet held; returns how many are held (alive or not).
+  pub fn freeze(&mut self, spare: &dyn Fn(i32) -> bool) -> usize {
+    self.held.retain(|(_, fd)| !pidfd::exited(fd));
+    for _ in 0..FREEZE_ROUNDS {
+      let mut found_new = false;
+      let found = walk_children(self.root, spare).unwrap_or_else(|| {
+        descendants(&tree::scan(), self.root, spare)
+          .iter()
+          .map(|p| (p.pid, p.ppid))
+          .collect()
+      });
+      for (pid, ppid) in found {
+        if self.held.iter().any(|(held, _)| *held == pid) {
+          continue;
+        }
+        let Ok(fd) = pidfd::open(pid) else { continue };
+        // The pid now names this very process: if it still has the parent the walk saw, it is
+        // the one the walk saw (or a sibling of it, equally ours).
+        let same = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+          .ok()
+          .and_then(|s| tree::parse_stat(&s))
+          .is_some_and(|now| now.ppid == ppid && !now.zombie);
+        if !same {
+          continue;
+        }
+        pidfd::send_signal(&fd, Signal::SIGSTOP);
+        self.held.push((pid, fd));
+        found_new = true;
+      }
+      if !found_new {
+        break;
+      }
+    }
+    self.held.len()
+  }
+
+  /// Freezes, sends `signal` to the whole tree, then SIGCONT so stopped processes act on it.
+  /// Returns how many processes were signalled.
+  pub fn signal(&mut self, signal: Signal, spare: &dyn Fn(i32) -> bool) -> usize {
+    let n = self.freeze(spare);
+    for sig in [signal, Signal::SIGCONT] {
+      for (_, fd) in &self.held {
+        pidfd::send_signal(fd, sig);
+      }
+    }
+    n
+  }
+
+  /// Pids held and still alive.
+  pub fn alive(&self) -> Vec<i32> {
+    self
+      .held
+      .iter()
+      .filter(|(_, fd)| !pidfd::exited(fd))
+      .map(|(pid, _)| *pid)
+      .collect()
+  }
+}
+
+/// SIGKILLs every descendant of `root` now, without waiting (the caller or `root` reaps).
+pub fn kill_now(root: i32, spare: &dyn Fn(i32) -> bool) {
+  Tree::new(root).signal(Signal::SIGKILL, spare);
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn p(pid: i32, ppid: i32) -> Proc {
+    Proc {
+      pid,
+      ppid,
+      pgrp: pid,
+      session: pid,
+      zombie: false,
+    }
+  }
+
+  #[test]
+  fn descendants_follow_parent_links_and_skip_spared_subtrees() {
+    let procs = [
+      p(10, 1),
+      p(11, 10),
+      p(12, 11),
+      p(13, 10), // spared, with its child
+      p(14, 13),
+      p(20, 1), // unrelated
+      Proc {
+        zombie: true,
+        ..p(15, 10)
+      },
+    ];
+    let mut found: Vec<i32> = descendants(&procs, 10, &|pid| pid == 13)
+      .iter()
+      .map(|p| p.pid)
+      .collect();
+    found.sort();
+    assert_eq!(found, vec![11, 12]);
+    assert!(descendants(&procs, 20, &|_| false).is_empty());
+  }
+}

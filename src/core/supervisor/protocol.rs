@@ -1,0 +1,278 @@
+//! The messages between the addon, the supervisor and the job reapers.
+//!
+//! Addon -> supervisor: [`ToSupervisor::NewReaper`]; the answer is
+//! [`FromSupervisor::ReaperReady`] with the addon's end of a new socket to that reaper attached.
+//! Addon -> reaper: [`ToReaper::Run`] (stdout and stderr write ends attached), then any number
+//! of [`ToReaper::Terminate`]. Reaper -> addon, per job: `Spawned` or `SpawnFailed`; then
+//! `Exited` once the leader is reaped and `TreeGone` once the reaper has no child left.
+
+use std::ffi::CString;
+use std::io;
+
+use super::wire::{Reader, Writer};
+use crate::core::exec::{ExitStatus, SpawnSpec};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToSupervisor {
+  NewReaper,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromSupervisor {
+  /// A reaper is ready; the addon's end of its socket is attached.
+  ReaperReady { pid: i32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToReaper {
+  /// Start `spec`; its stdout and stderr write ends are attached, in that order. Once the
+  /// leader exits, whatever else of the tree is left is killed after `drain_ms`.
+  Run { spec: Box<SpawnSpec>, drain_ms: u64 },
+  /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
+  /// request can only bring the SIGKILL forward.
+  Terminate { grace_ms: u64 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FromReaper {
+  Spawned {
+    pid: i32,
+  },
+  /// The errno of `posix_spawn` (or of what ran before `exec`).
+  SpawnFailed {
+    errno: i32,
+  },
+  Exited(ExitStatus),
+  /// The reaper has no child left: every process of the job's tree is gone.
+  TreeGone,
+  /// The reaper was idle for too long and exits without reading anything more: a `Run` sent
+  /// to it meanwhile was not started, and can go to another reaper.
+  Retired,
+}
+
+const NEW_REAPER: u8 = 1;
+const REAPER_READY: u8 = 2;
+const RUN: u8 = 3;
+const TERMINATE: u8 = 4;
+const SPAWNED: u8 = 5;
+const SPAWN_FAILED: u8 = 6;
+const EXITED: u8 = 7;
+const SIGNALED: u8 = 8;
+const TREE_GONE: u8 = 9;
+const RETIRED: u8 = 10;
+
+fn unknown(tag: u8) -> io::Error {
+  io::Error::new(
+    io::ErrorKind::InvalidData,
+    format!("unknown message tag {tag}"),
+  )
+}
+
+fn c_string(bytes: &[u8]) -> io::Result<CString> {
+  CString::new(bytes).map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "NUL in a string"))
+}
+
+fn c_strings(r: &mut Reader) -> io::Result<Vec<CString>> {
+  let n = r.u32()? as usize;
+  // Each entry takes at least its 4-byte length: a count beyond that is corrupt, and must not
+  // reserve memory for it.
+  if n > r.0.len() / 4 {
+    return Err(io::Error::new(
+      io::ErrorKind::InvalidData,
+      "count too large",
+    ));
+  }
+  let mut out = Vec::with_capacity(n);
+  for _ in 0..n {
+    out.push(c_string(r.bytes()?)?);
+  }
+  Ok(out)
+}
+
+impl ToSupervisor {
+  pub fn encode(&self) -> Vec<u8> {
+    vec![NEW_REAPER]
+  }
+
+  pub fn decode(frame: &[u8]) -> io::Result<Self> {
+    let mut r = Reader(frame);
+    let msg = match r.u8()? {
+      NEW_REAPER => ToSupervisor::NewReaper,
+      tag => return Err(unknown(tag)),
+    };
+    r.end()?;
+    Ok(msg)
+  }
+}
+
+impl FromSupervisor {
+  pub fn encode(&self) -> Vec<u8> {
+    let FromSupervisor::ReaperReady { pid } = self;
+    let mut w = Writer::default();
+    w.u8(REAPER_READY).i32(*pid);
+    w.0
+  }
+
+  pub fn decode(frame: &[u8]) -> io::Result<Self> {
+    let mut r = Reader(frame);
+    let msg = match r.u8()? {
+      REAPER_READY => FromSupervisor::ReaperReady { pid: r.i32()? },
+      tag => return Err(unknown(tag)),
+    };
+    r.end()?;
+    Ok(msg)
+  }
+}
+
+impl ToReaper {
+  pub fn encode(&self) -> Vec<u8> {
+    match self {
+      ToReaper::Run { spec, drain_ms } => Self::encode_run(spec, *drain_ms),
+      ToReaper::Terminate { grace_ms } => {
+        let mut w = Writer::default();
+        w.u8(TERMINATE).u64(*grace_ms);
+        w.0
+      }
+    }
+  }
+
+  /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
+  pub fn encode_run(spec: &SpawnSpec, drain_ms: u64) -> Vec<u8> {
+    let size = 32
+      + spec.program.as_bytes().len()
+      + spec.cwd.as_bytes().len()
+      + [&spec.argv, &spec.env]
+        .iter()
+        .flat_map(|l| l.iter())
+        .map(|s| 4 + s.as_bytes().len())
+        .sum::<usize>();
+    let mut w = Writer(Vec::with_capacity(size));
+    w.u8(RUN)
+      .u64(drain_ms)
+      .bytes(spec.program.as_bytes())
+      .bytes(spec.cwd.as_bytes());
+    for list in [&spec.argv, &spec.env] {
+      w.u32(list.len() as u32);
+      for s in list {
+        w.bytes(s.as_bytes());
+      }
+    }
+    w.0
+  }
+
+  pub fn decode(frame: &[u8]) -> io::Result<Self> {
+    let mut r = Reader(frame);
+    let msg = match r.u8()? {
+      RUN => {
+        let drain_ms = r.u64()?;
+        let program = c_string(r.bytes()?)?;
+        let cwd = c_string(r.bytes()?)?;
+        let argv = c_strings(&mut r)?;
+        let env = c_strings(&mut r)?;
+        ToReaper::Run {
+          spec: Box::new(SpawnSpec {
+            program,
+            argv,
+            env,
+            cwd,
+          }),
+          drain_ms,
+        }
+      }
+      TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
+      tag => return Err(unknown(tag)),
+    };
+    r.end()?;
+    Ok(msg)
+  }
+}
+
+impl FromReaper {
+  pub fn encode(&self) -> Vec<u8> {
+    let mut w = Writer::default();
+    match self {
+      FromReaper::Spawned { pid } => w.u8(SPAWNED).i32(*pid),
+      FromReaper::SpawnFailed { errno } => w.u8(SPAWN_FAILED).i32(*errno),
+      FromReaper::Exited(ExitStatus::Exited(code)) => w.u8(EXITED).i32(*code),
+      FromReaper::Exited(ExitStatus::Signaled(sig)) => w.u8(SIGNALED).i32(*sig),
+      FromReaper::TreeGone => w.u8(TREE_GONE),
+      FromReaper::Retired => w.u8(RETIRED),
+    };
+    w.0
+  }
+
+  pub fn decode(frame: &[u8]) -> io::Result<Self> {
+    let mut r = Reader(frame);
+    let msg = match r.u8()? {
+      SPAWNED => FromReaper::Spawned { pid: r.i32()? },
+      SPAWN_FAILED => FromReaper::SpawnFailed { errno: r.i32()? },
+      EXITED => FromReaper::Exited(ExitStatus::Exited(r.i32()?)),
+      SIGNALED => FromReaper::Exited(ExitStatus::Signaled(r.i32()?)),
+      TREE_GONE => FromReaper::TreeGone,
+      RETIRED => FromReaper::Retired,
+      tag => return Err(unknown(tag)),
+    };
+    r.end()?;
+    Ok(msg)
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn every_message_round_trips() {
+    let c = |s: &str| CString::new(s).unwrap();
+    let run = ToReaper::Run {
+      spec: Box::new(SpawnSpec {
+        program: c("/bin/sh"),
+        argv: vec![c("sh"), c("-c"), c("echo é")],
+        env: vec![c("PATH=/bin"), c("EMPTY=")],
+        cwd: c("/tmp"),
+      }),
+      drain_ms: 100,
+    };
+    for msg in [run, ToReaper::Terminate { grace_ms: 5 }] {
+      assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
+    }
+    for msg in [
+      FromReaper::Spawned { pid: 42 },
+      FromReaper::SpawnFailed { errno: 2 },
+      FromReaper::Exited(ExitStatus::Exited(3)),
+      FromReaper::Exited(ExitStatus::Signaled(9)),
+      FromReaper::TreeGone,
+      FromReaper::Retired,
+    ] {
+      assert_eq!(FromReaper::decode(&msg.encode()).unwrap(), msg);
+    }
+    let ready = FromSupervisor::ReaperReady { pid: 7 };
+    assert_eq!(FromSupervisor::decode(&ready.encode()).unwrap(), ready);
+    let new = ToSupervisor::NewReaper;
+    assert_eq!(ToSupervisor::decode(&new.encode()).unwrap(), new);
+  }
+
+  #[test]
+  fn corrupt_frames_are_refused() {
+    assert!(FromReaper::decode(&[]).is_err());
+    assert!(FromReaper::decode(&[99]).is_err());
+    assert!(FromReaper::decode(&[TREE_GONE, 0]).is_err());
+    // A huge argv count with nothing behind it.
+    let mut w = Writer::default();
+    w.u8(RUN)
+      .u64(0)
+      .bytes(b"/bin/true")
+      .bytes(b"/")
+      .u32(u32::MAX);
+    assert!(ToReaper::decode(&w.0).is_err());
+    // A NUL inside a string.
+    let mut w = Writer::default();
+    w.u8(RUN)
+      .u64(0)
+      .bytes(b"/bin/t\0rue")
+      .bytes(b"/")
+      .u32(0)
+      .u32(0);
+    assert!(ToReaper::decode(&w.0).is_err());
+  }
+}

@@ -1,0 +1,344 @@
+//! A job reaper: a small process forked by the supervisor that runs one job at a time and
+//! outlives none of them.
+//!
+//! It is a child subreaper, so every process the job leaves behind (double-forked, `setsid`,
+//! anything) becomes its child: `waitpid(-1)` failing with ECHILD means the whole tree is gone.
+//! When the leader exits, the rest of the tree gets `drain_ms` to finish, then is killed. When
+//! the addon asks (timeout, abort, output cap), the tree is frozen, sent SIGTERM, resumed, and
+//! SIGKILLed after the grace. When the addon's socket closes (Node died) or the supervisor dies
+//! (the lifeline pipe hangs up), the tree is SIGKILLed and the reaper exits.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use super::child;
+use super::descendants::Tree;
+use super::poll::{backoff, earliest, poll, watch};
+use super::protocol::{FromReaper, ToReaper};
+use super::wire::Conn;
+use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
+
+/// Why the reaper must exit.
+struct Gone;
+
+struct Reaper {
+  conn: Conn,
+  lifeline: OwnedFd,
+  sigchld: SignalFd,
+  me: i32,
+  idle: Duration,
+}
+
+/// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
+/// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
+/// the supervisor holds.
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> ! {
+  let code = match setup(conn, lifeline, idle) {
+    Ok(mut reaper) => {
+      reaper.serve();
+      0
+    }
+    Err(e) => {
+      eprintln!("finn-supervisor: reaper setup failed: {e}");
+      1
+    }
+  };
+  // SAFETY: exits this forked process without running the supervisor's destructors.
+  unsafe { libc::_exit(code) }
+}
+
+fn setup(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> nix::Result<Reaper> {
+  nix::sys::prctl::set_child_subreaper(true)?;
+  let mut mask = SigSet::empty();
+  mask.add(Signal::SIGCHLD);
+  mask.thread_block()?;
+  let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+  Ok(Reaper {
+    conn: Conn::new(conn),
+    lifeline,
+    sigchld,
+    me: std::process::id() as i32,
+    idle,
+  })
+}
+
+impl Reaper {
+  /// Waits for jobs and runs them, one at a time, until the addon or the supervisor is gone,
+  /// or no job came for `idle` (an idle pool then holds no reaper).
+  fn serve(&mut self) {
+    let mut idle_until = Instant::now() + self.idle;
+    loop {
+      let msg = match self.conn.take_frame() {
+        Ok(Some(frame)) => frame,
+        Ok(None) => {
+          let mut fds = [
+            watch(Some(self.conn.raw())),
+            watch(Some(self.lifeline.as_raw_fd())),
+          ];
+          poll(&mut fds, Some(idle_until));
+          if fds[1].revents != 0 {
+            return;
+          }
+          if fds[0].revents == 0 && Instant::now() >= idle_until {
+            // Nothing is read after this decision, so a Run already on its way is never
+            // started: the addon sees `Retired` first and sends it elsewhere.
+            let _ = self.send(FromReaper::Retired);
+            return;
+          }
+          if fds[0].revents != 0 && !matches!(self.conn.fill(), Ok(true)) {
+            return;
+          }
+          continue;
+        }
+        Err(_) => return,
+      };
+      match ToReaper::decode(&msg) {
+        Ok(ToReaper::Run { spec, drain_ms }) => {
+          let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
+            return;
+          };
+          if self
+            .run(&spec, out, err, Duration::from_millis(drain_ms))
+            .is_err()
+          {
+            return;
+          }
+          idle_until = Instant::now() + self.idle;
+        }
+        // A request for a job that already ended.
+        Ok(ToReaper::Terminate { .. }) => {}
+        Err(_) => return,
+      }
+    }
+  }
+
+  fn send(&self, msg: FromReaper) -> Result<(), Gone> {
+    self.conn.send(&msg.encode(), &[]).map_err(|_| Gone)
+  }
+
+  /// One job from spawn to an empty tree. `Err` when the reaper must exit (its tree is dead
+  /// or past the reap bound by then).
+  fn run(
+    &mut self,
+    spec: &SpawnSpec,
+    out: OwnedFd,
+    err: OwnedFd,
+    drain: Duration,
+  ) -> Result<(), Gone> {
+    let started = child::start(spec, out.as_raw_fd(), err.as_raw_fd());
+    // The child has its own copies; ours would keep the addon from ever seeing EOF.
+    drop((out, err));
+    let leader = match started {
+      Ok(pid) => pid,
+      Err(errno) => {
+        return self.send(FromReaper::SpawnFailed {
+          errno: errno as i32,
+        });
+      }
+    };
+    let mut job = Job {
+      leader,
+      drain_until: None,
+      drain,
+      kill: None,
+      tree: Tree::new(self.me),
+      host_gone: false,
+    };
+    if self
+      .send(FromReaper::Spawned {
+        pid: leader.as_raw(),
+      })
+      .is_err()
+    {
+      job.host_gone();
+    }
+    loop {
+      let (leader_status, gone) = self.reap(&job);
+      // Both in one write when they come together (a command without background children):
+      // the addon then wakes once.
+      let mut report: Vec<Vec<u8>> = Vec::new();
+      if let Some(status) = leader_status {
+        job.leader_reaped();
+        report.push(FromReaper::Exited(status).encode());
+      }
+      if gone {
+        report.push(FromReaper::TreeGone.encode());
+      }
+      if !report.is_empty() && !job.host_gone {
+        let frames: Vec<&[u8]> = report.iter().map(Vec::as_slice).collect();
+        if self.conn.send_all(&frames).is_err() {
+          job.host_gone();
+        }
+      }
+      if gone {
+        return if job.host_gone { Err(Gone) } else { Ok(()) };
+      }
+      let now = Instant::now();
+      if job.drain_until.is_some_and(|at| now >= at) && job.kill.is_none() {
+        job.terminate(Duration::ZERO);
+      }
+      if let Some(kill) = &mut job.kill {
+        if kill.give_up_at.is_some_and(|at| now >= at) {
+          // Unkillable (uninterruptible sleep): leave it to the supervisor, which inherits it.
+          return Err(Gone);
+        }
+        kill.tick(now, &mut job.tree);
+      }
+      let wake = earliest([
+        job.drain_until.filter(|_| job.kill.is_none()),
+        job.kill.as_ref().and_then(Kill::next_wake),
+      ]);
+      let mut fds = [
+        watch((!job.host_gone).then(|| self.conn.raw())),
+        watch(Some(self.lifeline.as_raw_fd())),
+        watch(Some(self.sigchld.as_raw_fd())),
+      ];
+      poll(&mut fds, wake);
+      if fds[2].revents != 0 {
+        while let Ok(Some(_)) = self.sigchld.read_signal() {}
+      }
+      if fds[1].revents != 0 {
+        job.host_gone();
+      }
+      if fds[0].revents != 0 {
+        if matches!(self.conn.fill(), Ok(true)) {
+          while let Ok(Some(frame)) = self.conn.take_frame() {
+            match ToReaper::decode(&frame) {
+              Ok(ToReaper::Terminate { grace_ms }) => {
+                job.terminate(Duration::from_millis(grace_ms));
+              }
+              // A second job while one runs, or garbage: the addon is confused; stop it all.
+              _ => job.host_gone(),
+            }
+          }
+        } else {
+          job.host_gone();
+        }
+      }
+    }
+  }
+
+  /// Reaps every child that has exited; returns the leader's status if it was among them,
+  /// and whether no child at all is left.
+  fn reap(&self, job: &Job) -> (Option<ExitStatus>, bool) {
+    let mut leader = None;
+    loop {
+      match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(pid, code)) if pid == job.leader => {
+          leader = Some(ExitStatus::Exited(code));
+        }
+        Ok(WaitStatus::Signaled(pid, sig, _)) if pid == job.leader => {
+          leader = Some(ExitStatus::Signaled(sig as i32));
+        }
+        Ok(WaitStatus::StillAlive) => return (leader, false),
+        Ok(_) | Err(Errno::EINTR) => {}
+        // ECHILD: with the subreaper bit, the whole tree is gone.
+        Err(_) => return (leader, true),
+      }
+    }
+  }
+}
+
+struct Job {
+  leader: Pid,
+  /// When the leader has exited: the time the rest of the tree is killed.
+  drain_until: Option<Instant>,
+  drain: Duration,
+  kill: Option<Kill>,
+  tree: Tree,
+  /// The addon or the supervisor is gone: kill everything, then exit.
+  host_gone: bool,
+}
+
+impl Job {
+  fn leader_reaped(&mut self) {
+    if self.kill.is_none() {
+      self.drain_until = Some(Instant::now() + self.drain);
+    }
+  }
+
+  fn host_gone(&mut self) {
+    self.host_gone = true;
+    self.terminate(Duration::ZERO);
+  }
+
+  /// Starts termination, or brings its SIGKILL forward.
+  fn terminate(&mut self, grace: Duration) {
+    match &mut self.kill {
+      Some(kill) => kill.shorten(grace, &mut self.tree),
+      None => self.kill = Some(Kill::start(grace, &mut self.tree)),
+    }
+  }
+}
+
+/// TERM -> grace -> KILL for the reaper's whole subtree.
+struct Kill {
+  kill_at: Instant,
+  killed: bool,
+  give_up_at: Option<Instant>,
+  next_check: Instant,
+  checks: u32,
+}
+
+const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
+
+impl Kill {
+  fn start(grace: Duration, tree: &mut Tree) -> Kill {
+    let now = Instant::now();
+    let mut kill = Kill {
+      kill_at: now + grace,
+      killed: false,
+      give_up_at: None,
+      next_check: now + backoff(0),
+      checks: 0,
+    };
+    if grace.is_zero() {
+      kill.kill(tree);
+    } else {
+      tree.signal(Signal::SIGTERM, NO_SPARE);
+    }
+    kill
+  }
+
+  fn kill(&mut self, tree: &mut Tree) {
+    tree.signal(Signal::SIGKILL, NO_SPARE);
+    self.killed = true;
+    self.give_up_at = Some(Instant::now() + REAP_BOUND);
+  }
+
+  fn shorten(&mut self, grace: Duration, tree: &mut Tree) {
+    self.kill_at = self.kill_at.min(Instant::now() + grace);
+    if !self.killed && Instant::now() >= self.kill_at {
+      self.kill(tree);
+    }
+  }
+
+  fn tick(&mut self, now: Instant, tree: &mut Tree) {
+    if !self.killed {
+      if now >= self.kill_at {
+        self.kill(tree);
+      }
+      return;
+    }
+    if now >= self.next_check {
+      // Anything forked between the last scan and the kill: look again.
+      tree.signal(Signal::SIGKILL, NO_SPARE);
+      self.checks += 1;
+      self.next_check = now + backoff(self.checks);
+    }
+  }
+
+  fn next_wake(&self) -> Option<Instant> {
+    if self.killed {
+      earliest([Some(self.next_check), self.give_up_at])
+    } else {
+      Some(self.kill_at)
+    }
+  }
+}

@@ -1,0 +1,344 @@
+//! One job through a reaper, from the addon's side: the same inputs and `Finished` as
+//! [`crate::core::exec::run_blocking`], with the spawn, the waiting and the killing done by the
+//! job's reaper.
+//!
+//! The worker thread creates the pipes, sends `Run` with their write ends, and sleeps in
+//! `ppoll` on the read ends, the reaper's socket and its stop eventfd. It applies the output
+//! cap and the deadline as before and asks the reaper to terminate; the reaper reports the
+//! leader's exit and, once it has no child left, that the tree is gone.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+
+use super::client::{Reaper, Supervisor};
+use super::descendants;
+use super::poll::{poll, watch};
+use super::protocol::{FromReaper, ToReaper};
+use crate::core::exec::capture::{Capture, Pushed, Stream};
+use crate::core::exec::spawn::classify_exec_error;
+use crate::core::exec::{
+  EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,
+};
+
+/// Why a job through the supervisor did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+  /// The command could not be started (a result for the caller: exit code 126/127).
+  #[error(transparent)]
+  Spawn(#[from] SpawnError),
+  /// The supervisor or the job's reaper failed or died: the job's tree is killed by whichever
+  /// of them is left, and the job rejects with `WORKER_CRASHED`.
+  #[error("{0}")]
+  Crashed(String),
+}
+
+const READ_CHUNK: usize = 32 * 1024;
+/// Reads per pipe per wake-up, so a flooding stream cannot starve the other checks.
+const READS_PER_WAKE: usize = 16;
+/// Reads of the final drain once the tree is gone: every writer is dead, so this only bounds
+/// a writer outside the tree that was handed the pipe.
+const FINAL_READS: usize = 1024;
+/// Reapers that may turn out retired (or dead) under one job before it gives up. Each try
+/// takes another idle reaper, and a freshly forked one does not retire before its first job:
+/// this only bounds a supervisor that misbehaves.
+const MAX_RETIRED: usize = 64;
+
+/// Runs `spec` through one of `supervisor`'s reapers on the calling thread. `on_spawn` gets the
+/// reaper's pid once the command runs: every process of the job's tree is a descendant of it
+/// (see [`kill_tree_now`]). Once the leader exits, the rest of its tree is killed after
+/// `drain`.
+pub fn run_blocking<R>(
+  supervisor: &Supervisor,
+  spec: &SpawnSpec,
+  limits: &Limits,
+  drain: Duration,
+  stop: &StopCell<R>,
+  on_spawn: impl FnOnce(i32),
+) -> Result<Finished<R>, RunError> {
+  let stop_fd = stop.attach().map_err(SpawnError::Setup)?;
+  struct Detach<'a, R>(&'a StopCell<R>);
+  impl<R> Drop for Detach<'_, R> {
+    fn drop(&mut self) {
+      self.0.detach();
+    }
+  }
+  let _detach = Detach(stop);
+  let crashed = |reaper: &Reaper, e: &dyn std::fmt::Display| {
+    RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
+  };
+  let started = Instant::now();
+  let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+    .map_err(|e| SpawnError::Setup(e.into()))?;
+  let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+    .map_err(|e| SpawnError::Setup(e.into()))?;
+  // The write ends must block in the child: clear O_NONBLOCK on them (it is per open file).
+  for w in [&out_w, &err_w] {
+    nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+  }
+  let run = ToReaper::encode_run(spec, drain.as_millis() as u64);
+  let fds = [out_w.as_raw_fd(), err_w.as_raw_fd()];
+  let mut retired = 0;
+  let (mut reaper, first) = loop {
+    let mut reaper = supervisor.checkout().map_err(RunError::Crashed)?;
+    let reply = match reaper.conn.send(&run, &fds) {
+      // The reaper closed before reading the whole frame, so it cannot have started it.
+      Err(e) if e.raw_os_error() == Some(libc::EPIPE) => Ok(FromReaper::Retired),
+      Err(e) => Err(e),
+      Ok(()) => next_message(&mut reaper),
+    };
+    match reply {
+      // An idle reaper retiring as the job came: the job was not started; take another.
+      Ok(FromReaper::Retired) if retired < MAX_RETIRED => retired += 1,
+      Ok(msg) => break (reaper, msg),
+      Err(e) => return Err(crashed(&reaper, &e)),
+    }
+  };
+  // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
+  drop((out_w, err_w));
+  match first {
+    FromReaper::Spawned { .. } => {}
+    FromReaper::SpawnFailed { errno } => {
+      supervisor.checkin(reaper);
+      return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
+    }
+    other => return Err(crashed(&reaper, &format!("unexpected {other:?}"))),
+  }
+  on_spawn(reaper.pid);
+  let mut job = Job {
+    pipes: [(Some(out_r), Stream::Stdout), (Some(err_r), Stream::Stderr)],
+    capture: Capture::new(limits.max_output_bytes),
+    buf: Vec::new(),
+    status: None,
+    tree_gone: false,
+  };
+  let outcome = job.supervise(&mut reaper, limits, stop, stop_fd, started);
+  let ended_by = match outcome {
+    Ok(ended_by) => ended_by,
+    Err(e) => return Err(crashed(&reaper, &e)),
+  };
+  let mut survivors = Vec::new();
+  if job.tree_gone {
+    supervisor.checkin(reaper);
+  } else {
+    // Past the reap bound: list what is left, and let this reaper go (it keeps killing and
+    // exits; the supervisor inherits anything it leaves).
+    survivors = descendants::descendants(&crate::core::exec::tree::scan(), reaper.pid, &|_| false)
+      .iter()
+      .map(|p| p.pid)
+      .collect();
+    tracing::warn!(?survivors, "processes survived SIGKILL past the reap bound");
+  }
+  for (pipe, stream) in &mut job.pipes {
+    for _ in 0..FINAL_READS {
+      if pipe.is_none() || !drain_once(pipe, *stream, &mut job.capture, &mut job.buf) {
+        break;
+      }
+    }
+  }
+  let (stdout, stderr, truncated) = job.capture.finish();
+  Ok(Finished {
+    status: job.status,
+    stdout,
+    stderr,
+    truncated,
+    ended_by,
+    duration: started.elapsed(),
+    survivors,
+  })
+}
+
+/// SIGKILLs every process of the job run by the reaper `reaper_pid` now, without waiting: for
+/// the host's exit, when nothing will be awaited any more.
+pub fn kill_tree_now(reaper_pid: i32) {
+  descendants::kill_now(reaper_pid, &|_| false);
+}
+
+/// The next message from the reaper, blocking.
+fn next_message(reaper: &mut Reaper) -> io::Result<FromReaper> {
+  match reaper.conn.recv()? {
+    Some(frame) => FromReaper::decode(&frame),
+    None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited")),
+  }
+}
+
+struct Job {
+  pipes: [(Option<OwnedFd>, Stream); 2],
+  capture: Capture,
+  buf: Vec<u8>,
+  status: Option<ExitStatus>,
+  tree_gone: bool,
+}
+
+/// What the addon has asked the reaper for.
+struct Asked {
+  /// When SIGKILL is due (as asked), for the reap bound.
+  kill_at: Instant,
+}
+
+impl Job {
+  /// Until the tree is gone (or past the reap bound after a termination). `Err` when the
+  /// reaper failed.
+  fn supervise<R>(
+    &mut self,
+    reaper: &mut Reaper,
+    limits: &Limits,
+    stop: &StopCell<R>,
+    stop_fd: RawFd,
+    started: Instant,
+  ) -> io::Result<EndedBy<R>> {
+    let deadline = limits.timeout.and_then(|t| started.checked_add(t));
+    let mut stop_pending = true;
+    let mut ended_by: Option<EndedBy<R>> = None;
+    let mut asked: Option<Asked> = None;
+    let terminate = |reaper: &mut Reaper, asked: &mut Option<Asked>, grace: Duration| {
+      let kill_at = Instant::now() + grace;
+      match asked {
+        Some(a) if a.kill_at <= kill_at => return Ok(()),
+        Some(a) => a.kill_at = kill_at,
+        None => *asked = Some(Asked { kill_at }),
+      }
+      let msg = ToReaper::Terminate {
+        grace_ms: grace.as_millis() as u64,
+      };
+      reaper.conn.send(&msg.encode(), &[])
+    };
+    loop {
+      while let Some(frame) = reaper.conn.take_frame()? {
+        match FromReaper::decode(&frame)? {
+          FromReaper::Exited(status) => self.status = Some(status),
+          FromReaper::TreeGone => self.tree_gone = true,
+          other => {
+            return Err(io::Error::new(
+              io::ErrorKind::InvalidData,
+              format!("unexpected {other:?}"),
+            ));
+          }
+        }
+      }
+      if self.tree_gone {
+        return Ok(ended_by.unwrap_or(EndedBy::Exit));
+      }
+      let now = Instant::now();
+      if let Some(a) = &asked
+        && now >= a.kill_at + REAP_BOUND
+      {
+        return Ok(ended_by.unwrap_or(EndedBy::Exit));
+      }
+      // The deadline counts until the leader exits; after that the drain bounds the rest.
+      let deadline = deadline.filter(|_| self.status.is_none() && asked.is_none());
+      if let Some(at) = deadline
+        && now >= at
+      {
+        ended_by = Some(EndedBy::Timeout);
+        terminate(reaper, &mut asked, limits.kill_grace)?;
+        continue;
+      }
+      let wake = match &asked {
+        Some(a) => Some(a.kill_at + REAP_BOUND),
+        None => deadline,
+      };
+      let mut fds = [
+        watch(self.pipes[0].0.as_ref().map(AsRawFd::as_raw_fd)),
+        watch(self.pipes[1].0.as_ref().map(AsRawFd::as_raw_fd)),
+        watch(Some(reaper.conn.raw())),
+        watch(stop_pending.then_some(stop_fd)),
+      ];
+      poll(&mut fds, wake);
+      for (slot, (pipe, stream)) in self.pipes.iter_mut().enumerate() {
+        if fds[slot].revents != 0
+          && drain(pipe, *stream, &mut self.capture, &mut self.buf)
+          && ended_by.is_none()
+        {
+          ended_by = Some(EndedBy::OutputLimit);
+          terminate(reaper, &mut asked, Duration::ZERO)?;
+        }
+      }
+      if fds[2].revents != 0 && !reaper.conn.fill()? {
+        return Err(io::Error::new(
+          io::ErrorKind::UnexpectedEof,
+          "it exited mid-job",
+        ));
+      }
+      if fds[3].revents != 0
+        && let Some(request) = stop.take(stop_fd)
+      {
+        stop_pending = false;
+        if ended_by.is_none() {
+          ended_by = Some(EndedBy::Stopped(request.reason));
+        }
+        // Already terminating: this only brings the SIGKILL forward.
+        terminate(reaper, &mut asked, request.grace)?;
+      }
+    }
+  }
+}
+
+/// Reads what the pipe has now (a bounded number of reads); closes it at EOF or on an error.
+/// Returns true when this went over the output cap.
+fn drain(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> bool {
+  let mut overflowed = false;
+  for _ in 0..READS_PER_WAKE {
+    if pipe.is_none() {
+      break;
+    }
+    match read_once(pipe, stream, capture, buf) {
+      Some(o) => overflowed |= o,
+      None => break,
+    }
+  }
+  overflowed
+}
+
+/// One read for the final drain: false once nothing more is there.
+fn drain_once(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> bool {
+  read_once(pipe, stream, capture, buf).is_some()
+}
+
+/// One read into `capture`. `Some(overflowed)` after a read of data; `None` when the pipe
+/// had nothing (EAGAIN) or ended (then it is closed).
+fn read_once(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> Option<bool> {
+  let fd = pipe.as_ref()?;
+  if buf.capacity() < READ_CHUNK {
+    buf.reserve_exact(READ_CHUNK);
+  }
+  loop {
+    buf.clear();
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: reads at most `spare.len()` bytes into the vector's spare capacity.
+    let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+    if n > 0 {
+      // SAFETY: the kernel initialised the first `n` bytes.
+      unsafe { buf.set_len(n as usize) };
+      return Some(capture.push(stream, buf) == Pushed::Overflowed);
+    }
+    if n < 0 && Errno::last() == Errno::EINTR {
+      continue;
+    }
+    if n < 0 && Errno::last() == Errno::EAGAIN {
+      return None;
+    }
+    // EOF or a read error: this stream is done.
+    *pipe = None;
+    return None;
+  }
+}

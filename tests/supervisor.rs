@@ -1,0 +1,481 @@
+//! core::supervisor with real processes: a supervisor binary, its reapers, and trees built to
+//! escape. Survivors are found by scanning every /proc/<pid>/cmdline for a token unique to the
+//! test, not by recorded pids.
+//!
+//! `FINN_TEST_DIRECT=1` runs the same bodies through the old direct path (`exec::run_blocking`,
+//! process groups and a /proc walk from the caller): the containment tests then fail, which
+//! is how they were shown to test something.
+
+use std::ffi::CString;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use finn_sandbox::core::exec::{
+  self, EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell,
+};
+use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
+
+fn supervisor() -> Supervisor {
+  Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")))
+}
+
+fn direct() -> bool {
+  std::env::var_os("FINN_TEST_DIRECT").is_some_and(|v| v == "1")
+}
+
+fn sh(script: &str) -> SpawnSpec {
+  let c = |s: &str| CString::new(s).unwrap();
+  SpawnSpec {
+    program: c("/bin/sh"),
+    argv: vec![c("sh"), c("-c"), c(script)],
+    env: vec![c("PATH=/usr/bin:/bin")],
+    cwd: c("/"),
+  }
+}
+
+fn limits(timeout_ms: u64, grace_ms: u64) -> Limits {
+  Limits {
+    timeout: Some(Duration::from_millis(timeout_ms)),
+    max_output_bytes: 1 << 20,
+    kill_grace: Duration::from_millis(grace_ms),
+  }
+}
+
+/// A token no other process on the machine has in its command line: `sleep 9999.<digits>` is
+/// both a valid duration and a unique string.
+fn token() -> String {
+  let n = uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000;
+  format!("9999.{n:012}")
+}
+
+/// Pids of live processes (not zombies) whose command line contains `token`.
+fn holders(token: &str) -> Vec<i32> {
+  let me = std::process::id() as i32;
+  let mut out = Vec::new();
+  for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+    let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+      continue;
+    };
+    if pid == me {
+      continue;
+    }
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+      continue;
+    };
+    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+      .ok()
+      .and_then(|s| {
+        s.rsplit_once(')')
+          .map(|(_, r)| r.trim_start().starts_with('Z'))
+      })
+      .unwrap_or(true);
+    if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
+      out.push(pid);
+    }
+  }
+  out
+}
+
+/// Waits until no process holds `token`, up to `bound`; returns the holders left then.
+fn survivors_after(token: &str, bound: Duration) -> Vec<i32> {
+  let until = Instant::now() + bound;
+  loop {
+    let left = holders(token);
+    if left.is_empty() || Instant::now() >= until {
+      return left;
+    }
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+/// Waits until `n` processes hold `token` (the tree is fully built), up to 10 s.
+fn wait_for_holders(token: &str, n: usize) {
+  let until = Instant::now() + Duration::from_secs(10);
+  while holders(token).len() < n {
+    assert!(Instant::now() < until, "the tree for {token} never started");
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+type Outcome = Result<Finished<&'static str>, RunError>;
+
+/// Runs `spec` on a thread through the supervisor (or the direct path); `stop` lets the test
+/// ask for termination.
+fn run_on_thread(
+  sup: &Arc<Supervisor>,
+  spec: SpawnSpec,
+  limits: Limits,
+) -> (
+  Arc<StopCell<&'static str>>,
+  std::thread::JoinHandle<Outcome>,
+) {
+  let cell = Arc::new(StopCell::new());
+  let runner = Arc::clone(&cell);
+  let sup = Arc::clone(sup);
+  let handle = std::thread::spawn(move || {
+    if direct() {
+      exec::run_blocking(&spec, &limits, &runner, |_| ()).map_err(RunError::Spawn)
+    } else {
+      supervisor::run_blocking(
+        &sup,
+        &spec,
+        &limits,
+        Duration::from_millis(100),
+        &runner,
+        |_| (),
+      )
+    }
+  });
+  (cell, handle)
+}
+
+fn run(sup: &Arc<Supervisor>, spec: SpawnSpec, limits: Limits) -> Outcome {
+  run_on_thread(sup, spec, limits).1.join().unwrap()
+}
+
+/// A tree built to escape: two `setsid` escapees (one of them double-forked), a double-forked
+/// background child, a TERM-immune child, all holding the stdout pipe; the leader itself
+/// ignores SIGTERM and waits. Seven processes carry the token once it is fully up.
+fn nasty(tok: &str) -> String {
+  format!(
+    "trap '' TERM; \
+     setsid sleep {tok} & \
+     (setsid sh -c 'sleep {tok}; :' &) ; \
+     (sleep {tok} &) ; \
+     sh -c 'trap \"\" TERM; sleep {tok}; :' & \
+     echo started; wait; : {tok}"
+  )
+}
+
+#[test]
+fn runs_a_command_and_reports_its_exit_and_output() {
+  let sup = Arc::new(supervisor());
+  for _ in 0..3 {
+    let done = run(
+      &sup,
+      sh("echo out; echo err >&2; exit 42"),
+      limits(5000, 100),
+    )
+    .unwrap();
+    assert_eq!(done.status, Some(ExitStatus::Exited(42)));
+    assert_eq!(
+      (done.stdout.as_str(), done.stderr.as_str()),
+      ("out\n", "err\n")
+    );
+    assert_eq!(done.ended_by, EndedBy::Exit);
+  }
+  let missing = SpawnSpec {
+    program: CString::new("/nonexistent/prog").unwrap(),
+    ..sh("")
+  };
+  match run(&sup, missing, limits(5000, 100)) {
+    Err(RunError::Spawn(e)) => assert_eq!(e.exit_code(), 127),
+    other => panic!("{other:?}"),
+  }
+  // The reaper that reported the failure still serves.
+  assert_eq!(
+    run(&sup, sh("exit 3"), limits(5000, 100))
+      .unwrap()
+      .exit_code(),
+    3
+  );
+}
+
+#[test]
+fn a_timeout_leaves_no_survivor_of_a_tree_that_escapes() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let started = Instant::now();
+  let done = run(&sup, sh(&nasty(&tok)), limits(1000, 200)).unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert_eq!(done.stdout, "started\n");
+  assert!(
+    started.elapsed() < Duration::from_secs(5),
+    "{:?}",
+    started.elapsed()
+  );
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+}
+
+#[test]
+fn an_abort_leaves_no_survivor_and_during_a_timeout_grace_brings_the_kill_forward() {
+  let sup = Arc::new(supervisor());
+  // Plain abort.
+  let tok = token();
+  let (cell, handle) = run_on_thread(&sup, sh(&nasty(&tok)), limits(60_000, 200));
+  wait_for_holders(&tok, 7);
+  cell.request(Stop {
+    grace: Duration::from_millis(200),
+    reason: "abort",
+  });
+  let done = handle.join().unwrap().unwrap();
+  assert_eq!(done.ended_by, EndedBy::Stopped("abort"));
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+
+  // Timeout after 300 ms with a 30 s grace the tree ignores SIGTERM through; an abort with
+  // zero grace must end it at once instead of 30 s later.
+  let tok = token();
+  let (cell, handle) = run_on_thread(&sup, sh(&nasty(&tok)), limits(300, 30_000));
+  wait_for_holders(&tok, 7);
+  std::thread::sleep(Duration::from_millis(600));
+  let asked = Instant::now();
+  cell.request(Stop {
+    grace: Duration::ZERO,
+    reason: "abort",
+  });
+  let done = handle.join().unwrap().unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert!(
+    asked.elapsed() < Duration::from_secs(2),
+    "{:?}",
+    asked.elapsed()
+  );
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+}
+
+#[test]
+fn a_background_setsid_child_is_killed_after_the_drain_and_the_job_settles_at_once() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let started = Instant::now();
+  // The escapee keeps stdout open: before the supervisor, this waited for the full timeout.
+  let done = run(
+    &sup,
+    sh(&format!("(setsid sleep {tok} &); echo done; exit 5")),
+    limits(20_000, 100),
+  )
+  .unwrap();
+  let took = started.elapsed();
+  assert_eq!(done.ended_by, EndedBy::Exit);
+  assert_eq!(done.status, Some(ExitStatus::Exited(5)));
+  assert_eq!(done.stdout, "done\n");
+  assert!(took < Duration::from_secs(2), "settled after {took:?}");
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(200)),
+    Vec::<i32>::new()
+  );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_survivor_of_trees_that_escape() {
+  use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, PoolError, RawJob};
+  let config = PoolConfig {
+    interactive_workers: 3,
+    kill_grace: Duration::from_millis(200),
+    shutdown_deadline: Duration::from_millis(300),
+    supervisor: (!direct()).then(|| env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let pool = Pool::new(config, tokio::runtime::Handle::current());
+  let tok = token();
+  let jobs: Vec<_> = (0..3)
+    .map(|_| {
+      let job = JobSpec::new(RawJob {
+        binary_path: "/bin/sh".into(),
+        args: vec!["-c".into(), nasty(&tok)],
+        cwd: "/".into(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        timeout_ms: Some(60_000),
+        ..RawJob::default()
+      })
+      .unwrap();
+      pool.submit(job).unwrap()
+    })
+    .collect();
+  let waiting = tok.clone();
+  tokio::task::spawn_blocking(move || wait_for_holders(&waiting, 21))
+    .await
+    .unwrap();
+  pool.shutdown().await;
+  for job in jobs {
+    assert_eq!(job.result.await.unwrap(), Err(PoolError::ShutDown));
+  }
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+}
+
+/// The parent pid of `pid`.
+fn ppid(pid: i32) -> i32 {
+  let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+  finn_sandbox::core::exec::tree::parse_stat(&stat)
+    .unwrap()
+    .ppid
+}
+
+#[test]
+fn a_reaper_or_supervisor_killed_mid_job_crashes_the_job_kills_its_tree_and_the_next_job_runs() {
+  if direct() {
+    // Nothing to kill on the direct path: the test is about the supervisor's processes.
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  for victim in ["reaper", "supervisor"] {
+    let tok = token();
+    let (_cell, handle) = run_on_thread(
+      &sup,
+      sh(&format!(
+        "(sleep {tok} &); setsid sleep {tok} & wait; : {tok}"
+      )),
+      limits(60_000, 200),
+    );
+    wait_for_holders(&tok, 3);
+    let leader = holders(&tok)
+      .into_iter()
+      .find(|&p| !holders(&tok).contains(&ppid(p)))
+      .unwrap();
+    let reaper = ppid(leader);
+    let supervisor_pid = ppid(reaper);
+    assert_eq!(sup.pid(), Some(supervisor_pid));
+    let target = if victim == "reaper" {
+      reaper
+    } else {
+      supervisor_pid
+    };
+    nix::sys::signal::kill(
+      nix::unistd::Pid::from_raw(target),
+      nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    match handle.join().unwrap() {
+      Err(RunError::Crashed(msg)) => assert!(msg.contains("reaper"), "{msg}"),
+      other => panic!("{victim}: {other:?}"),
+    }
+    assert_eq!(
+      survivors_after(&tok, Duration::from_secs(2)),
+      Vec::<i32>::new(),
+      "{victim}"
+    );
+    let next = run(&sup, sh("echo $PPID"), limits(5000, 100)).unwrap();
+    assert_eq!(next.exit_code(), 0);
+    let next_reaper: i32 = next.stdout.trim().parse().unwrap();
+    if victim == "supervisor" {
+      assert_ne!(sup.pid(), Some(supervisor_pid), "a new supervisor serves");
+    }
+    assert_eq!(sup.pid(), Some(ppid(next_reaper)));
+  }
+}
+
+#[test]
+fn dropping_the_handle_ends_the_supervisor_and_its_idle_reapers() {
+  let sup = Arc::new(supervisor());
+  run(&sup, sh("true"), limits(5000, 100)).unwrap();
+  let pid = sup.pid().unwrap();
+  let reapers: Vec<i32> = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+    .unwrap()
+    .split_whitespace()
+    .map(|p| p.parse().unwrap())
+    .collect();
+  assert_eq!(reapers.len(), 1);
+  drop(sup);
+  let until = Instant::now() + Duration::from_secs(2);
+  while [pid, reapers[0]]
+    .iter()
+    .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
+  {
+    assert!(
+      Instant::now() < until,
+      "supervisor {pid} or its reaper still there"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+#[test]
+fn a_missing_supervisor_binary_is_named_in_the_error() {
+  let sup = Arc::new(Supervisor::new("/nonexistent/finn-supervisor".into()));
+  match run(&sup, sh("true"), limits(5000, 100)) {
+    Err(RunError::Crashed(msg)) => {
+      assert!(msg.contains("/nonexistent/finn-supervisor"), "{msg}");
+    }
+    other => panic!("{other:?}"),
+  }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_lets_the_supervisor_go() {
+  use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
+  if direct() {
+    return;
+  }
+  let config = PoolConfig {
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let pool = Pool::new(config, tokio::runtime::Handle::current());
+  let job = JobSpec::new(RawJob {
+    binary_path: "/bin/sh".into(),
+    args: vec!["-c".into(), "echo $PPID".into()],
+    cwd: "/".into(),
+    ..RawJob::default()
+  })
+  .unwrap();
+  let out = pool.submit(job).unwrap().result.await.unwrap().unwrap();
+  let reaper: i32 = out.stdout.trim().parse().unwrap();
+  let supervisor_pid = ppid(reaper);
+  pool.shutdown().await;
+  let until = Instant::now() + Duration::from_secs(2);
+  while [supervisor_pid, reaper]
+    .iter()
+    .any(|&p| std::path::Path::new(&format!("/proc/{p}")).exists())
+  {
+    assert!(Instant::now() < until, "the supervisor outlived shutdown()");
+    tokio::time::sleep(Duration::from_millis(5)).await;
+  }
+}
+
+#[test]
+fn idle_reapers_retire_and_a_job_meeting_a_retiring_reaper_runs_on_another() {
+  let sup = Arc::new(Supervisor::with_reaper_idle(
+    PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")),
+    Duration::from_millis(50),
+  ));
+  let first: i32 = run(&sup, sh("echo $PPID"), limits(5000, 100))
+    .unwrap()
+    .stdout
+    .trim()
+    .parse()
+    .unwrap();
+  // Its reaper exits on its own once idle; the supervisor stays.
+  let until = Instant::now() + Duration::from_secs(2);
+  while std::path::Path::new(&format!("/proc/{first}")).exists() {
+    assert!(
+      Instant::now() < until,
+      "the idle reaper {first} did not retire"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+  assert!(sup.pid().is_some());
+  // A job handed to a reaper that retired meanwhile (it left `Retired` and closed its end)
+  // runs on another one, once.
+  let stale = sup.checkout().unwrap();
+  let stale_pid = stale.pid;
+  while std::path::Path::new(&format!("/proc/{stale_pid}")).exists() {
+    assert!(
+      Instant::now() < until + Duration::from_secs(2),
+      "{stale_pid} did not retire"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+  sup.checkin(stale);
+  let done = run(&sup, sh("echo $PPID"), limits(5000, 100)).unwrap();
+  let ran_on: i32 = done.stdout.trim().parse().unwrap();
+  assert_ne!(ran_on, stale_pid);
+  // Jobs keep running however their start meets a retirement.
+  for i in 0..20 {
+    std::thread::sleep(Duration::from_millis(i % 4 * 20));
+    let done = run(&sup, sh("echo ok"), limits(5000, 100)).unwrap();
+    assert_eq!(done.stdout, "ok\n", "job {i}");
+  }
+}
