@@ -5,8 +5,32 @@
 // wiring, and the rule that `exec` never throws synchronously. Every export is a
 // `module.exports.X =` line so Node's ESM loader can see the names statically.
 
-const native = require('./native.js')
-const path = require('node:path')
+const { helperPath } = require('./platform.js')
+
+const native = loadNative()
+
+/**
+ * napi's loader throws "Cannot find native binding" with advice about npm's optional
+ * dependencies, which does not apply here: the binary ships inside this package or is built from
+ * source. Say which platform has none and how to get one, keeping napi's error as the cause.
+ */
+function loadNative() {
+  try {
+    return require('./native.js')
+  } catch (err) {
+    const { platformSuffix, fixAdvice } = require('./platform.js')
+    const suffix = platformSuffix()
+    // The loader also tried napi's optional platform packages and WASI builds, which this
+    // package does not use: only the failure of the file beside native.js is worth reading.
+    const causes = []
+    for (let e = err && err.cause; e; e = e.cause) {
+      const line = String(e.message).split('\n')[0]
+      if (!/^Cannot find module '(finn-sandbox-|\.\/finn-sandbox\.wasi)/.test(line)) causes.push(line)
+    }
+    const why = causes.length > 0 ? ` (${causes.join('; ')})` : ''
+    throw new Error(`finn-sandbox: no native binary loads on ${suffix}${why}. ${fixAdvice(suffix)}`, { cause: err })
+  }
+}
 
 // Every code comes from the addon (the Rust enum `PoolErrorCode`); native errors carry theirs
 // as a `code` property set in Rust.
@@ -162,13 +186,6 @@ function pack(spec, lane, jailRoot) {
 }
 
 /** `linux-x64-gnu` and the like: the suffix of the shipped binaries (as scripts/install.js). */
-function platformSuffix() {
-  const { platform, arch } = process
-  if (platform !== 'linux') return `${platform}-${arch}`
-  const glibc = process.report && process.report.getReport().header.glibcVersionRuntime
-  return `linux-${arch}-${glibc ? 'gnu' : 'musl'}`
-}
-
 let supervisorFile
 /**
  * The supervisor binary that contains every job's tree: `finn-supervisor.<platform>` beside
@@ -180,7 +197,7 @@ function supervisorPath() {
   const override = process.env.FINN_SANDBOX_SUPERVISOR
   if (override === 'off') return undefined
   if (override) return override
-  if (supervisorFile === undefined) supervisorFile = path.join(__dirname, `finn-supervisor.${platformSuffix()}`)
+  if (supervisorFile === undefined) supervisorFile = helperPath('finn-supervisor')
   return supervisorFile
 }
 

@@ -461,10 +461,12 @@ describe('panics', () => {
     // One worker: the second job is queued and runs on the thread that ran the first, which
     // holds the first job's reply back until the next child runs.
     const first = p.exec(sh('echo first'))
-    const panics = p.exec(sh('echo x', { sessionId: '__finn_sandbox_test_panic__' }))
+    // The panic's rejection can arrive before the first job's reply (which waits for the next
+    // child, and the panicking job starts none): catch it from the start, or it is unhandled.
+    const panics = rejection(p.exec(sh('echo x', { sessionId: '__finn_sandbox_test_panic__' })))
     const third = p.exec(sh('echo third'))
     expect((await first).stdout).toBe('first\n')
-    expect((await rejection(panics)).code).toBe(PoolErrorCode.WORKER_CRASHED)
+    expect((await panics).code).toBe(PoolErrorCode.WORKER_CRASHED)
     expect((await third).stdout).toBe('third\n')
     expect(p.stats().totals).toMatchObject({ failed: 1, completed: 2 })
   })

@@ -1,21 +1,27 @@
 'use strict'
-// Builds the native addon from source at `npm install` (no prebuilt binaries are downloaded).
-// Skipped when a binary for this platform exists and is newer than every Rust source.
-// In a development checkout (with @napi-rs/cli installed) it runs `napi build`, which also
-// regenerates native.js / native.d.ts; in a consumer install it runs cargo directly.
+// The package's `install` script. It decides between the prebuilt binary and a build from source:
+// - a consumer install on a platform with a prebuilt binary that loads: nothing to do (pnpm 10
+//   skips this script by default anyway; the package must work without it);
+// - FINN_SANDBOX_BUILD_FROM_SOURCE=1, another platform or libc, or a prebuilt binary that does
+//   not load here (an older glibc): build from source with cargo, or fail saying what is missing;
+// - a development checkout (a .git beside package.json): rebuild when a binary is missing, older
+//   than a Rust source, or built with other cargo features than the development ones (a prepack
+//   builds without the test hooks); this is the `npm install` and `npm test` step.
+// A failed build leaves no half-written binary (scripts/build.js writes by rename) and exits
+// non-zero, so npm and pnpm fail the install instead of leaving a package that fails at import.
 
-const { spawnSync } = require('node:child_process')
 const fs = require('node:fs')
 const path = require('node:path')
+const { PREBUILT_PLATFORMS, GLIBC_BASELINE, platformSuffix, addonPath, helperPath } = require('../platform.js')
 
 const root = path.resolve(__dirname, '..')
-
-function platformSuffix() {
-  const { platform, arch } = process
-  if (platform !== 'linux') return `${platform}-${arch}`
-  const glibc = process.report && process.report.getReport().header.glibcVersionRuntime
-  return `linux-${arch}-${glibc ? 'gnu' : 'musl'}`
-}
+const suffix = platformSuffix()
+const addon = addonPath(suffix)
+const fromSource = process.env.FINN_SANDBOX_BUILD_FROM_SOURCE === '1' || process.argv.includes('--force')
+const devCheckout = fs.existsSync(path.join(root, '.git'))
+/** In a checkout, from cargo metadata: the crate's bin targets, and the features to build with. */
+let bins = null
+let features = []
 
 function newestSourceMtime() {
   let newest = 0
@@ -30,61 +36,77 @@ function newestSourceMtime() {
   return newest
 }
 
-function run(cmd, args) {
-  const res = spawnSync(cmd, args, { cwd: root, stdio: ['ignore', 'inherit', 'inherit'] })
-  if (res.error) throw new Error(`finn-sandbox: cannot run ${cmd}: ${res.error.message} (Rust and cargo are required to build from source)`)
-  if (res.status !== 0) process.exit(res.status || 1)
-  return res
+/** Features a development build has: the test hooks vitest uses, once the crate declares them. */
+const DEV_FEATURES = ['test-hooks']
+
+/**
+ * In a checkout: the addon and every bin target exist, are newer than every Rust source, and were
+ * built with the development features (a prepack in the same checkout builds without them).
+ */
+function devBuildIsFresh(wanted) {
+  const { builtFeatures } = require('./build.js')
+  if (JSON.stringify(builtFeatures()) !== JSON.stringify(wanted)) return false
+  const newest = newestSourceMtime()
+  return [addon, ...bins.map((name) => helperPath(name, suffix))].every((f) => fs.existsSync(f) && fs.statSync(f).mtimeMs >= newest)
 }
 
-const target = path.join(root, `finn-sandbox.${platformSuffix()}.node`)
-// The supervisor process every pool starts (src/bin/finn-supervisor.rs), beside the addon.
-const supervisor = path.join(root, `finn-supervisor.${platformSuffix()}`)
-const force = process.argv.includes('--force')
-const fresh = (file) => fs.existsSync(file) && fs.statSync(file).mtimeMs >= newestSourceMtime()
-if (!force && fresh(target) && fresh(supervisor)) {
-  process.exit(0)
+/** Why the binary beside native.js cannot be used here, or null when it loads. */
+function addonProblem() {
+  if (!fs.existsSync(addon)) return `${path.basename(addon)} is not in the package`
+  try {
+    require(addon)
+    return null
+  } catch (err) {
+    return String(err.message).split('\n')[0]
+  }
 }
 
-const napiCli = path.join(root, 'node_modules', '@napi-rs', 'cli', 'dist', 'cli.js')
-if (fs.existsSync(napiCli) && fs.existsSync(path.join(root, '.git'))) {
-  // A development checkout also builds the test hooks (src/core/pool/test_hooks.rs, inert unless
-  // FINN_SANDBOX_TEST_HOOKS=1) that vitest uses; a consumer's build below never has them.
-  const args = ['build', '--platform', '--release', '--features', 'test-hooks', '--js', 'native.js', '--dts', 'native.d.ts']
-  run(process.execPath, [napiCli, ...args])
-} else {
-  const res = spawnSync('cargo', ['build', '--release', '--lib', '--message-format=json-render-diagnostics'], {
-    cwd: root,
-    stdio: ['ignore', 'pipe', 'inherit'],
-    maxBuffer: 256 * 1024 * 1024,
-  })
-  if (res.error) throw new Error(`finn-sandbox: cannot run cargo: ${res.error.message} (Rust is required to build from source)`)
-  if (res.status !== 0) process.exit(res.status || 1)
-  const artifact = res.stdout
-    .toString()
-    .split('\n')
-    .filter((line) => line.startsWith('{'))
-    .map((line) => JSON.parse(line))
-    .filter((msg) => msg.reason === 'compiler-artifact' && msg.target.kind.includes('cdylib'))
-    .flatMap((msg) => msg.filenames)
-    .find((f) => /\.(so|dylib|dll)$/.test(f))
-  if (!artifact) throw new Error('finn-sandbox: cargo built no cdylib')
-  fs.copyFileSync(artifact, target)
+function main() {
+  if (process.platform !== 'linux') {
+    fail(`finn-sandbox runs on Linux only (this is ${suffix}).`)
+  }
+  if (devCheckout) {
+    try {
+      const info = require('./build.js').crateInfo()
+      bins = info.bins
+      features = DEV_FEATURES.filter((f) => info.features.includes(f))
+    } catch {
+      // no cargo: the build below says so
+    }
+  }
+  let reason
+  if (fromSource) {
+    reason = process.env.FINN_SANDBOX_BUILD_FROM_SOURCE === '1' ? 'FINN_SANDBOX_BUILD_FROM_SOURCE=1' : '--force'
+  } else if (devCheckout) {
+    if (bins !== null && devBuildIsFresh(features)) return
+    reason = 'development checkout: a binary is missing, older than the Rust sources or built with other features'
+  } else {
+    const problem = addonProblem()
+    if (problem === null) return
+    reason = problem
+  }
+  console.error(`finn-sandbox: building from source for ${suffix} (${reason})`)
+  const { build, BuildError } = require('./build.js')
+  try {
+    build({ features })
+    // A consumer's build leaves hundreds of MB of cargo output inside node_modules, which an
+    // image like loa-finn's would copy into its runtime stage; the binaries are already out.
+    if (!devCheckout && !process.env.CARGO_TARGET_DIR) fs.rmSync(path.join(root, 'target'), { recursive: true, force: true })
+  } catch (err) {
+    if (!(err instanceof BuildError)) throw err
+    const cargoMissing = /cannot run (cargo|rustc)/.test(err.message)
+    fail(
+      `finn-sandbox: cannot build from source for ${suffix} (${reason}): ${err.message}.` +
+        (cargoMissing ? ' Building from source needs Rust: cargo and rustc on PATH (https://rustup.rs).' : '') +
+        ` Prebuilt binaries ship for ${PREBUILT_PLATFORMS.join(', ')} only (glibc ${GLIBC_BASELINE} or newer)` +
+        (fromSource && PREBUILT_PLATFORMS.includes(suffix) ? '; unset FINN_SANDBOX_BUILD_FROM_SOURCE to use it.' : '.'),
+    )
+  }
 }
-fs.utimesSync(target, new Date(), new Date())
-const bin = spawnSync('cargo', ['build', '--release', '--bin', 'finn-supervisor', '--message-format=json-render-diagnostics'], {
-  cwd: root,
-  stdio: ['ignore', 'pipe', 'inherit'],
-  maxBuffer: 256 * 1024 * 1024,
-})
-if (bin.error) throw new Error(`finn-sandbox: cannot run cargo: ${bin.error.message}`)
-if (bin.status !== 0) process.exit(bin.status || 1)
-const executable = bin.stdout
-  .toString()
-  .split('\n')
-  .filter((line) => line.startsWith('{'))
-  .map((line) => JSON.parse(line))
-  .find((msg) => msg.reason === 'compiler-artifact' && msg.target.name === 'finn-supervisor' && msg.executable)
-if (!executable) throw new Error('finn-sandbox: cargo built no finn-supervisor')
-fs.copyFileSync(executable.executable, supervisor)
-fs.chmodSync(supervisor, 0o755)
+
+function fail(message) {
+  console.error(message)
+  process.exit(1)
+}
+
+main()
