@@ -7,16 +7,12 @@
 
 const native = require('./native.js')
 
+// Every code comes from the addon (the Rust enum `PoolErrorCode`); native errors carry theirs
+// as a `code` property set in Rust.
+const codes = native.errorCodes()
+
 /** @type {Readonly<Record<string, string>>} */
-const PoolErrorCode = Object.freeze({
-  WORKER_UNAVAILABLE: 'WORKER_UNAVAILABLE',
-  POOL_SHUTTING_DOWN: 'POOL_SHUTTING_DOWN',
-  SANDBOX_DISABLED: 'SANDBOX_DISABLED',
-  EXEC_TIMEOUT: 'EXEC_TIMEOUT',
-  WORKER_CRASHED: 'WORKER_CRASHED',
-  ABORTED: 'ABORTED',
-  INVALID_SPEC: 'INVALID_SPEC',
-})
+const PoolErrorCode = Object.freeze(Object.fromEntries(codes.pool.map((code) => [code, code])))
 
 class PoolError extends Error {
   constructor(code, message, options) {
@@ -33,12 +29,13 @@ class SandboxError extends Error {
   }
 }
 
-/** Native errors carry "CODE: message"; anything else is an internal failure. */
+/** A native error whose `code` is a PoolErrorCode keeps it; anything else is an internal failure. */
 function toPoolError(err) {
   if (err instanceof PoolError) return err
+  if (err instanceof Error && typeof err.code === 'string' && Object.hasOwn(PoolErrorCode, err.code)) {
+    return new PoolError(err.code, err.message)
+  }
   const text = String(err && err.message !== undefined ? err.message : err)
-  const match = /^([A-Z_]+): ([\s\S]*)$/.exec(text)
-  if (match && Object.hasOwn(PoolErrorCode, match[1])) return new PoolError(match[1], match[2])
   return new PoolError(PoolErrorCode.WORKER_CRASHED, text, { cause: err })
 }
 
@@ -105,7 +102,7 @@ const optionalString = (v) => (v === undefined || v === null ? '' : typeof v ===
 const optionalCount = (v) =>
   v === undefined || v === null ? '' : typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? String(v) : undefined
 
-/** The packed form of `convert::packed_job` (src/binding/convert.rs), or undefined. */
+/** The packed form of `spec::packed_job` (src/binding/spec.rs: PACKED_HEADER is the field order), or undefined. */
 function pack(spec, lane, jailRoot) {
   if (typeof spec !== 'object' || spec === null) return undefined
   const { binaryPath, args, cwd, env } = spec
@@ -219,10 +216,9 @@ class WorkerPool {
 
 // ── Sandbox ──────────────────────────────────────────────────────────────────
 
-/** Native refusals carry "SANDBOX_ERROR: message". */
+/** Native refusals carry the sandbox's code. */
 function rethrowSandbox(err) {
-  const text = String(err && err.message !== undefined ? err.message : err)
-  if (text.startsWith('SANDBOX_ERROR: ')) throw new SandboxError(text.slice('SANDBOX_ERROR: '.length))
+  if (err instanceof Error && err.code === codes.sandbox) throw new SandboxError(err.message)
   throw err
 }
 
@@ -309,7 +305,7 @@ class WorkerExecutor {
  */
 class ChildProcessExecutor {
   constructor() {
-    this.pool = new WorkerPool({ interactiveWorkers: 4096, maxQueueDepth: 0 })
+    this.pool = new WorkerPool({ interactiveWorkers: native.limits().maxInteractiveWorkers, maxQueueDepth: 0 })
   }
 
   exec(spec) {
@@ -401,31 +397,37 @@ class ToolSandbox {
       return WorkerPool.track(pool, ticket, signal)
     }
 
-    let prepared
-    try {
-      prepared = this.#native.prepare(command, sessionId)
-    } catch (err) {
-      rethrowSandbox(err)
-    }
     if (!this.#executor) {
+      let result
+      try {
+        result = this.#native.executeWithoutExecutor(command, sessionId)
+      } catch (err) {
+        rethrowSandbox(err)
+      }
       if (!this.#warnedNoExecutor) {
         this.#warnedNoExecutor = true
         console.warn('[sandbox] executor unavailable — all tool calls will fail.')
       }
-      return this.#native.complete(prepared, { noExecutor: true })
+      return result
+    }
+    let spec, prepared
+    try {
+      ;({ spec, prepared } = this.#native.prepare(command, sessionId))
+    } catch (err) {
+      rethrowSandbox(err)
     }
     let result
     try {
-      result = await this.#executor.exec(prepared.spec)
+      result = await this.#executor.exec(spec)
     } catch (err) {
       if (err && err.name === 'PoolError' && err.code === PoolErrorCode.EXEC_TIMEOUT) {
-        return this.#native.complete(prepared, { timeoutMessage: String(err.message) })
+        return prepared.complete({ timeoutMessage: String(err.message) })
       }
       const code = err && (err.code ?? err.message)
-      this.#native.complete(prepared, { failedCode: String(code ?? 'unknown') })
+      prepared.complete({ failedCode: String(code ?? 'unknown') })
       throw err
     }
-    return this.#native.complete(prepared, result)
+    return prepared.complete(result)
   }
 }
 

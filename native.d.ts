@@ -27,8 +27,12 @@ export declare class NativeJail {
 
 /** A command that passed stages 1-7, waiting for its executor's outcome. */
 export declare class NativePrepared {
-  /** The `ExecSpec` to hand to the executor. */
-  get spec(): import('./index').ExecSpec
+  /**
+   * Stage 9 for the executor's result (`ExecResult`), timeout (`{ timeoutMessage }`) or
+   * failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
+   * error).
+   */
+  complete(outcome: unknown): SandboxResult | null
 }
 
 /** Redacts secrets from text. */
@@ -41,20 +45,24 @@ export declare class NativeRedactor {
 export declare class NativeToolSandbox {
   /** `secretsEnv` is the environment the redactor takes its secret values from. */
   constructor(config: unknown, auditLog: NativeAuditLog, secretsEnv?: unknown | undefined | null)
-  /** Throws `SANDBOX_ERROR: <message>` for an empty command or shell metacharacters. */
+  /** Throws a `SANDBOX_ERROR` error for an empty command or shell metacharacters. */
   tokenize(command: string): SandboxCommand
   getJailRoot(): string
-  /** Stages 1-7; throws `SANDBOX_ERROR: <message>` for a refusal (already audited). */
-  prepare(command: string, sessionId?: string | undefined | null): NativePrepared
   /**
-   * Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
-   * failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
-   * error) or absence (`{ noExecutor: true }`).
+   * Stages 1-7 for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
+   * executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error
+   * for a refusal (already audited).
    */
-  complete(prepared: NativePrepared, outcome: unknown): SandboxResult | null
+  prepare(command: string, sessionId?: string | undefined | null): { spec: import('./index').ExecSpec; prepared: NativePrepared }
+  /**
+   * The whole pipeline without an executor: an allowed command resolves as "Sandbox is
+   * disabled (no executor available)", audited `no_executor`. Throws a
+   * `SANDBOX_ERROR` error for a refusal (already audited).
+   */
+  executeWithoutExecutor(command: string, sessionId?: string | undefined | null): SandboxResult
   /**
    * The whole pipeline in Rust on the native pool's interactive lane, with the jail as
-   * jailRoot. Throws `SANDBOX_ERROR: ...` for a refusal; otherwise returns the pool job's
+   * jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's
    * ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
    * through the pool's `onSettled`.
    */
@@ -64,7 +72,7 @@ export declare class NativeToolSandbox {
 /** The native pool. Use `WorkerPool` from the package entry instead. */
 export declare class NativeWorkerPool {
   /**
-   * Throws `"INVALID_SPEC: <message>"` for a bad config. `onSettled` receives batches of
+   * Throws an `INVALID_SPEC` error naming the field for a bad config. `onSettled` receives batches of
    * settled jobs.
    */
   constructor(config: unknown | undefined | null, onSettled: (arg: Array<JobSettled>) => void)
@@ -80,7 +88,7 @@ export declare class NativeWorkerPool {
    */
   submit(spec: unknown, lane?: unknown | undefined | null, jailRoot?: unknown | undefined | null): Ticket
   /**
-   * [`Self::submit`] for a job `index.js` packed into one string (see `convert::packed_job`).
+   * [`Self::submit`] for a job `index.js` packed into one string (see `spec::packed_job`).
    * A malformed string is refused with `INVALID_SPEC`; `index.js` then resubmits the spec
    * field by field for an error that names the field.
    */
@@ -91,6 +99,17 @@ export declare class NativeWorkerPool {
   stats(): WorkerPoolStats
   /** Closes the pool now; the promise resolves once no child of the pool is alive. */
   shutdown(): Promise<undefined>
+}
+
+/** The codes, read once by `index.js` (its `PoolErrorCode` is built from them). */
+export declare function errorCodes(): ErrorCodes
+
+/** Every code an error of the addon can carry. */
+export interface ErrorCodes {
+  /** `PoolErrorCode`, in its order. */
+  pool: Array<string>
+  /** The code of a sandbox refusal. */
+  sandbox: string
 }
 
 /** What `exec` resolves with. */
@@ -127,6 +146,23 @@ export interface JobSettled {
   sandboxResult?: SandboxResult
   errorCode?: string
   errorMessage?: string
+}
+
+/** The defaults and limits, read once by `index.js`. */
+export declare function limits(): Limits
+
+/** Every default and limit of a job and a pool (see `src/core/limits.rs`). */
+export interface Limits {
+  defaultTimeoutMs: number
+  maxTimeoutMs: number
+  defaultMaxBuffer: number
+  maxBufferLimit: number
+  defaultKillGraceMs: number
+  defaultShutdownDeadlineMs: number
+  defaultInteractiveWorkers: number
+  maxInteractiveWorkers: number
+  defaultMaxQueueDepth: number
+  defaultSandboxMaxOutput: number
 }
 
 export interface PoolTotals {

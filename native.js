@@ -841,3 +841,5 @@ module.exports.NativePrepared = nativeBinding.NativePrepared
 module.exports.NativeRedactor = nativeBinding.NativeRedactor
 module.exports.NativeToolSandbox = nativeBinding.NativeToolSandbox
 module.exports.NativeWorkerPool = nativeBinding.NativeWorkerPool
+module.exports.errorCodes = nativeBinding.errorCodes
+module.exports.limits = nativeBinding.limits

@@ -223,6 +223,16 @@ describe('output cap', () => {
     expect(r.stdout).not.toContain('\uFFFD')
   })
 
+  test('caps the bytes returned, after invalid bytes become U+FFFD (3 bytes each)', async () => {
+    // 100 kB of 0xff: capped as raw bytes and converted afterwards this returned 12,238 bytes.
+    const r = await pool().exec(sh('head -c 100000 /dev/zero | tr "\\0" "\\377"', { maxBuffer: 4096 }))
+    expect(r.truncated).toBe(true)
+    const total = Buffer.byteLength(r.stdout) + Buffer.byteLength(r.stderr)
+    expect(total).toBeLessThanOrEqual(4096)
+    expect(total).toBeGreaterThan(4096 - 3)
+    expect(r.stdout.startsWith('\uFFFD\uFFFD')).toBe(true)
+  })
+
   test('output that fits is untouched', async () => {
     const r = await pool().exec(sh('printf 12345', { maxBuffer: 5 }))
     expect(r).toMatchObject({ stdout: '12345', truncated: false, exitCode: 0 })

@@ -45,7 +45,10 @@ if (!force && fs.existsSync(target) && fs.statSync(target).mtimeMs >= newestSour
 
 const napiCli = path.join(root, 'node_modules', '@napi-rs', 'cli', 'dist', 'cli.js')
 if (fs.existsSync(napiCli) && fs.existsSync(path.join(root, '.git'))) {
-  run(process.execPath, [napiCli, 'build', '--platform', '--release', '--js', 'native.js', '--dts', 'native.d.ts'])
+  // A development checkout also builds the test hooks (src/core/pool/test_hooks.rs, inert unless
+  // FINN_SANDBOX_TEST_HOOKS=1) that vitest uses; a consumer's build below never has them.
+  const args = ['build', '--platform', '--release', '--features', 'test-hooks', '--js', 'native.js', '--dts', 'native.d.ts']
+  run(process.execPath, [napiCli, ...args])
 } else {
   const res = spawnSync('cargo', ['build', '--release', '--lib', '--message-format=json-render-diagnostics'], {
     cwd: root,

@@ -1,2 +1,4 @@
+#![deny(clippy::all)]
+
 pub mod binding;
 pub mod core;

@@ -1,6 +1,10 @@
 //! The only code that touches napi: classes, option conversion, error mapping.
 
 pub mod convert;
+pub mod error;
+pub mod executor;
+pub mod limits;
 pub mod logging;
 pub mod pool;
 pub mod sandbox;
+pub mod spec;

@@ -11,8 +11,11 @@ use napi::{Env, Status};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
+use super::error::{coded, pool_error};
 use super::sandbox::SandboxResult;
-use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError};
+use super::spec;
+use crate::core::limits::MAX_INTERACTIVE_WORKERS;
+use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
 /// turns into a PoolError.
@@ -26,6 +29,16 @@ pub struct JobSettled {
 }
 
 impl JobSettled {
+  pub(crate) fn sandbox(id: u64, result: SandboxResult) -> Self {
+    JobSettled {
+      id: id as f64,
+      result: None,
+      sandbox_result: Some(result),
+      error_code: None,
+      error_message: None,
+    }
+  }
+
   pub(crate) fn error(id: u64, e: &PoolError) -> Self {
     JobSettled {
       id: id as f64,
@@ -166,10 +179,10 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
   let obj = convert::object(config.as_ref().expect("checked not nullish"), "config")?;
   if let Some(n) = convert::optional_uint(&obj, "interactiveWorkers", "config.interactiveWorkers")?
   {
-    if !(1..=4096).contains(&n) {
-      return Err(PoolError::InvalidSpec(
-        "config.interactiveWorkers must be an integer from 1 to 4096".into(),
-      ));
+    if !(1..=MAX_INTERACTIVE_WORKERS as u64).contains(&n) {
+      return Err(PoolError::InvalidSpec(format!(
+        "config.interactiveWorkers must be an integer from 1 to {MAX_INTERACTIVE_WORKERS}"
+      )));
     }
     out.interactive_workers = n as usize;
   }
@@ -188,10 +201,6 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
   Ok(out)
 }
 
-pub(crate) fn to_napi(e: PoolError) -> napi::Error {
-  napi::Error::new(Status::InvalidArg, format!("{}: {}", e.code(), e))
-}
-
 /// The native pool. Use `WorkerPool` from the package entry instead.
 #[napi]
 pub struct NativeWorkerPool {
@@ -201,16 +210,21 @@ pub struct NativeWorkerPool {
 
 #[napi]
 impl NativeWorkerPool {
-  /// Throws `"INVALID_SPEC: <message>"` for a bad config. `onSettled` receives batches of
+  /// Throws an `INVALID_SPEC` error naming the field for a bad config. `onSettled` receives batches of
   /// settled jobs.
   #[napi(constructor, catch_unwind)]
   pub fn new(
+    env: &Env,
     config: Option<Unknown>,
     on_settled: Function<Vec<JobSettled>, ()>,
   ) -> napi::Result<Self> {
-    let config = config_from_js(config).map_err(to_napi)?;
+    let config = config_from_js(config).map_err(|e| pool_error(env, &e))?;
+    let runtime = jobs_runtime().map_err(|e| {
+      let message = format!("could not start the job runtime: {e}");
+      coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)
+    })?;
     Ok(NativeWorkerPool {
-      pool: Pool::new(config, jobs_runtime()?),
+      pool: Pool::new(config, runtime),
       settler: Arc::new(Settler::new(on_settled)?),
     })
   }
@@ -227,18 +241,18 @@ impl NativeWorkerPool {
   /// refused; never throws for bad input. The outcome arrives through `onSettled`.
   #[napi(catch_unwind)]
   pub fn submit(&self, spec: Unknown, lane: Option<Unknown>, jail_root: Option<Unknown>) -> Ticket {
-    self.admit(convert::raw_job(&spec, lane.as_ref(), jail_root.as_ref()))
+    self.admit(spec::raw_job(&spec, lane.as_ref(), jail_root.as_ref()))
   }
 
-  /// [`Self::submit`] for a job `index.js` packed into one string (see `convert::packed_job`).
+  /// [`Self::submit`] for a job `index.js` packed into one string (see `spec::packed_job`).
   /// A malformed string is refused with `INVALID_SPEC`; `index.js` then resubmits the spec
   /// field by field for an error that names the field.
   #[napi(catch_unwind)]
   pub fn submit_packed(&self, packed: String) -> Ticket {
-    self.admit(convert::packed_job(&packed))
+    self.admit(spec::packed_job(&packed))
   }
 
-  fn admit(&self, raw: convert::Checked<pool::RawJob>) -> Ticket {
+  fn admit(&self, raw: Checked<pool::RawJob>) -> Ticket {
     let settler = Arc::clone(&self.settler);
     let submitted = raw.and_then(JobSpec::new).and_then(|job| {
       self.pool.submit_with(
@@ -296,7 +310,7 @@ impl NativeWorkerPool {
 /// idle worker threads itself (for 10 s) and retires them at shutdown; the runtime then lets a
 /// retired thread go after 200 ms. Its own runtime, because napi's caps blocking threads at
 /// 512 and a pool may have 4096 workers; shared by every pool.
-fn jobs_runtime() -> napi::Result<tokio::runtime::Handle> {
+fn jobs_runtime() -> Result<tokio::runtime::Handle, &'static std::io::Error> {
   static RUNTIME: OnceLock<std::io::Result<tokio::runtime::Runtime>> = OnceLock::new();
   let runtime = RUNTIME.get_or_init(|| {
     tokio::runtime::Builder::new_current_thread()
@@ -305,13 +319,7 @@ fn jobs_runtime() -> napi::Result<tokio::runtime::Handle> {
       .thread_name("finn-sandbox-job")
       .build()
   });
-  match runtime {
-    Ok(rt) => Ok(rt.handle().clone()),
-    Err(e) => Err(napi::Error::new(
-      Status::GenericFailure,
-      format!("WORKER_CRASHED: could not start the job runtime: {e}"),
-    )),
-  }
+  runtime.as_ref().map(|rt| rt.handle().clone())
 }
 
 fn settle(id: u64, outcome: JobOutcome) -> JobSettled {

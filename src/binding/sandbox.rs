@@ -3,28 +3,31 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use napi::Env;
 use napi::bindgen_prelude::{Object, Unknown};
-use napi::{Env, Status};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
+use super::error::{coded, sandbox_error};
+use super::executor::{self, HandOff};
 use super::pool::{JobSettled, NativeWorkerPool, Ticket};
 use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
-use crate::core::policy::sandbox::ExecOutcome;
-use crate::core::policy::{self, CommandPolicy, Prepared, SandboxConfig};
-use crate::core::pool::{JobOutcome, JobSpec, PoolError, config::MAX_BUFFER_LIMIT};
+use crate::core::limits::{DEFAULT_SANDBOX_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_BUFFER_LIMIT};
+use crate::core::policy::{self, CommandPolicy};
+use crate::core::pool::PoolError;
+use crate::core::sandbox::{self, NoRunner, Refusal, SandboxConfig};
 
-fn sandbox_error(message: impl Into<String>) -> napi::Error {
-  napi::Error::new(
-    Status::GenericFailure,
-    format!("SANDBOX_ERROR: {}", message.into()),
-  )
+/// A refusal of bad input, as a sandbox error naming the field.
+pub(crate) fn checked_to_sandbox(env: &Env) -> impl Fn(PoolError) -> napi::Error + '_ {
+  move |e| sandbox_error(env, e)
 }
 
-fn checked_to_sandbox(e: PoolError) -> napi::Error {
-  sandbox_error(e.to_string())
+/// An I/O failure on `path` the way Node's fs reports it: `code` is the errno's name.
+fn fs_error(env: &Env, e: &std::io::Error, path: &str) -> napi::Error {
+  let code = errno_name(e);
+  coded(env, code, format!("{code}: {e}, realpath '{path}'"))
 }
 
 /// A tokenized command.
@@ -46,8 +49,8 @@ pub struct SandboxResult {
   pub truncated: bool,
 }
 
-impl From<policy::SandboxResult> for SandboxResult {
-  fn from(r: policy::SandboxResult) -> Self {
+impl From<sandbox::SandboxResult> for SandboxResult {
+  fn from(r: sandbox::SandboxResult) -> Self {
     SandboxResult {
       stdout: r.stdout,
       stderr: r.stderr,
@@ -67,8 +70,8 @@ pub struct NativeAuditLog {
 #[napi]
 impl NativeAuditLog {
   #[napi(constructor, catch_unwind)]
-  pub fn new(data_dir: String, options: Option<Unknown>) -> napi::Result<Self> {
-    let options = audit_options(options).map_err(checked_to_sandbox)?;
+  pub fn new(env: &Env, data_dir: String, options: Option<Unknown>) -> napi::Result<Self> {
+    let options = audit_options(options).map_err(checked_to_sandbox(env))?;
     Ok(NativeAuditLog {
       log: audit::AuditLog::new(Path::new(&data_dir), options),
     })
@@ -144,10 +147,8 @@ pub struct NativeJail {
 impl NativeJail {
   /// Throws when `dir` does not exist (its realpath is the jail root).
   #[napi(constructor, catch_unwind)]
-  pub fn new(dir: String) -> napi::Result<Self> {
-    let jail = policy::FilesystemJail::new(&dir).map_err(|e| {
-      napi::Error::from_reason(format!("{}: {e}, realpath '{dir}'", errno_name(&e)))
-    })?;
+  pub fn new(env: &Env, dir: String) -> napi::Result<Self> {
+    let jail = policy::FilesystemJail::new(&dir).map_err(|e| fs_error(env, &e, &dir))?;
     Ok(NativeJail { jail })
   }
 
@@ -204,8 +205,8 @@ pub struct NativeRedactor {
 #[napi]
 impl NativeRedactor {
   #[napi(constructor, catch_unwind)]
-  pub fn new(env: Option<Unknown>) -> napi::Result<Self> {
-    let env = string_env(env, "env").map_err(checked_to_sandbox)?;
+  pub fn new(js: &Env, env: Option<Unknown>) -> napi::Result<Self> {
+    let env = string_env(env, "env").map_err(checked_to_sandbox(js))?;
     Ok(NativeRedactor {
       redactor: policy::SecretRedactor::new(env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
     })
@@ -219,15 +220,16 @@ impl NativeRedactor {
 
 fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
   let obj = convert::object(value, "config")?;
-  let exec_timeout_ms =
-    convert::optional_uint(&obj, "execTimeout", "config.execTimeout")?.unwrap_or(30_000);
+  let exec_timeout_ms = convert::optional_uint(&obj, "execTimeout", "config.execTimeout")?
+    .unwrap_or(DEFAULT_TIMEOUT_MS);
   if exec_timeout_ms == 0 {
     return Err(PoolError::InvalidSpec(
       "config.execTimeout must be a positive integer".into(),
     ));
   }
-  let max_output = convert::optional_uint(&obj, "maxOutput", "config.maxOutput")?.unwrap_or(65_536);
-  if max_output > MAX_BUFFER_LIMIT as u64 {
+  let max_output = convert::optional_uint(&obj, "maxOutput", "config.maxOutput")?
+    .unwrap_or(DEFAULT_SANDBOX_MAX_OUTPUT);
+  if max_output > MAX_BUFFER_LIMIT {
     return Err(PoolError::InvalidSpec(format!(
       "config.maxOutput must be at most {MAX_BUFFER_LIMIT}"
     )));
@@ -286,44 +288,10 @@ fn policies(value: &Unknown) -> Checked<BTreeMap<String, CommandPolicy>> {
   Ok(out)
 }
 
-/// A command that passed stages 1-7, waiting for its executor's outcome.
-#[napi]
-pub struct NativePrepared {
-  prepared: Option<Prepared>,
-}
-
-#[napi]
-impl NativePrepared {
-  /// The `ExecSpec` to hand to the executor.
-  #[napi(getter, ts_return_type = "import('./index').ExecSpec")]
-  pub fn spec<'env>(&self, env: &'env Env) -> napi::Result<Object<'env>> {
-    let job = &self
-      .prepared
-      .as_ref()
-      .ok_or_else(|| sandbox_error("command already completed"))?
-      .job;
-    let mut spec = Object::new(env)?;
-    spec.set("binaryPath", job.binary_path.as_str())?;
-    spec.set("args", job.args.clone())?;
-    spec.set("cwd", job.cwd.as_str())?;
-    spec.set("timeoutMs", job.timeout_ms.unwrap_or(30_000) as f64)?;
-    let mut env_obj = Object::new(env)?;
-    for (k, v) in &job.env {
-      env_obj.set(k, v.as_str())?;
-    }
-    spec.set("env", env_obj)?;
-    spec.set("maxBuffer", job.max_buffer.unwrap_or(0) as f64)?;
-    if let Some(session) = &job.session_id {
-      spec.set("sessionId", session.as_str())?;
-    }
-    Ok(spec)
-  }
-}
-
 /// loa-finn's ToolSandbox pipeline.
 #[napi]
 pub struct NativeToolSandbox {
-  sandbox: Arc<policy::ToolSandbox>,
+  sandbox: Arc<sandbox::ToolSandbox>,
 }
 
 #[napi]
@@ -331,29 +299,28 @@ impl NativeToolSandbox {
   /// `secretsEnv` is the environment the redactor takes its secret values from.
   #[napi(constructor, catch_unwind)]
   pub fn new(
+    env: &Env,
     config: Unknown,
     audit_log: &NativeAuditLog,
     secrets_env: Option<Unknown>,
   ) -> napi::Result<Self> {
-    let config = sandbox_config(&config).map_err(checked_to_sandbox)?;
-    let secrets = string_env(secrets_env, "secretsEnv").map_err(checked_to_sandbox)?;
+    let config = sandbox_config(&config).map_err(checked_to_sandbox(env))?;
+    let secrets = string_env(secrets_env, "secretsEnv").map_err(checked_to_sandbox(env))?;
     let jail_root = config.jail_root.clone();
-    let sandbox =
-      policy::ToolSandbox::new(config, audit_log.log.clone(), &secrets).map_err(|e| {
-        napi::Error::from_reason(format!("{}: {e}, realpath '{jail_root}'", errno_name(&e)))
-      })?;
+    let sandbox = sandbox::ToolSandbox::new(config, audit_log.log.clone(), &secrets)
+      .map_err(|e| fs_error(env, &e, &jail_root))?;
     Ok(NativeToolSandbox {
       sandbox: Arc::new(sandbox),
     })
   }
 
-  /// Throws `SANDBOX_ERROR: <message>` for an empty command or shell metacharacters.
+  /// Throws a `SANDBOX_ERROR` error for an empty command or shell metacharacters.
   #[napi(catch_unwind)]
-  pub fn tokenize(&self, command: String) -> napi::Result<SandboxCommand> {
+  pub fn tokenize(&self, env: &Env, command: String) -> napi::Result<SandboxCommand> {
     let cmd = self
       .sandbox
       .tokenize(&command)
-      .map_err(|d| sandbox_error(d.message))?;
+      .map_err(|d| sandbox_error(env, d.message))?;
     Ok(SandboxCommand {
       binary: cmd.binary,
       args: cmd.args,
@@ -365,145 +332,94 @@ impl NativeToolSandbox {
     self.sandbox.jail().root().to_string_lossy().into_owned()
   }
 
-  /// Stages 1-7; throws `SANDBOX_ERROR: <message>` for a refusal (already audited).
-  #[napi(catch_unwind)]
-  pub fn prepare(
+  /// Stages 1-7 for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
+  /// executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error
+  /// for a refusal (already audited).
+  #[napi(
+    catch_unwind,
+    ts_return_type = "{ spec: import('./index').ExecSpec; prepared: NativePrepared }"
+  )]
+  pub fn prepare<'env>(
     &self,
+    env: &'env Env,
     command: String,
     session_id: Option<String>,
-  ) -> napi::Result<NativePrepared> {
-    let prepared = self
+  ) -> napi::Result<Object<'env>> {
+    let hand_off = HandOff::default();
+    let (result, land) = landing();
+    self
       .sandbox
-      .prepare(&command, session_id)
-      .map_err(|d| sandbox_error(d.message))?;
-    Ok(NativePrepared {
-      prepared: Some(prepared),
-    })
+      .execute(&command, session_id, &hand_off, land)
+      .map_err(refusal(env))?;
+    let (job, prepared) = hand_off.prepared(result);
+    executor::prepared_to_js(env, &job, prepared)
   }
 
-  /// Stage 9 for a JS executor's result (`ExecResult`), timeout (`{ timeoutMessage }`),
-  /// failure (`{ failedCode }`: audited, returns undefined so the caller rethrows its own
-  /// error) or absence (`{ noExecutor: true }`).
+  /// The whole pipeline without an executor: an allowed command resolves as "Sandbox is
+  /// disabled (no executor available)", audited `no_executor`. Throws a
+  /// `SANDBOX_ERROR` error for a refusal (already audited).
   #[napi(catch_unwind)]
-  pub fn complete(
+  pub fn execute_without_executor(
     &self,
-    prepared: &mut NativePrepared,
-    outcome: Unknown,
-  ) -> napi::Result<Option<SandboxResult>> {
-    let prepared = prepared
-      .prepared
-      .take()
-      .ok_or_else(|| sandbox_error("command already completed"))?;
-    let outcome = exec_outcome(&outcome).map_err(checked_to_sandbox)?;
-    Ok(
-      self
-        .sandbox
-        .complete(prepared, outcome)
-        .ok()
-        .map(Into::into),
-    )
+    env: &Env,
+    command: String,
+    session_id: Option<String>,
+  ) -> napi::Result<SandboxResult> {
+    let (result, land) = landing();
+    self
+      .sandbox
+      .execute(&command, session_id, &NoRunner, land)
+      .map_err(refusal(env))?;
+    let settled = result.lock().unwrap_or_else(|e| e.into_inner()).take();
+    match settled {
+      Some(Ok(result)) => Ok(result.into()),
+      Some(Err(never)) => match never {},
+      None => Err(sandbox_error(env, "no runner settles at once")),
+    }
   }
 
   /// The whole pipeline in Rust on the native pool's interactive lane, with the jail as
-  /// jailRoot. Throws `SANDBOX_ERROR: ...` for a refusal; otherwise returns the pool job's
+  /// jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's
   /// ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
   /// through the pool's `onSettled`.
   #[napi(catch_unwind)]
   pub fn execute_with_pool(
     &self,
+    env: &Env,
     command: String,
     pool: &NativeWorkerPool,
     session_id: Option<String>,
   ) -> napi::Result<Ticket> {
-    let prepared = self
-      .sandbox
-      .prepare(&command, session_id)
-      .map_err(|d| sandbox_error(d.message))?;
-    let job = match JobSpec::new(prepared.job.clone()) {
-      Ok(job) => job,
-      Err(e) => {
-        let _ = self
-          .sandbox
-          .complete(prepared, ExecOutcome::Failed(e.code().into()));
-        return Ok(Ticket::refused(&e));
-      }
-    };
-    let sandbox = Arc::clone(&self.sandbox);
     let settler = Arc::clone(&pool.settler);
-    // Shared with the completion: when the pool refuses the job it drops the completion
-    // uncalled, and the refusal is audited from here.
-    let slot = Arc::new(std::sync::Mutex::new(Some(prepared)));
-    let in_done = Arc::clone(&slot);
-    let done = Box::new(move |id: u64, outcome: JobOutcome| {
-      let Some(prepared) = in_done.lock().unwrap_or_else(|e| e.into_inner()).take() else {
-        return;
-      };
-      let outcome = match outcome {
-        Ok(r) => ExecOutcome::Finished {
-          stdout: r.stdout,
-          stderr: r.stderr,
-          exit_code: r.exit_code,
-          truncated: r.truncated,
-        },
-        Err(e @ PoolError::Timeout(_)) => ExecOutcome::TimedOut(e.to_string()),
-        Err(e) => {
-          let _ = sandbox.complete(prepared, ExecOutcome::Failed(e.code().into()));
-          return settler.push(JobSettled::error(id, &e));
-        }
-      };
-      let settled = match sandbox.complete(prepared, outcome) {
-        Ok(result) => JobSettled {
-          id: id as f64,
-          result: None,
-          sandbox_result: Some(result.into()),
-          error_code: None,
-          error_message: None,
-        },
-        Err(code) => JobSettled::error(id, &PoolError::Crashed(code)),
-      };
-      settler.push(settled);
-    });
-    match pool.pool.submit_with(job, done) {
+    let started = self
+      .sandbox
+      .execute(&command, session_id, &pool.pool, move |id, outcome| {
+        settler.push(match outcome {
+          Ok(result) => JobSettled::sandbox(id, result.into()),
+          Err(e) => JobSettled::error(id, &e),
+        })
+      });
+    match started {
       Ok(id) => Ok(Ticket::accepted(id)),
-      Err(e) => {
-        if let Some(prepared) = slot.lock().unwrap_or_else(|e| e.into_inner()).take() {
-          let _ = self
-            .sandbox
-            .complete(prepared, ExecOutcome::Failed(e.code().into()));
-        }
-        Ok(Ticket::refused(&e))
-      }
+      Err(Refusal::NotRun(e)) => Ok(Ticket::refused(&e)),
+      Err(Refusal::Denied(d)) => Err(sandbox_error(env, d.message)),
     }
   }
 }
 
-fn exec_outcome(value: &Unknown) -> Checked<ExecOutcome> {
-  let obj = convert::object(value, "outcome")?;
-  if convert::optional_bool(&obj, "noExecutor", "outcome.noExecutor")? == Some(true) {
-    return Ok(ExecOutcome::NoExecutor);
+/// Where a completion called on this thread lands, and the completion.
+fn landing<T: Send + 'static>() -> (Arc<Mutex<Option<T>>>, impl FnOnce(u64, T) + Send + 'static) {
+  let slot: Arc<Mutex<Option<T>>> = Arc::default();
+  let fill = Arc::clone(&slot);
+  let land = move |_, outcome| *fill.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
+  (slot, land)
+}
+
+/// A policy refusal as JS sees it; a runner's refusal never reaches here (its type has none, or
+/// the caller maps it to a ticket).
+fn refusal<E>(env: &Env) -> impl Fn(Refusal<E>) -> napi::Error + '_ {
+  move |r| match r {
+    Refusal::Denied(d) => sandbox_error(env, d.message),
+    Refusal::NotRun(_) => sandbox_error(env, "the runner refused the command"),
   }
-  if let Some(message) = convert::optional_string(&obj, "timeoutMessage", "outcome.timeoutMessage")?
-  {
-    return Ok(ExecOutcome::TimedOut(message));
-  }
-  if let Some(code) = convert::optional_string(&obj, "failedCode", "outcome.failedCode")? {
-    return Ok(ExecOutcome::Failed(code));
-  }
-  let exit_code = match convert::optional_number(&obj, "exitCode", "result.exitCode")? {
-    Some(n) => n
-      .as_i64()
-      .and_then(|n| i32::try_from(n).ok())
-      .ok_or_else(|| PoolError::InvalidSpec("result.exitCode must be an integer".into()))?,
-    None => {
-      return Err(PoolError::InvalidSpec(
-        "result.exitCode is required (a number)".into(),
-      ));
-    }
-  };
-  Ok(ExecOutcome::Finished {
-    stdout: convert::optional_string(&obj, "stdout", "result.stdout")?.unwrap_or_default(),
-    stderr: convert::optional_string(&obj, "stderr", "result.stderr")?.unwrap_or_default(),
-    exit_code,
-    truncated: convert::optional_bool(&obj, "truncated", "result.truncated")?.unwrap_or(false),
-  })
 }

@@ -1,7 +1,11 @@
 //! Byte-bounded capture of stdout and stderr.
 //!
-//! One budget covers both streams and the truncation marker, counted in bytes. A cut never
-//! splits a UTF-8 character, and whatever was kept from the other stream stays.
+//! One budget covers both streams and the truncation marker, counted in bytes of the text that
+//! is returned: each stream is decoded as it is read (invalid sequences become U+FFFD, see
+//! `utf8.rs`) before the budget is applied. A cut never splits a UTF-8 character, and whatever
+//! was kept from the other stream stays.
+
+use super::utf8::LossyDecoder;
 
 /// Appended to the stream that was cut.
 pub const TRUNCATION_MARKER: &str = "\n[TRUNCATED at maxBuffer]";
@@ -26,6 +30,9 @@ pub struct Capture {
   /// `finish` as far as the other stream left the reserve unused.
   tail: Vec<u8>,
   tail_cap: usize,
+  /// Per stream (stdout, stderr): a character split between two reads.
+  decoders: [LossyDecoder; 2],
+  scratch: Vec<u8>,
 }
 
 /// What a push did.
@@ -48,14 +55,27 @@ impl Capture {
       cut: None,
       tail: Vec::new(),
       tail_cap: 0,
+      decoders: Default::default(),
+      scratch: Vec::new(),
     }
+  }
+
+  /// Decodes `bytes` as the next part of `stream`, then keeps what fits (see [`Self::push_text`]).
+  pub fn push(&mut self, stream: Stream, bytes: &[u8]) -> Pushed {
+    let mut scratch = std::mem::take(&mut self.scratch);
+    let pushed = {
+      let text = self.decoders[stream as usize].decode(bytes, &mut scratch);
+      self.push_text(stream, text)
+    };
+    self.scratch = scratch;
+    pushed
   }
 
   /// Keeps bytes while the total stays within the cap. The push that first exceeds it cuts
   /// its stream so that both streams plus the marker fit, on a character boundary, leaving a
   /// small reserve for the other stream: a short stderr written while stdout floods (and read
   /// after it) is kept. The other stream then fills up to the cap; the cut stream takes no more.
-  pub fn push(&mut self, stream: Stream, bytes: &[u8]) -> Pushed {
+  fn push_text(&mut self, stream: Stream, bytes: &[u8]) -> Pushed {
     let used = self.stdout.len() + self.stderr.len();
     let budget = self.budget;
     let (this, other) = match stream {
@@ -116,6 +136,10 @@ impl Capture {
   /// The captured text, marker appended to the cut stream (or, with a cap smaller than the
   /// marker, as much of the marker as fits).
   pub fn finish(mut self) -> (String, String, bool) {
+    for stream in [Stream::Stdout, Stream::Stderr] {
+      let rest = self.decoders[stream as usize].finish();
+      self.push_text(stream, rest);
+    }
     if let Some(stream) = self.cut {
       let room = self
         .budget
@@ -275,5 +299,44 @@ mod tests {
     let (out, _, truncated) = c.finish();
     assert!(truncated);
     assert_eq!(out, &TRUNCATION_MARKER[..4]);
+  }
+
+  #[test]
+  fn the_cap_counts_the_bytes_returned_after_lossy_decoding() {
+    // Each invalid byte becomes a 3-byte U+FFFD: 100 kB of them must still fit in 4096.
+    let mut c = Capture::new(4096);
+    for chunk in vec![0xffu8; 100_000].chunks(32 * 1024) {
+      c.push(Stream::Stdout, chunk);
+    }
+    c.push(Stream::Stderr, b"\xfe\xfe");
+    let (out, err, truncated) = c.finish();
+    assert!(truncated);
+    assert!(out.len() + err.len() <= 4096, "{}", out.len() + err.len());
+    assert!(out.len() + err.len() > 4096 - 3, "the cap is used in full");
+    assert_eq!(err, "\u{FFFD}\u{FFFD}");
+  }
+
+  #[test]
+  fn raw_bytes_within_the_cap_can_still_overflow_it_once_decoded() {
+    let mut c = Capture::new(100);
+    assert_eq!(c.push(Stream::Stdout, &[0x80; 50]), Pushed::Overflowed);
+    let (out, _, truncated) = c.finish();
+    assert!(truncated);
+    assert!(out.len() <= 100);
+  }
+
+  #[test]
+  fn a_character_split_between_reads_is_kept_whole() {
+    let mut c = Capture::new(100);
+    c.push(Stream::Stdout, b"a\xe2\x82");
+    c.push(Stream::Stdout, b"\xacb");
+    assert_eq!(c.finish(), ("a€b".into(), String::new(), false));
+  }
+
+  #[test]
+  fn an_incomplete_character_at_the_end_becomes_one_replacement() {
+    let mut c = Capture::new(100);
+    c.push(Stream::Stderr, b"x\xf0\x9f");
+    assert_eq!(c.finish(), (String::new(), "x\u{FFFD}".into(), false));
   }
 }

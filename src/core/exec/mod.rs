@@ -7,10 +7,13 @@ pub mod pidfd;
 pub mod run;
 pub mod spawn;
 pub mod stop;
+pub mod terminate;
 pub mod tree;
+pub mod utf8;
 
 pub use capture::TRUNCATION_MARKER;
 pub use outcome::{EndedBy, ExitStatus, Finished};
-pub use run::{Limits, REAP_BOUND, kill_tree_now, run, run_blocking};
+pub use run::{Limits, run, run_blocking};
 pub use spawn::{SpawnError, SpawnSpec, resolve_program};
 pub use stop::{Stop, StopCell};
+pub use terminate::{REAP_BOUND, kill_tree_now};

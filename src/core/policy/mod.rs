@@ -1,4 +1,6 @@
-//! The sandbox's policy pipeline: tokenize, command policy, jail, redaction, environment.
+//! What the sandbox allows: tokenize, command policy, git hardening, jail, redaction, the
+//! sandbox environment. Imports neither the pool nor exec: the pipeline (`core::sandbox`) wires
+//! these to a runner.
 
 pub mod argv;
 pub mod command;
@@ -12,12 +14,10 @@ pub mod git_options;
 pub mod jail;
 pub mod jail_args;
 pub mod redact;
-pub mod sandbox;
 pub mod tokenize;
 
 pub use command::{CommandPolicy, default_policies};
 pub use error::Denial;
 pub use jail::FilesystemJail;
 pub use redact::SecretRedactor;
-pub use sandbox::{Prepared, SandboxConfig, SandboxResult, ToolSandbox};
 pub use tokenize::{SandboxCommand, tokenize};

@@ -4,6 +4,10 @@ use std::ffi::CString;
 use std::time::Duration;
 
 use super::error::PoolError;
+use crate::core::limits::{
+  DEFAULT_INTERACTIVE_WORKERS, DEFAULT_KILL_GRACE_MS, DEFAULT_MAX_BUFFER, DEFAULT_MAX_QUEUE_DEPTH,
+  DEFAULT_SHUTDOWN_DEADLINE_MS, DEFAULT_TIMEOUT_MS, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Lane {
@@ -26,20 +30,13 @@ pub struct PoolConfig {
 impl Default for PoolConfig {
   fn default() -> Self {
     PoolConfig {
-      interactive_workers: 2,
-      shutdown_deadline: Duration::from_millis(10_000),
-      max_queue_depth: 10,
-      kill_grace: Duration::from_millis(5_000),
+      interactive_workers: DEFAULT_INTERACTIVE_WORKERS,
+      shutdown_deadline: Duration::from_millis(DEFAULT_SHUTDOWN_DEADLINE_MS),
+      max_queue_depth: DEFAULT_MAX_QUEUE_DEPTH,
+      kill_grace: Duration::from_millis(DEFAULT_KILL_GRACE_MS),
     }
   }
 }
-
-pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
-pub const DEFAULT_MAX_BUFFER: usize = 1_048_576;
-/// Node's own timer limit (about 24.8 days); loa-finn's larger values fired at once.
-pub const MAX_TIMEOUT_MS: u64 = 2_147_483_647;
-/// V8 strings stop near 2^29 characters; a larger cap could never be returned anyway.
-pub const MAX_BUFFER_LIMIT: usize = 512 * 1024 * 1024;
 
 /// A job as the caller described it, checked and converted for spawning.
 #[derive(Debug, Clone)]
@@ -117,8 +114,8 @@ impl JobSpec {
         "spec.timeoutMs must be at most {MAX_TIMEOUT_MS}"
       )));
     }
-    let max_buffer = raw.max_buffer.unwrap_or(DEFAULT_MAX_BUFFER as u64);
-    if max_buffer > MAX_BUFFER_LIMIT as u64 {
+    let max_buffer = raw.max_buffer.unwrap_or(DEFAULT_MAX_BUFFER);
+    if max_buffer > MAX_BUFFER_LIMIT {
       return Err(invalid(format!(
         "spec.maxBuffer must be at most {MAX_BUFFER_LIMIT}"
       )));

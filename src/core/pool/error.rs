@@ -25,13 +25,61 @@ pub enum PoolError {
 impl PoolError {
   /// The stable `PoolErrorCode` string seen by JS.
   pub fn code(&self) -> &'static str {
+    self.error_code().as_str()
+  }
+
+  pub fn error_code(&self) -> PoolErrorCode {
     match self {
-      PoolError::QueueFull(_) => "WORKER_UNAVAILABLE",
-      PoolError::Closed | PoolError::ShutDown => "POOL_SHUTTING_DOWN",
-      PoolError::Timeout(_) => "EXEC_TIMEOUT",
-      PoolError::Aborted => "ABORTED",
-      PoolError::Crashed(_) => "WORKER_CRASHED",
-      PoolError::InvalidSpec(_) => "INVALID_SPEC",
+      PoolError::QueueFull(_) => PoolErrorCode::WorkerUnavailable,
+      PoolError::Closed | PoolError::ShutDown => PoolErrorCode::PoolShuttingDown,
+      PoolError::Timeout(_) => PoolErrorCode::ExecTimeout,
+      PoolError::Aborted => PoolErrorCode::Aborted,
+      PoolError::Crashed(_) => PoolErrorCode::WorkerCrashed,
+      PoolError::InvalidSpec(_) => PoolErrorCode::InvalidSpec,
+    }
+  }
+}
+
+/// JS's `PoolErrorCode`: the one list of codes. The addon exports it; `index.js` builds its
+/// `PoolErrorCode` from that export, and a test holds `index.d.ts` to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolErrorCode {
+  /// The lane's queue is full: retry with backoff.
+  WorkerUnavailable,
+  /// `shutdown()` has begun: do not retry.
+  PoolShuttingDown,
+  /// Execution is disabled by configuration (only `index.js`'s DisabledExecutor uses it).
+  SandboxDisabled,
+  /// The command ran past its timeout; its tree is dead.
+  ExecTimeout,
+  /// An internal failure (a panic in the addon).
+  WorkerCrashed,
+  /// The caller's AbortSignal fired.
+  Aborted,
+  /// The spec or an argument is invalid; the message names the field.
+  InvalidSpec,
+}
+
+impl PoolErrorCode {
+  pub const ALL: [PoolErrorCode; 7] = [
+    PoolErrorCode::WorkerUnavailable,
+    PoolErrorCode::PoolShuttingDown,
+    PoolErrorCode::SandboxDisabled,
+    PoolErrorCode::ExecTimeout,
+    PoolErrorCode::WorkerCrashed,
+    PoolErrorCode::Aborted,
+    PoolErrorCode::InvalidSpec,
+  ];
+
+  pub fn as_str(self) -> &'static str {
+    match self {
+      PoolErrorCode::WorkerUnavailable => "WORKER_UNAVAILABLE",
+      PoolErrorCode::PoolShuttingDown => "POOL_SHUTTING_DOWN",
+      PoolErrorCode::SandboxDisabled => "SANDBOX_DISABLED",
+      PoolErrorCode::ExecTimeout => "EXEC_TIMEOUT",
+      PoolErrorCode::WorkerCrashed => "WORKER_CRASHED",
+      PoolErrorCode::Aborted => "ABORTED",
+      PoolErrorCode::InvalidSpec => "INVALID_SPEC",
     }
   }
 }

@@ -1,7 +1,12 @@
-//! A worker thread's mailbox while it waits, parked, for its next job.
+//! The worker threads: each runs its job, then its lane's queued jobs back to back, then parks
+//! in its [`Mailbox`] for the next submitted job.
 
-use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::config::Lane;
+use super::job::{self, JobOutcome, Tally};
+use super::state::{Inner, Parked, Queued, Reply, Started};
 
 /// Where a parked worker thread receives its next job, or is told to exit.
 pub struct Mailbox<T> {
@@ -69,6 +74,147 @@ impl<T> Mailbox<T> {
         .wait_timeout(slot, until - now)
         .unwrap_or_else(|e| e.into_inner())
         .0;
+    }
+  }
+}
+
+impl Inner {
+  /// A worker thread: runs its job, then the queued jobs of the same lane back to back; when
+  /// none is queued it parks, to take the next submitted job without a new thread, and exits
+  /// after [`WORKER_IDLE`] without one.
+  pub(super) fn work(self: Arc<Self>, mut started: Started) {
+    let me = Arc::new(Parked::default());
+    // The previous job's outcome while the next queued job is being started: replying first
+    // would wake Node's thread, which would compete with this one for the CPU until the next
+    // child runs. Sent as soon as it does (or if anything goes wrong first).
+    let mut carried = Carried(None);
+    loop {
+      let span = tracing::info_span!(
+        "job",
+        id = %uuid::Uuid::new_v4(),
+        seq = started.queued.id,
+        lane = ?started.queued.job.lane,
+        binary = %started.queued.job.binary_path,
+      );
+      let next = match span.in_scope(|| self.run_job(started, &me, &mut carried)) {
+        Some(next) => Some(next),
+        None => {
+          carried.flush();
+          self.wait_parked(&me)
+        }
+      };
+      match next {
+        Some(next) => started = next,
+        None => return,
+      }
+    }
+  }
+
+  /// Runs one job (sending `carried` once its child runs); returns the lane's next job, already
+  /// counted as running, with this job's outcome left in `carried`. Without a next job, this
+  /// thread is parked (in the same lock that freed the slot, so the job its reply triggers
+  /// finds it).
+  fn run_job(
+    self: &Arc<Self>,
+    started: Started,
+    me: &Arc<Parked>,
+    carried: &mut Carried,
+  ) -> Option<Started> {
+    let Started {
+      queued: Queued { id, job, reply },
+      stop,
+      leader,
+    } = started;
+    // Frees the slot even if the job panics; the dropped `reply` then reads as a crash.
+    let slot = SlotGuard {
+      inner: self,
+      id,
+      lane: job.lane,
+      armed: true,
+    };
+    #[cfg(feature = "test-hooks")]
+    super::test_hooks::before_run(self.test_hooks, job.session_id.as_deref(), id);
+    let (outcome, tally) = job::execute(
+      job,
+      &stop,
+      self.config.kill_grace,
+      &leader,
+      &self.exiting,
+      || carried.flush(),
+    );
+    carried.flush();
+    tracing::debug!(?outcome, "job settled");
+    let next = slot.finish(tally, me);
+    match next {
+      Some(_) => carried.0 = Some((reply, outcome)),
+      None => reply.send(outcome),
+    }
+    next
+  }
+
+  /// Waits, parked, for a handed-over job; `None` when retired or idle for too long.
+  fn wait_parked(self: &Arc<Self>, me: &Arc<Parked>) -> Option<Started> {
+    let idle_until = std::time::Instant::now() + WORKER_IDLE;
+    loop {
+      match me.wait_until(idle_until) {
+        Waited::Job(started) => return Some(started),
+        Waited::Retired => return None,
+        Waited::Idle => {
+          let mut state = self.lock();
+          if let Some(at) = state.parked.iter().position(|p| Arc::ptr_eq(p, me)) {
+            state.parked.remove(at);
+            return None;
+          }
+          // A job was handed over in the meantime: the next wait takes it at once.
+        }
+      }
+    }
+  }
+}
+
+/// A finished job's reply held back while its worker starts the next child. Dropped (a panic
+/// unwinding the worker), it still sends the real outcome.
+struct Carried(Option<(Reply, JobOutcome)>);
+
+impl Carried {
+  fn flush(&mut self) {
+    if let Some((reply, outcome)) = self.0.take() {
+      reply.send(outcome);
+    }
+  }
+}
+
+impl Drop for Carried {
+  fn drop(&mut self) {
+    self.flush();
+  }
+}
+
+/// How long a worker thread without a job stays parked before it exits.
+const WORKER_IDLE: Duration = Duration::from_secs(10);
+
+/// Frees a running job's slot exactly once: through [`SlotGuard::finish`], or when dropped by a
+/// panic (then the lane's next job starts on a new thread).
+struct SlotGuard<'a> {
+  inner: &'a Arc<Inner>,
+  id: u64,
+  lane: Lane,
+  armed: bool,
+}
+
+impl SlotGuard<'_> {
+  fn finish(mut self, tally: Tally, parker: &Arc<Parked>) -> Option<Started> {
+    self.armed = false;
+    self.inner.finish(self.id, self.lane, tally, Some(parker))
+  }
+}
+
+impl Drop for SlotGuard<'_> {
+  fn drop(&mut self) {
+    if self.armed
+      && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed, None)
+    {
+      self.inner.launch(next);
     }
   }
 }

@@ -1,0 +1,22 @@
+//! Every default and limit of a job and a pool, defined once. The binding, the pool, the
+//! sandbox pipeline and (through the addon's exports) `index.js` all read them from here.
+
+/// A job's timeout when its spec names none.
+pub const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+/// Node's own timer limit (about 24.8 days); loa-finn's larger values fired at once.
+pub const MAX_TIMEOUT_MS: u64 = 2_147_483_647;
+/// A job's cap on stdout+stderr bytes when its spec names none (1 MiB).
+pub const DEFAULT_MAX_BUFFER: u64 = 1_048_576;
+/// V8 strings stop near 2^29 characters; a larger cap could never be returned anyway.
+pub const MAX_BUFFER_LIMIT: u64 = 512 * 1024 * 1024;
+/// SIGTERM-to-SIGKILL grace after a timeout or an abort.
+pub const DEFAULT_KILL_GRACE_MS: u64 = 5_000;
+/// From `shutdown()` until whatever still runs is SIGKILLed.
+pub const DEFAULT_SHUTDOWN_DEADLINE_MS: u64 = 10_000;
+/// Concurrent interactive jobs of a pool by default, and the most a pool may have.
+pub const DEFAULT_INTERACTIVE_WORKERS: usize = 2;
+pub const MAX_INTERACTIVE_WORKERS: usize = 4096;
+/// Queued jobs per lane beyond the running ones.
+pub const DEFAULT_MAX_QUEUE_DEPTH: usize = 10;
+/// The sandbox's cap on a command's output when its config names none (loa-finn's 64 KiB).
+pub const DEFAULT_SANDBOX_MAX_OUTPUT: u64 = 65_536;

@@ -1,0 +1,25 @@
+//! What the sandbox is configured with, and what a command resolves with.
+
+use std::collections::BTreeMap;
+
+use crate::core::policy::CommandPolicy;
+
+/// `FinnConfig["sandbox"]`, plus optional policies replacing the defaults.
+#[derive(Debug, Clone)]
+pub struct SandboxConfig {
+  pub allow_bash: bool,
+  pub jail_root: String,
+  pub exec_timeout_ms: u64,
+  pub max_output: u64,
+  pub policies: Option<BTreeMap<String, CommandPolicy>>,
+}
+
+/// A command's redacted outcome, as loa-finn's `SandboxResult`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SandboxResult {
+  pub stdout: String,
+  pub stderr: String,
+  pub exit_code: i32,
+  pub timed_out: bool,
+  pub truncated: bool,
+}

@@ -1,0 +1,14 @@
+//! loa-finn's ToolSandbox pipeline: the policy decides, the audit records, an injected
+//! [`Runner`] runs. It knows no process and no napi: the native pool, the binding's JS executor
+//! adapter and the test double are all runners.
+
+pub mod config;
+pub mod pipeline;
+pub mod pool_runner;
+#[cfg(test)]
+pub mod recording;
+pub mod runner;
+
+pub use config::{SandboxConfig, SandboxResult};
+pub use pipeline::{Refusal, ToolSandbox};
+pub use runner::{Done, NoRunner, Output, RunError, RunOutcome, Runner};
