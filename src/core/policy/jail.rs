@@ -47,8 +47,10 @@ impl FilesystemJail {
   /// Refuses every path under `dir` from now on, when it lies inside the root (loa-finn keeps
   /// its audit log in the jail by default: the agent must neither read nor write it).
   pub fn hide(&mut self, dir: &Path) {
-    let dir = std::fs::canonicalize(dir)
-      .unwrap_or_else(|_| resolve_lexically(&self.root, &dir.to_string_lossy()));
+    // Relative to the process's cwd, like the audit writer's own path.
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = std::fs::canonicalize(&absolute)
+      .unwrap_or_else(|_| resolve_lexically(Path::new("/"), &absolute.to_string_lossy()));
     if dir.starts_with(&self.root) && dir != self.root {
       self.hidden.push(dir);
     }

@@ -67,7 +67,14 @@ pub fn jail_args(
         format!("subcommand_denied: {sub}"),
       )
     })?;
-    let repo = git::check_repository(jail.root(), &policy.binary)?;
+    // The check runs this binary; a missing one is refused as stage 6a would.
+    let binary = std::fs::canonicalize(&policy.binary).map_err(|_| {
+      Denial::audited(
+        format!("Binary not available: {}", cmd.binary),
+        format!("binary_not_found_or_unresolvable: {}", policy.binary),
+      )
+    })?;
+    let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
     let mut env = vec![("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned())];
     let mut args = git::harden_args(&cmd.args);
     match &repo {
@@ -99,4 +106,117 @@ pub fn jail_args(
     args,
     env: Vec::new(),
   })
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::core::policy::command::default_policies;
+  use crate::core::policy::tokenize::tokenize;
+
+  fn run(jail: &FilesystemJail, command: &str) -> Result<JailedArgs, String> {
+    let policies = default_policies("/usr/bin:/bin");
+    let cmd = tokenize(command).unwrap();
+    jail_args(&cmd, &policies[&cmd.binary], jail).map_err(|d| d.message)
+  }
+
+  fn jail() -> (tempfile::TempDir, FilesystemJail) {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    (dir, jail)
+  }
+
+  #[test]
+  fn git_operands_that_could_be_paths_are_jailed() {
+    let (_d, jail) = jail();
+    std::os::unix::fs::symlink("/etc", jail.root().join("etc")).unwrap();
+    assert_eq!(
+      run(&jail, "git diff /dev/null x").unwrap_err(),
+      "Path escapes jail: /dev/null"
+    );
+    assert_eq!(
+      run(&jail, "git diff a ../x").unwrap_err(),
+      "Path escapes jail: ../x"
+    );
+    assert_eq!(
+      run(&jail, "git diff etc").unwrap_err(),
+      "Symlink rejected: etc"
+    );
+    assert_eq!(
+      run(&jail, "git log -- /etc").unwrap_err(),
+      "Path escapes jail: /etc"
+    );
+    // Revisions that are no paths pass as written.
+    let ok = run(&jail, "git log HEAD main..topic HEAD:a.txt -- sub/file").unwrap();
+    assert_eq!(
+      ok.args[3..],
+      ["HEAD", "main..topic", "HEAD:a.txt", "--", "sub/file"]
+    );
+  }
+
+  #[test]
+  fn git_runs_pinned_with_no_protocol() {
+    let (_d, jail) = jail();
+    let root = jail.root().to_string_lossy().into_owned();
+    let none = run(&jail, "git status").unwrap();
+    assert_eq!(
+      none.env,
+      [
+        ("GIT_ALLOW_PROTOCOL".to_owned(), String::new()),
+        ("GIT_DIR".to_owned(), format!("{root}/.git")),
+      ]
+    );
+    assert!(
+      std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(jail.root())
+        .status()
+        .unwrap()
+        .success()
+    );
+    let repo = run(&jail, "git status").unwrap();
+    assert!(
+      repo
+        .env
+        .contains(&("GIT_WORK_TREE".to_owned(), root.clone()))
+    );
+    assert!(
+      repo
+        .env
+        .contains(&("GIT_COMMON_DIR".to_owned(), format!("{root}/.git")))
+    );
+  }
+
+  #[test]
+  fn a_missing_git_is_refused_before_the_check_would_run_it() {
+    let (_d, jail) = jail();
+    let mut policies = default_policies("/usr/bin:/bin");
+    policies.get_mut("git").unwrap().binary = "/__missing_binary__/git".into();
+    let cmd = tokenize("git status").unwrap();
+    let denial = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    assert_eq!(denial.message, "Binary not available: git");
+  }
+
+  #[test]
+  fn operands_become_canonical_paths_values_stay() {
+    let (_d, mut jail) = jail();
+    let root = jail.root().to_path_buf();
+    std::fs::create_dir(root.join("-")).unwrap();
+    std::fs::create_dir(root.join("audit")).unwrap();
+    let out = run(&jail, "ls -I pat -- -").unwrap();
+    assert_eq!(
+      out.args,
+      ["-I", "pat", "--", &root.join("-").to_string_lossy()]
+    );
+    assert!(out.env.is_empty());
+    assert_eq!(
+      run(&jail, "cat -- -/../../x").unwrap_err(),
+      "Path escapes jail: -/../../x"
+    );
+    jail.hide(&root.join("audit"));
+    assert_eq!(
+      run(&jail, "ls audit").unwrap_err(),
+      "Path is reserved for the host: audit"
+    );
+  }
 }
