@@ -256,32 +256,41 @@ describe('the holes found in loa-finn, closed', () => {
       writeFileSync(join(hooks, hook), `#!/bin/sh\ntouch ${marker}\n`)
       chmodSync(join(hooks, hook), 0o755)
     }
+    // The job's spec on a clean repository: the environment is the second layer, tested alone.
+    const specs: ExecSpec[] = []
+    const recorder = make({ jailRoot: jail }, { exec: async (spec: ExecSpec) => (specs.push(spec), { stdout: '', stderr: '', exitCode: 0, truncated: false }) })
+    for (const cmd of ['git status', 'git diff', 'git log -p', 'git show HEAD']) await recorder.sandbox.execute(cmd)
     writeFileSync(join(jail, '.gitattributes'), '*.txt diff=evil\n')
     const config = readFileSync(join(jail, '.git', 'config'), 'utf8')
     writeFileSync(
       join(jail, '.git', 'config'),
       `${config}[core]\n\tfsmonitor = ${script}\n\tpager = ${script}\n\thooksPath = ${hooks}\n[diff]\n\texternal = ${script}\n[diff "evil"]\n\ttextconv = ${script}\n\tcommand = ${script}\n[log]\n\tshowSignature = true\n[gpg]\n\tprogram = ${script}\n`,
     )
+    // First layer: the allowlist refuses the repository, naming the first key.
     for (const cmd of ['git status', 'git diff', 'git log -p', 'git show HEAD']) {
-      const r = await sandbox.execute(cmd)
-      expect(r.exitCode, `${cmd}: ${r.stderr}`).toBe(0)
+      expect((await refusal(sandbox.execute(cmd))).message, cmd).toMatch(/^Repository config rejected: core\.fsmonitor is not on the allowlist/)
     }
-    expect((await sandbox.execute('git diff')).stdout).toContain('-one\n+two')
+    // Second layer: the same jobs run by hand with the hostile config in place.
+    expect(specs).toHaveLength(4)
+    for (const spec of specs) {
+      const out = execFileSync(spec.binaryPath, spec.args, { cwd: spec.cwd, env: spec.env as NodeJS.ProcessEnv, encoding: 'utf8' })
+      if (spec.args[0] === 'diff') expect(out).toContain('-one\n+two')
+    }
     expect(existsSync(marker)).toBe(false)
   })
 
-  test('filter drivers, includes and core.worktree are refused before git runs', async () => {
+  test('filter drivers, includes and core.worktree are refused before git runs, by key name', async () => {
     const { sandbox, jail, marker, script, auditLog } = repoJail()
     const config = readFileSync(join(jail, '.git', 'config'), 'utf8')
     writeFileSync(join(jail, '.gitattributes'), '*.txt filter=evil\n')
     writeFileSync(join(jail, '.git', 'config'), `${config}[filter "evil"]\n\tclean = ${script}\n\tsmudge = ${script}\n`)
-    expect((await refusal(sandbox.execute('git status'))).message).toBe('Repository config rejected: filter sections are not allowed')
+    expect((await refusal(sandbox.execute('git status'))).message).toMatch(/^Repository config rejected: filter\.evil\.clean is not on the allowlist/)
     writeFileSync(join(jail, '.git', 'config'), `${config}[include]\n\tpath = /tmp/elsewhere\n`)
-    expect((await refusal(sandbox.execute('git diff'))).message).toBe('Repository config rejected: include sections are not allowed')
+    expect((await refusal(sandbox.execute('git diff'))).message).toMatch(/^Repository config rejected: include\.path is not on the allowlist/)
     writeFileSync(join(jail, '.git', 'config'), `${config}[core]\n\tworktree = /etc\n`)
-    expect((await refusal(sandbox.execute('git status'))).message).toBe('Repository config rejected: core.worktree is not allowed')
+    expect((await refusal(sandbox.execute('git status'))).message).toMatch(/^Repository config rejected: core\.worktree is not on the allowlist/)
     expect(existsSync(marker)).toBe(false)
-    expect(audit(auditLog).at(-1)).toMatchObject({ action: 'deny', reason: 'repository_rejected: core.worktree is not allowed' })
+    expect(audit(auditLog).at(-1)).toMatchObject({ action: 'deny', reason: expect.stringMatching(/^repository_rejected: core\.worktree is not on the allowlist/) })
   })
 
   test('a .git file pointing outside the jail is refused', async () => {

@@ -12,8 +12,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, LazyLock};
 
+use finn_sandbox::core::policy::argv::denied_flag;
+use finn_sandbox::core::policy::coreutils;
+use finn_sandbox::core::policy::getopt::{Grammar, Resolution};
+use finn_sandbox::core::policy::jail_args::jail_args;
 use finn_sandbox::core::policy::redact::REDACTED;
-use finn_sandbox::core::policy::{FilesystemJail, SecretRedactor, tokenize};
+use finn_sandbox::core::policy::{
+  FilesystemJail, SandboxCommand, SecretRedactor, command, default_policies, tokenize,
+};
 use proptest::prelude::*;
 use proptest::test_runner::FileFailurePersistence;
 
@@ -148,8 +154,144 @@ fn jail_fixture() -> (tempfile::TempDir, FilesystemJail) {
   (dir, jail)
 }
 
+/// Independent of `Grammar::resolve`: the set of rows a prefix selects, and glibc's rule that
+/// an exact name wins and several rows are one option only when they agree on val and has_arg.
+fn getopt_oracle(grammar: &Grammar, prefix: &str) -> Option<&'static str> {
+  if let Some(exact) = grammar.long.iter().find(|o| o.name == prefix) {
+    return Some(exact.id);
+  }
+  let rows: Vec<_> = grammar
+    .long
+    .iter()
+    .filter(|o| o.name.starts_with(prefix))
+    .collect();
+  let first = rows.first()?;
+  rows
+    .iter()
+    .all(|o| o.id == first.id && o.has_arg == first.has_arg)
+    .then_some(first.id)
+}
+
+fn denied_by_policy(binary: &str, args: &[String]) -> Option<String> {
+  let policies = default_policies("/usr/bin:/bin");
+  let cmd = SandboxCommand {
+    binary: binary.to_owned(),
+    args: args.to_vec(),
+  };
+  command::check(&cmd, &policies).err().map(|d| d.message)
+}
+
+/// A denied option of ls or wc, as (program, long name).
+fn denied_option() -> impl Strategy<Value = (&'static str, &'static str)> {
+  prop_oneof![
+    Just(("wc", "files0-from")),
+    Just(("ls", "dereference")),
+    Just(("ls", "dereference-command-line")),
+    Just(("ls", "dereference-command-line-symlink-to-dir")),
+  ]
+}
+
 proptest! {
   #![proptest_config(config())]
+
+  /// Every prefix getopt_long accepts for a denied option is denied, wherever it stands among
+  /// other arguments, with `=value` or a separate value; a prefix getopt calls ambiguous or
+  /// unknown is refused too (the program would refuse it).
+  #[test]
+  fn every_prefix_getopt_accepts_for_a_denied_option_is_denied(
+    (program, name) in denied_option(),
+    len in 1usize..45,
+    value in prop::option::of("[a-z/.]{0,8}"),
+    before in prop::collection::vec(prop_oneof![Just("-l"), Just("-a"), Just("x"), Just("--")], 0..3),
+  ) {
+    let grammar = coreutils::grammar(program).unwrap();
+    let prefix = &name[..len.min(name.len())];
+    let mut args: Vec<String> = before.iter().map(|s| (*s).to_owned()).collect();
+    let options_ended = args.iter().any(|a| a == "--");
+    args.push(match &value {
+      Some(v) => format!("--{prefix}={v}"),
+      None => format!("--{prefix}"),
+    });
+    args.push("operand".into());
+    let verdict = denied_by_policy(program, &args);
+    let oracle = getopt_oracle(grammar, prefix);
+    prop_assert_eq!(oracle, match grammar.resolve(prefix) {
+      Resolution::Found(o) => Some(o.id),
+      _ => None,
+    });
+    let wc_unknown_short = program == "wc" && args.iter().any(|a| a == "-a");
+    if options_ended || wc_unknown_short {
+      // After `--` it is a file name; `wc -a` is an unknown option, refused first.
+      return Ok(());
+    }
+    let denied_ids: Vec<&str> = default_policies("/usr/bin:/bin")[program]
+      .denied_flags
+      .iter()
+      .filter_map(|f| f.strip_prefix("--"))
+      .filter_map(|f| getopt_oracle(grammar, f))
+      .collect();
+    match oracle {
+      Some(id) if denied_ids.contains(&id) => {
+        let message = verdict.unwrap_or_default();
+        prop_assert!(message.starts_with("Flag not allowed: --"), "{args:?}: {message}");
+      }
+      // Ambiguous or unknown to getopt: the program refuses it, and so does the policy.
+      None => prop_assert!(verdict.is_some(), "{args:?}"),
+      Some(_) => {}
+    }
+  }
+
+  /// Whatever `cat` is given, every file name it receives, after `--` included, is a canonical
+  /// path inside the jail.
+  #[test]
+  fn every_operand_cat_receives_is_inside_the_jail(
+    args in prop::collection::vec(prop_oneof![
+      Just("--".to_owned()),
+      Just("-n".to_owned()),
+      Just("-".to_owned()),
+      Just("-/../x".to_owned()),
+      path_input(),
+    ], 0..6),
+  ) {
+    let jail = &FIXTURE.1;
+    let policies = default_policies("/usr/bin:/bin");
+    let cmd = SandboxCommand { binary: "cat".into(), args };
+    if command::check(&cmd, &policies).is_err() {
+      return Ok(());
+    }
+    if let Ok(jailed) = jail_args(&cmd, &policies["cat"], jail) {
+      let mut options_ended = false;
+      for arg in &jailed.args {
+        if !options_ended && arg == "--" {
+          options_ended = true;
+          continue;
+        }
+        if options_ended || !arg.starts_with('-') || arg == "-" {
+          prop_assert!(Path::new(arg).starts_with(jail.root()), "{arg:?} in {:?}", jailed.args);
+        }
+      }
+    }
+  }
+
+  /// A denied git flag is refused in every prefix down to one letter, with or without a value.
+  #[test]
+  fn every_prefix_of_a_denied_git_flag_is_refused(
+    flag in prop_oneof![Just("--exec-path"), Just("--git-dir"), Just("--work-tree"), Just("--no-index"), Just("--output"), Just("--ext-diff"), Just("--textconv")],
+    len in 3usize..12,
+    sub in prop_oneof![Just("log"), Just("diff"), Just("show"), Just("status"), Just("rev-parse")],
+    value in prop::option::of("[a-z/]{0,6}"),
+  ) {
+    let prefix = &flag[..len.min(flag.len())];
+    let arg = match value {
+      Some(v) => format!("{prefix}={v}"),
+      None => prefix.to_owned(),
+    };
+    let verdict = denied_by_policy("git", &[sub.to_owned(), arg.clone()]);
+    prop_assert!(verdict.is_some_and(|m| m.starts_with("Flag not allowed: ")), "git {sub} {arg}");
+    // The deny list alone catches it too, not only git's allowlist (the two are independent).
+    let git = &default_policies("/usr/bin:/bin")["git"];
+    prop_assert!(denied_flag(&arg, &git.denied_flags).is_some(), "{arg}");
+  }
 
   #[test]
   fn tokenizer_never_panics_and_tokens_are_clean(input in any::<String>()) {

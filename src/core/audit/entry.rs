@@ -31,6 +31,12 @@ pub struct AuditEntry {
   pub timed_out: Option<bool>,
   #[serde(skip_serializing_if = "Option::is_none")]
   pub truncated: Option<bool>,
+  /// Set on an entry capped by the writer: its serialized size before the cap.
+  #[serde(skip_serializing_if = "Option::is_none")]
+  pub original_size: Option<u64>,
+  /// Set on a capped entry: SHA-256 (hex) of the JSON `[command, args]` before the cap.
+  #[serde(skip_serializing_if = "Option::is_none")]
+  pub sha256: Option<String>,
 }
 
 impl AuditEntry {
@@ -46,6 +52,8 @@ impl AuditEntry {
       exit_code: None,
       timed_out: None,
       truncated: None,
+      original_size: None,
+      sha256: None,
     }
   }
 

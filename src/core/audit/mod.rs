@@ -1,6 +1,7 @@
 //! The audit log: JSONL with rotation, one writer per directory.
 
 pub mod entry;
+pub mod nofollow;
 pub mod writer;
 
 pub use entry::{Action, AuditEntry, iso_timestamp_now};

@@ -13,8 +13,10 @@ pub struct CommandPolicy {
   pub binary: String,
   /// When non-empty, the first argument must be one of these.
   pub subcommands: Vec<String>,
-  /// Refused as `-x`, `-xvalue`, `--flag`, `--flag=value`, and (long flags) any abbreviation
-  /// of three or more characters, since git and GNU tools accept unique prefixes.
+  /// Refused in every spelling the program accepts: through its option table for `ls`, `cat`,
+  /// `wc` (`-L` and `--dereference` are one option), otherwise as `-x` anywhere in a short
+  /// cluster, `--flag`, `--flag=value` and every prefix of a long flag down to one letter. git's
+  /// subcommands also take only the options on an allowlist (`git_options.rs`).
   pub denied_flags: Vec<String>,
   /// Non-flag arguments must be paths inside the jail.
   pub validate_paths: bool,
@@ -81,34 +83,21 @@ pub fn default_policies(path_var: &str) -> BTreeMap<String, CommandPolicy> {
       CommandPolicy {
         binary: resolve_binary(name, path_var),
         subcommands: Vec::new(),
-        denied_flags: if name == "wc" {
-          strings(&["--files0-from"])
-        } else {
-          Vec::new()
+        // Options that read a list of files (wc) or follow symlinks out of the jail (ls).
+        denied_flags: match name {
+          "wc" => strings(&["--files0-from"]),
+          "ls" => strings(&[
+            "--dereference",
+            "--dereference-command-line",
+            "--dereference-command-line-symlink-to-dir",
+          ]),
+          _ => Vec::new(),
         },
         validate_paths: true,
       },
     );
   }
   policies
-}
-
-/// Which denied flag `arg` uses, if any.
-pub fn denied_flag<'p>(arg: &str, denied: &'p [String]) -> Option<&'p String> {
-  denied.iter().find(|flag| {
-    if arg == flag.as_str() || arg.starts_with(&format!("{flag}=")) {
-      return true;
-    }
-    if flag.len() == 2 && flag.starts_with('-') && !flag.starts_with("--") {
-      // Combined short form: `-cfoo`.
-      return arg.starts_with(flag.as_str()) && !arg.starts_with("--");
-    }
-    if let (Some(long), Some(given)) = (flag.strip_prefix("--"), arg.strip_prefix("--")) {
-      let name = given.split_once('=').map_or(given, |(n, _)| n);
-      return name.len() >= 3 && long.starts_with(name);
-    }
-    false
-  })
 }
 
 /// Stages 3-5: the policy for the binary, its subcommand, its flags.
@@ -136,14 +125,7 @@ pub fn check<'p>(
       ));
     }
   }
-  for arg in &cmd.args {
-    if let Some(flag) = denied_flag(arg, &policy.denied_flags) {
-      return Err(Denial::audited(
-        format!("Flag not allowed: {flag}"),
-        format!("flag_denied: {flag}"),
-      ));
-    }
-  }
+  super::argv::roles(&cmd.binary, policy, &cmd.args)?;
   Ok(policy)
 }
 
@@ -217,6 +199,10 @@ mod tests {
     );
     // Different options that merely share a short prefix stay allowed.
     assert_eq!(denied("git log --oneline --no-merges"), None);
-    assert_eq!(denied("git diff --output-indicator-new=+"), None);
+    // Not on git diff's allowlist, though not a prefix of a denied flag.
+    assert_eq!(
+      denied("git diff --output-indicator-new=+").as_deref(),
+      Some("Flag not allowed: --output-indicator-new=+ (not an option git diff is allowed)")
+    );
   }
 }

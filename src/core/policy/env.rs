@@ -8,7 +8,9 @@ use std::path::Path;
 /// - `GIT_CONFIG_COUNT` overrides (they beat repository config) that switch off what a config
 ///   written by the agent could make git run on status/diff/log: fsmonitor, hooks, pager,
 ///   external diff;
-/// - `GIT_OPTIONAL_LOCKS=0`, so `git status` does not write the index (no index hooks).
+/// - `GIT_OPTIONAL_LOCKS=0`, so `git status` does not write the index (no index hooks);
+/// - `GIT_NO_LAZY_FETCH=1`; per job, `GIT_ALLOW_PROTOCOL` (empty) and the repository's paths
+///   pinned (`jail_args.rs`).
 pub fn sandbox_env(jail_root: &Path) -> Vec<(String, String)> {
   let root = jail_root.to_string_lossy().into_owned();
   let parent = jail_root
@@ -29,6 +31,10 @@ pub fn sandbox_env(jail_root: &Path) -> Vec<(String, String)> {
     ("GIT_CEILING_DIRECTORIES", parent.as_str()),
     ("GIT_OPTIONAL_LOCKS", "0"),
     ("GIT_NO_REPLACE_OBJECTS", "1"),
+    // A partial clone's missing object is not fetched (the fetch ran `remote.*.uploadpack`).
+    ("GIT_NO_LAZY_FETCH", "1"),
+    ("GIT_CONFIG_NOSYSTEM", "1"),
+    ("GIT_ATTR_NOSYSTEM", "1"),
   ]
   .iter()
   .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
@@ -44,6 +50,16 @@ pub fn sandbox_env(jail_root: &Path) -> Vec<(String, String)> {
     ("gpg.program", "false"),
     ("gpg.ssh.program", "false"),
     ("gpg.x509.program", "false"),
+    // Files outside the repository that status and diff would read.
+    ("core.excludesFile", "/dev/null"),
+    ("core.attributesFile", "/dev/null"),
+    ("log.mailmap", "false"),
+    // Submodules are refused; these keep git from looking into one made after the check.
+    ("diff.ignoreSubmodules", "all"),
+    ("status.submoduleSummary", "false"),
+    ("submodule.recurse", "false"),
+    ("gc.auto", "0"),
+    ("maintenance.auto", "false"),
   ];
   env.push(("GIT_CONFIG_COUNT".into(), overrides.len().to_string()));
   for (i, (key, value)) in overrides.iter().enumerate() {

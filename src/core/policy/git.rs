@@ -1,16 +1,54 @@
 //! What git could be made to do by a repository the agent wrote into the jail.
 //!
-//! The environment's `GIT_CONFIG_COUNT` overrides beat repository config for single keys
-//! (fsmonitor, hooks, pager, gpg). `--no-ext-diff --no-textconv` disable diff drivers. What
-//! neither can reach is refused here, before git runs: filter drivers (run on status/diff),
-//! config includes, `core.worktree` and gitdir/commondir/alternates pointers out of the jail.
+//! Three layers. The repository is refused unless its layout stays inside the jail (gitdir,
+//! commondir, no alternates, no symlink or hard-linked file in the git directory, no submodule
+//! or nested repository, no hard-linked file in the work tree) and every config key git reads
+//! is on an allowlist (`git_config`). The job then runs with the git directory, common
+//! directory, object directory and work tree pinned in its environment, so nothing git reads
+//! later can move them. And the environment's `GIT_CONFIG_COUNT` overrides switch off what a
+//! key could still start (`env.rs`).
 
+use std::io;
 use std::path::{Path, PathBuf};
 
 use super::error::Denial;
+use super::git_config;
 use super::jail::resolve_lexically;
 
-/// Inserted right after the subcommand of `diff`, `log` and `show`; the policy denies the flags
+/// Where git will find the repository, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Repository {
+  pub git_dir: PathBuf,
+  pub common_dir: PathBuf,
+  /// `None` for a bare repository at the jail root.
+  pub work_tree: Option<PathBuf>,
+}
+
+impl Repository {
+  /// The environment that pins git to this repository (beats `core.worktree`, `commondir`,
+  /// alternates and discovery).
+  pub fn env(&self) -> Vec<(String, String)> {
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let mut env = vec![
+      ("GIT_DIR".to_owned(), s(&self.git_dir)),
+      ("GIT_COMMON_DIR".to_owned(), s(&self.common_dir)),
+      (
+        "GIT_OBJECT_DIRECTORY".to_owned(),
+        s(&self.common_dir.join("objects")),
+      ),
+    ];
+    if let Some(work_tree) = &self.work_tree {
+      env.push(("GIT_WORK_TREE".to_owned(), s(work_tree)));
+    }
+    env
+  }
+}
+
+/// Entries walked before a tree counts as too large to check (and the command is refused):
+/// it bounds what one command may cost. A work tree of this size takes ~0.1 s to walk.
+pub const MAX_WALK_ENTRIES: usize = 200_000;
+
+/// Inserted right after the subcommand of `diff`, `log` and `show`; the allowlist has no option
 /// that would switch them back on.
 pub fn harden_args(args: &[String]) -> Vec<String> {
   match args.first().map(String::as_str) {
@@ -27,103 +65,184 @@ pub fn harden_args(args: &[String]) -> Vec<String> {
   }
 }
 
-fn refuse(what: &str) -> Denial {
+/// Appends pathspecs that exclude `hidden` (directories inside the work tree, e.g. the host's
+/// audit log) from `diff` and `status`, the subcommands that read work tree files.
+pub fn exclude_paths(args: Vec<String>, work_tree: &Path, hidden: &[PathBuf]) -> Vec<String> {
+  let rels: Vec<String> = hidden
+    .iter()
+    .filter_map(|h| h.strip_prefix(work_tree).ok())
+    .filter(|r| !r.as_os_str().is_empty())
+    .map(|r| format!(":(top,exclude,literal){}", r.to_string_lossy()))
+    .collect();
+  if rels.is_empty() || !matches!(args.first().map(String::as_str), Some("diff" | "status")) {
+    return args;
+  }
+  let mut out = args;
+  if !out.iter().any(|a| a == "--") {
+    out.push("--".into());
+  }
+  out.extend(rels);
+  out
+}
+
+fn refuse(what: impl Into<String>) -> Denial {
+  let what = what.into();
   Denial::audited(
     format!("Repository config rejected: {what}"),
     format!("repository_rejected: {what}"),
   )
 }
 
-/// Checks the repository git would discover from `jail_root` (the sandbox's cwd; discovery
-/// stops there because of `GIT_CEILING_DIRECTORIES`).
-pub fn check_repository(jail_root: &Path) -> Result<(), Denial> {
+/// Finds the repository git would use from `jail_root`, refuses any layout that reaches out of
+/// the jail or runs code, and reads its config with `git` (the policy's binary). `Ok(None)`:
+/// no repository at all.
+pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository>, Denial> {
   let dot_git = jail_root.join(".git");
-  let git_dir = match std::fs::symlink_metadata(&dot_git) {
-    Ok(meta) if meta.is_dir() => dot_git,
+  let (git_dir, work_tree) = match std::fs::symlink_metadata(&dot_git) {
+    Ok(meta) if meta.is_dir() => (
+      canonical_inside(jail_root, &dot_git, ".git")?,
+      Some(jail_root.to_path_buf()),
+    ),
     Ok(meta) if meta.is_file() => {
-      // `gitdir: <path>` (a worktree or submodule): follow it only inside the jail.
+      // `gitdir: <path>` (a linked worktree or a submodule): followed only inside the jail.
       let text = std::fs::read_to_string(&dot_git).map_err(|_| refuse(".git is unreadable"))?;
       let target = text
         .trim()
         .strip_prefix("gitdir:")
         .map(str::trim)
         .ok_or_else(|| refuse(".git file without gitdir"))?;
-      inside(
-        jail_root,
-        jail_root,
-        target,
-        "gitdir points outside the jail",
-      )?
+      let resolved = resolve_lexically(jail_root, target);
+      (
+        canonical_inside(jail_root, &resolved, "gitdir points outside the jail")?,
+        Some(jail_root.to_path_buf()),
+      )
     }
     Ok(_) => return Err(refuse(".git is a symlink")),
-    // A bare repository at the jail root, or no repository at all.
-    Err(_) if jail_root.join("HEAD").is_file() && jail_root.join("config").is_file() => {
-      jail_root.to_path_buf()
-    }
-    Err(_) => return Ok(()),
-  };
-  let mut config_dirs = vec![git_dir.clone()];
-  if let Ok(common) = std::fs::read_to_string(git_dir.join("commondir")) {
-    config_dirs.push(inside(
-      jail_root,
-      &git_dir,
-      common.trim(),
-      "commondir points outside the jail",
-    )?);
-  }
-  for dir in &config_dirs {
-    if dir.join("objects/info/alternates").exists() {
-      return Err(refuse("object alternates"));
-    }
-    if let Ok(text) = std::fs::read_to_string(dir.join("config")) {
-      check_config(&text)?;
-    }
-  }
-  Ok(())
-}
-
-/// `target` (relative to `base`) resolved, symlinks followed, and required inside `jail`.
-fn inside(jail: &Path, base: &Path, target: &str, what: &str) -> Result<PathBuf, Denial> {
-  let resolved = resolve_lexically(base, target);
-  let real = std::fs::canonicalize(&resolved).unwrap_or(resolved);
-  if real.starts_with(jail) {
-    Ok(real)
-  } else {
-    Err(refuse(what))
-  }
-}
-
-/// Refuses config sections git would act on that no override can switch off.
-pub fn check_config(text: &str) -> Result<(), Denial> {
-  let mut section = String::new();
-  for raw in text.lines() {
-    let line = raw.trim();
-    if line.starts_with('#') || line.starts_with(';') || line.is_empty() {
-      continue;
-    }
-    let rest = if let Some(header) = line.strip_prefix('[') {
-      let (name, after) = header.split_once(']').unwrap_or((header, ""));
-      let name = name.trim();
-      // `[filter "x"]` and `[filter.x]` both name the section `filter`.
-      section = name
-        .split(|c: char| c == '"' || c == '.' || c.is_whitespace())
-        .next()
-        .unwrap_or("")
-        .to_ascii_lowercase();
-      if matches!(section.as_str(), "filter" | "include" | "includeif") {
-        return Err(refuse(&format!("{section} sections are not allowed")));
+    Err(e) if e.kind() == io::ErrorKind::NotFound => {
+      // git's own test for a bare repository: HEAD, objects/ and refs/.
+      let bare = ["HEAD", "objects", "refs"]
+        .iter()
+        .all(|p| std::fs::symlink_metadata(jail_root.join(p)).is_ok());
+      if !bare {
+        return Ok(None);
       }
-      after.trim()
-    } else {
-      line
-    };
-    let key = rest
-      .split(['=', ' ', '\t'])
-      .next()
-      .unwrap_or("")
-      .to_ascii_lowercase();
-    if section == "core" && key == "worktree" {
-      return Err(refuse("core.worktree is not allowed"));
+      (jail_root.to_path_buf(), None)
+    }
+    Err(_) => return Err(refuse(".git cannot be inspected")),
+  };
+  let common_dir = match std::fs::read_to_string(git_dir.join("commondir")) {
+    Ok(text) => {
+      let resolved = resolve_lexically(&git_dir, text.trim());
+      canonical_inside(jail_root, &resolved, "commondir points outside the jail")?
+    }
+    Err(e) if e.kind() == io::ErrorKind::NotFound => git_dir.clone(),
+    Err(_) => return Err(refuse("commondir is unreadable")),
+  };
+  let mut config_files = Vec::new();
+  let mut budget = MAX_WALK_ENTRIES;
+  for dir in [&git_dir, &common_dir] {
+    for alternates in ["objects/info/alternates", "objects/info/http-alternates"] {
+      if std::fs::symlink_metadata(dir.join(alternates)).is_ok() {
+        return Err(refuse("object alternates"));
+      }
+    }
+    if std::fs::symlink_metadata(dir.join("modules")).is_ok() {
+      return Err(refuse("submodules (modules/ in the git directory)"));
+    }
+    walk(dir, &mut budget, &mut |path, meta| {
+      let shown = || {
+        path
+          .strip_prefix(jail_root)
+          .unwrap_or(path)
+          .display()
+          .to_string()
+      };
+      if meta.file_type().is_symlink() {
+        return Err(refuse(format!("symlink in the git directory: {}", shown())));
+      }
+      if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
+        return Err(refuse(format!(
+          "hard-linked file in the git directory: {}",
+          shown()
+        )));
+      }
+      if path.file_name().is_some_and(|n| n == "config.worktree") {
+        config_files.push(path.to_path_buf());
+      }
+      Ok(true)
+    })?;
+  }
+  if let Some(work_tree) = &work_tree {
+    if std::fs::symlink_metadata(work_tree.join(".gitmodules")).is_ok() {
+      return Err(refuse("submodules (.gitmodules)"));
+    }
+    walk(work_tree, &mut budget, &mut |path, meta| {
+      let shown = || {
+        path
+          .strip_prefix(jail_root)
+          .unwrap_or(path)
+          .display()
+          .to_string()
+      };
+      if path.file_name().is_some_and(|n| n == ".git") {
+        // The repository's own .git was checked above; any other is a submodule or a nested
+        // repository, whose config git may read (status looks into submodules).
+        if path == dot_git {
+          return Ok(false);
+        }
+        return Err(refuse(format!(
+          "nested repository or submodule: {}",
+          shown()
+        )));
+      }
+      if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
+        return Err(refuse(format!(
+          "hard-linked file in the work tree: {}",
+          shown()
+        )));
+      }
+      Ok(true)
+    })?;
+  }
+  git_config::check(git, &git_dir, &config_files)?;
+  Ok(Some(Repository {
+    git_dir,
+    common_dir,
+    work_tree,
+  }))
+}
+
+/// `path` canonicalized (symlinks followed) and required inside `jail`.
+fn canonical_inside(jail: &Path, path: &Path, what: &str) -> Result<PathBuf, Denial> {
+  match std::fs::canonicalize(path) {
+    Ok(real) if real.starts_with(jail) => Ok(real),
+    Ok(_) => Err(refuse(what.to_owned())),
+    Err(_) => Err(refuse(format!("{what} (cannot be resolved)"))),
+  }
+}
+
+/// Visits every entry below `dir` without following symlinks; `visit` returns whether to
+/// descend into a directory. Fails closed on an unreadable directory or past `budget` entries.
+fn walk(
+  dir: &Path,
+  budget: &mut usize,
+  visit: &mut dyn FnMut(&Path, &std::fs::Metadata) -> Result<bool, Denial>,
+) -> Result<(), Denial> {
+  let mut stack = vec![dir.to_path_buf()];
+  while let Some(current) = stack.pop() {
+    let entries = std::fs::read_dir(&current)
+      .map_err(|_| refuse(format!("cannot read {}", current.display())))?;
+    for entry in entries {
+      let entry = entry.map_err(|_| refuse(format!("cannot read {}", current.display())))?;
+      *budget = budget
+        .checked_sub(1)
+        .ok_or_else(|| refuse(format!("more than {MAX_WALK_ENTRIES} files to check")))?;
+      let path = entry.path();
+      let meta = std::fs::symlink_metadata(&path)
+        .map_err(|_| refuse(format!("cannot inspect {}", path.display())))?;
+      if visit(&path, &meta)? && meta.is_dir() {
+        stack.push(path);
+      }
     }
   }
   Ok(())
@@ -132,46 +251,228 @@ pub fn check_config(text: &str) -> Result<(), Denial> {
 #[cfg(test)]
 mod tests {
   use super::*;
+  use std::process::Command;
 
-  #[test]
-  fn config_sections_that_run_or_redirect_are_refused() {
-    assert!(check_config("[core]\n\tbare = false\n[remote \"o\"]\n\turl = x\n").is_ok());
-    assert!(check_config("[filter \"lfs\"]\n\tclean = evil\n").is_err());
-    assert!(check_config("[Filter.lfs]\nclean=evil").is_err());
-    assert!(check_config("[include]\n\tpath = /tmp/x").is_err());
-    assert!(check_config("[includeIf \"gitdir:/\"]\n\tpath = x").is_err());
-    assert!(check_config("[core]\n\tworktree = /etc").is_err());
-    assert!(check_config("[core] worktree = /etc").is_err());
-    // Overridden through GIT_CONFIG_COUNT, so allowed here.
-    assert!(check_config("[core]\n\tfsmonitor = /tmp/evil\n\thooksPath = /tmp").is_ok());
+  fn git_bin() -> String {
+    super::super::command::resolve_binary("git", "/usr/bin:/bin")
+  }
+
+  fn jail() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, root)
+  }
+
+  fn init(root: &Path) {
+    let ok = Command::new("git")
+      .args(["init", "-q"])
+      .current_dir(root)
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+  }
+
+  fn message(r: Result<Option<Repository>, Denial>) -> String {
+    r.unwrap_err().message
   }
 
   #[test]
-  fn pointers_out_of_the_jail_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let jail = std::fs::canonicalize(dir.path()).unwrap();
-    assert!(check_repository(&jail).is_ok(), "no repository at all");
-    std::fs::write(jail.join(".git"), "gitdir: /etc\n").unwrap();
-    assert!(check_repository(&jail).is_err());
+  fn a_fresh_repository_passes_and_is_pinned() {
+    let (_d, root) = jail();
+    assert_eq!(
+      check_repository(&root, &git_bin()).unwrap(),
+      None,
+      "no repository"
+    );
+    init(&root);
+    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    assert_eq!(repo.git_dir, root.join(".git"));
+    assert_eq!(repo.common_dir, root.join(".git"));
+    let env = repo.env();
+    assert!(env.contains(&("GIT_WORK_TREE".into(), root.display().to_string())));
+    assert!(env.contains(&(
+      "GIT_OBJECT_DIRECTORY".into(),
+      root.join(".git/objects").display().to_string()
+    )));
+  }
+
+  #[test]
+  fn keys_hidden_from_a_line_parser_are_refused_by_name() {
+    for (config, key) in [
+      (
+        "\u{feff}[core]\n\trepositoryformatversion = 0\n[filter \"x\"]\n\tsmudge = evil\n",
+        "filter.x.smudge",
+      ),
+      (
+        "[core]\r\n\tbare = false\r\n[core][include] path=../evil.cfg\n",
+        "include.path",
+      ),
+      ("[core] worktree = /etc\n", "core.worktree"),
+      (
+        "[remote \"o\"]\n\tuploadpack = evil\n",
+        "remote.o.uploadpack",
+      ),
+      (
+        "[protocol \"ext\"]\n\tallow = always\n",
+        "protocol.ext.allow",
+      ),
+    ] {
+      let (_d, root) = jail();
+      init(&root);
+      let path = root.join(".git/config");
+      // The whole file is the attacker's (a BOM is only valid at its start).
+      std::fs::write(&path, config).unwrap();
+      let got = message(check_repository(&root, &git_bin()));
+      assert!(
+        got.contains(&format!("{key} is not on the allowlist")),
+        "{config:?}: {got}"
+      );
+    }
+  }
+
+  #[test]
+  fn what_git_reads_is_what_is_checked() {
+    // A lone `\r` is no line break to git: the `[filter]` text is part of a value, and git
+    // never sees a filter. A line parser that split on `\r` would disagree either way.
+    let (_d, root) = jail();
+    init(&root);
+    let path = root.join(".git/config");
+    let mut text = std::fs::read_to_string(&path).unwrap();
+    text.push_str("[user]\r\tname = x\r[filter \"x\"]\r\tclean = evil\r\n");
+    std::fs::write(&path, &text).unwrap();
+    assert!(check_repository(&root, &git_bin()).is_ok());
+    let out = Command::new("git")
+      .args(["config", "--get-regexp", "^filter"])
+      .current_dir(&root)
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .output()
+      .unwrap();
+    assert!(out.stdout.is_empty(), "git sees no filter");
+    // Where git does read a value as a boolean, the same text makes it refuse to run.
+    text.push_str("[core]\r\tbare = false\r[filter \"y\"]\r\tclean = evil\r\n");
+    std::fs::write(&path, &text).unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("git could not read it"));
+  }
+
+  #[test]
+  fn worktree_config_is_read_even_without_the_extension() {
+    let (_d, root) = jail();
+    init(&root);
     std::fs::write(
-      jail.join(".git"),
-      format!("gitdir: {}/../x\n", jail.display()),
+      root.join(".git/config.worktree"),
+      "[core]\n\tfsmonitor = evil\n",
     )
     .unwrap();
-    assert!(check_repository(&jail).is_err(), "lexical escape");
-    std::fs::remove_file(jail.join(".git")).unwrap();
-    std::fs::create_dir_all(jail.join(".git/objects/info")).unwrap();
-    std::fs::write(jail.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
-    assert!(check_repository(&jail).is_ok());
-    std::fs::write(jail.join(".git/commondir"), "../../elsewhere").unwrap();
-    assert!(check_repository(&jail).is_err());
-    std::fs::remove_file(jail.join(".git/commondir")).unwrap();
+    let got = message(check_repository(&root, &git_bin()));
+    assert!(
+      got.contains("core.fsmonitor is not on the allowlist"),
+      "{got}"
+    );
+  }
+
+  #[test]
+  fn a_config_git_cannot_parse_is_refused() {
+    let (_d, root) = jail();
+    init(&root);
+    std::fs::write(root.join(".git/config"), "[core\nbare\n").unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("git could not read it"));
+  }
+
+  #[test]
+  fn layouts_that_reach_outside_are_refused() {
+    let (_d, root) = jail();
+    std::fs::write(root.join(".git"), "gitdir: /etc\n").unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("gitdir points outside"));
     std::fs::write(
-      jail.join(".git/objects/info/alternates"),
+      root.join(".git"),
+      format!("gitdir: {}/../x\n", root.display()),
+    )
+    .unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("gitdir points outside"));
+    std::fs::remove_file(root.join(".git")).unwrap();
+    init(&root);
+    assert!(check_repository(&root, &git_bin()).is_ok());
+    std::fs::write(root.join(".git/commondir"), "../../elsewhere").unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("commondir"));
+    std::fs::remove_file(root.join(".git/commondir")).unwrap();
+    std::fs::write(
+      root.join(".git/objects/info/alternates"),
       "/srv/other/objects",
     )
     .unwrap();
-    assert!(check_repository(&jail).is_err());
+    assert!(message(check_repository(&root, &git_bin())).contains("alternates"));
+    std::fs::remove_file(root.join(".git/objects/info/alternates")).unwrap();
+    std::os::unix::fs::symlink("/tmp", root.join(".git/refs/tags/x")).unwrap();
+    assert!(
+      message(check_repository(&root, &git_bin()))
+        .contains("symlink in the git directory: .git/refs/tags/x")
+    );
+  }
+
+  #[test]
+  fn objects_or_refs_as_symlinks_are_refused() {
+    for name in ["objects", "refs"] {
+      let (_d, root) = jail();
+      init(&root);
+      let (_o, other) = jail();
+      init(&other);
+      std::fs::remove_dir_all(root.join(".git").join(name)).unwrap();
+      std::os::unix::fs::symlink(other.join(".git").join(name), root.join(".git").join(name))
+        .unwrap();
+      assert!(
+        message(check_repository(&root, &git_bin())).contains("symlink in the git directory"),
+        "{name}"
+      );
+    }
+  }
+
+  #[test]
+  fn hard_links_submodules_and_nested_repositories_are_refused() {
+    let (_d, root) = jail();
+    init(&root);
+    let (_o, outside) = jail();
+    std::fs::write(outside.join("secret"), "s").unwrap();
+    std::fs::hard_link(outside.join("secret"), root.join("inner")).unwrap();
+    assert!(
+      message(check_repository(&root, &git_bin()))
+        .contains("hard-linked file in the work tree: inner")
+    );
+    std::fs::remove_file(root.join("inner")).unwrap();
+    std::fs::create_dir_all(root.join("sub/.git")).unwrap();
+    assert!(
+      message(check_repository(&root, &git_bin()))
+        .contains("nested repository or submodule: sub/.git")
+    );
+    std::fs::remove_dir_all(root.join("sub")).unwrap();
+    std::fs::write(root.join(".gitmodules"), "").unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains(".gitmodules"));
+    std::fs::remove_file(root.join(".gitmodules")).unwrap();
+    std::fs::create_dir(root.join(".git/modules")).unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("modules/"));
+  }
+
+  #[test]
+  fn a_bare_repository_at_the_jail_root_is_checked_and_pinned() {
+    let (_d, root) = jail();
+    let ok = Command::new("git")
+      .args(["init", "-q", "--bare", "."])
+      .current_dir(&root)
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    assert_eq!(repo.git_dir, root);
+    assert_eq!(repo.work_tree, None);
+    std::fs::write(
+      root.join("config"),
+      "[core]\n\tbare = true\n[filter \"x\"]\n\tclean = evil\n",
+    )
+    .unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("filter.x.clean"));
   }
 
   #[test]
@@ -183,5 +484,21 @@ mod tests {
     );
     let status: Vec<String> = vec!["status".into()];
     assert_eq!(harden_args(&status), ["status"]);
+  }
+
+  #[test]
+  fn hidden_directories_are_excluded_from_diff_and_status() {
+    let wt = Path::new("/j");
+    let hidden = [PathBuf::from("/j/audit"), PathBuf::from("/elsewhere")];
+    let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+      exclude_paths(args(&["status"]), wt, &hidden),
+      ["status", "--", ":(top,exclude,literal)audit"]
+    );
+    assert_eq!(
+      exclude_paths(args(&["diff", "--", "x"]), wt, &hidden),
+      ["diff", "--", "x", ":(top,exclude,literal)audit"]
+    );
+    assert_eq!(exclude_paths(args(&["log"]), wt, &hidden), ["log"]);
   }
 }

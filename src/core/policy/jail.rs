@@ -8,6 +8,8 @@ use super::error::Denial;
 #[derive(Debug, Clone)]
 pub struct FilesystemJail {
   root: PathBuf,
+  /// Directories inside the root that belong to the host (the audit log): refused whole.
+  hidden: Vec<PathBuf>,
 }
 
 /// `path.resolve(base, input)`: lexical, without touching the filesystem.
@@ -34,11 +36,29 @@ impl FilesystemJail {
   pub fn new(dir: &str) -> io::Result<Self> {
     Ok(FilesystemJail {
       root: std::fs::canonicalize(dir)?,
+      hidden: Vec::new(),
     })
   }
 
   pub fn root(&self) -> &Path {
     &self.root
+  }
+
+  /// Refuses every path under `dir` from now on, when it lies inside the root (loa-finn keeps
+  /// its audit log in the jail by default: the agent must neither read nor write it).
+  pub fn hide(&mut self, dir: &Path) {
+    // Relative to the process's cwd, like the audit writer's own path.
+    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let dir = std::fs::canonicalize(&absolute)
+      .unwrap_or_else(|_| resolve_lexically(Path::new("/"), &absolute.to_string_lossy()));
+    if dir.starts_with(&self.root) && dir != self.root {
+      self.hidden.push(dir);
+    }
+  }
+
+  /// The hidden directories (inside the root).
+  pub fn hidden(&self) -> &[PathBuf] {
+    &self.hidden
   }
 
   /// The canonical path of `input` inside the jail, or a refusal. A missing path inside the jail
@@ -66,12 +86,26 @@ impl FilesystemJail {
         Err(_) => return Err(Denial::plain(format!("Path cannot be validated: {input}"))),
       }
     }
-    match std::fs::canonicalize(&resolved) {
-      Ok(canonical) if canonical.starts_with(&self.root) => Ok(canonical),
-      Ok(_) => Err(escapes()),
-      Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(resolved),
-      Err(_) => Err(Denial::plain(format!("Path cannot be validated: {input}"))),
+    let path = match std::fs::canonicalize(&resolved) {
+      Ok(canonical) if canonical.starts_with(&self.root) => canonical,
+      Ok(_) => return Err(escapes()),
+      Err(e) if e.kind() == io::ErrorKind::NotFound => resolved,
+      Err(_) => return Err(Denial::plain(format!("Path cannot be validated: {input}"))),
+    };
+    if self.hidden.iter().any(|h| path.starts_with(h)) {
+      return Err(Denial::plain(format!(
+        "Path is reserved for the host: {input}"
+      )));
     }
+    // A second name for a file may be a link to one outside the jail (same filesystem): its
+    // content is not the jail's to show.
+    if let Ok(meta) = std::fs::symlink_metadata(&path)
+      && meta.is_file()
+      && std::os::unix::fs::MetadataExt::nlink(&meta) > 1
+    {
+      return Err(Denial::plain(format!("Hard-linked file rejected: {input}")));
+    }
+    Ok(path)
   }
 }
 
@@ -139,6 +173,38 @@ mod tests {
       jail.validate_path("in/file").unwrap_err().message,
       "Symlink rejected: in/file"
     );
+  }
+
+  #[test]
+  fn hard_links_and_hidden_directories_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let mut jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    let root = jail.root().to_path_buf();
+    std::fs::write(outside.path().join("secret"), "s").unwrap();
+    std::fs::hard_link(outside.path().join("secret"), root.join("link")).unwrap();
+    assert_eq!(
+      jail.validate_path("link").unwrap_err().message,
+      "Hard-linked file rejected: link"
+    );
+    std::fs::create_dir(root.join("audit")).unwrap();
+    std::fs::write(root.join("audit/audit.log"), "x").unwrap();
+    assert!(jail.validate_path("audit/audit.log").is_ok());
+    jail.hide(&root.join("audit"));
+    jail.hide(outside.path());
+    assert_eq!(jail.hidden(), [root.join("audit")]);
+    for input in [
+      "audit",
+      "audit/audit.log",
+      "audit/new",
+      "./x/../audit/audit.1.log",
+    ] {
+      assert_eq!(
+        jail.validate_path(input).unwrap_err().message,
+        format!("Path is reserved for the host: {input}")
+      );
+    }
+    assert!(jail.validate_path("auditx").is_ok());
   }
 
   #[test]

@@ -2,11 +2,17 @@
 //! sandbox environment. Imports neither the pool nor exec: the pipeline (`core::sandbox`) wires
 //! these to a runner.
 
+pub mod argv;
 pub mod command;
+pub mod coreutils;
 pub mod env;
 pub mod error;
+pub mod getopt;
 pub mod git;
+pub mod git_config;
+pub mod git_options;
 pub mod jail;
+pub mod jail_args;
 pub mod redact;
 pub mod tokenize;
 

@@ -12,7 +12,7 @@ use super::config::{SandboxConfig, SandboxResult};
 use super::runner::{Done, RunError, RunOutcome, Runner};
 use crate::core::audit::{Action, AuditEntry, AuditLog, iso_timestamp_now};
 use crate::core::policy::{
-  self, CommandPolicy, Denial, FilesystemJail, SandboxCommand, SecretRedactor, git,
+  self, CommandPolicy, Denial, FilesystemJail, SandboxCommand, SecretRedactor,
 };
 use crate::core::pool::{RawJob, TRUNCATION_MARKER};
 
@@ -50,7 +50,8 @@ impl ToolSandbox {
     audit: AuditLog,
     secrets_env: &[(String, String)],
   ) -> io::Result<Self> {
-    let jail = FilesystemJail::new(&config.jail_root)?;
+    let mut jail = FilesystemJail::new(&config.jail_root)?;
+    jail.hide(audit.log_dir());
     let env = policy::env::sandbox_env(jail.root());
     let policies = config
       .policies
@@ -135,22 +136,11 @@ impl ToolSandbox {
     // 3-5. Policy, subcommand, denied flags.
     let policy = policy::command::check(&cmd, &self.policies)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "policy"))?;
-    // 6. Jail: non-flag arguments of path-validating commands become canonical paths inside.
-    let mut args = cmd.args.clone();
-    if policy.validate_paths {
-      for arg in args.iter_mut().filter(|a| !a.starts_with('-')) {
-        let path = self
-          .jail
-          .validate_path(arg)
-          .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "path_rejected"))?;
-        *arg = path.to_string_lossy().into_owned();
-      }
-    }
-    if cmd.binary == "git" {
-      git::check_repository(self.jail.root())
-        .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "repository_rejected"))?;
-      args = git::harden_args(&args);
-    }
+    // 6. Jail: arguments checked by the role the program gives them; git's repository checked
+    // and pinned.
+    let jailed = policy::jail_args::jail_args(&cmd, policy, &self.jail)
+      .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "path_rejected"))?;
+    let args = jailed.args;
     // 6a. The binary's realpath, now (a missing one fails closed).
     let binary_path = std::fs::canonicalize(&policy.binary).map_err(|_| {
       let denial = Denial::audited(
@@ -175,7 +165,7 @@ impl ToolSandbox {
       binary_path: binary_path.to_string_lossy().into_owned(),
       args,
       cwd: root.clone(),
-      env: self.env.clone(),
+      env: self.env.iter().cloned().chain(jailed.env).collect(),
       timeout_ms: Some(self.config.exec_timeout_ms),
       max_buffer: Some(self.config.max_output),
       session_id,

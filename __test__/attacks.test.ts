@@ -1,0 +1,440 @@
+// One test per finding of issue 16, each judged from the host: a marker file that must not
+// exist, or an outside string that must not appear in any decoding of what the agent gets back
+// (plain, base64, hex, whitespace removed, word-diff lines joined). Every attack also runs as
+// loa-finn ran it (its environment, the arguments passed as written, `appendFileSync` for the
+// audit log): that run must show the escape, which proves the probe can see it.
+import { execFileSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { appendFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, linkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { basename, join } from 'node:path'
+import { afterAll, describe, expect, test } from 'vitest'
+import { AuditLog, SandboxError, SecretRedactor, ToolSandbox, WorkerPool, type SandboxConfig } from '../index.js'
+
+const pool = new WorkerPool({ interactiveWorkers: 2, killGraceMs: 200 })
+afterAll(() => pool.shutdown())
+
+const GIT = realpathSync(execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim())
+const dirs: string[] = []
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true })
+})
+
+function tempDir(prefix: string): string {
+  const d = realpathSync(mkdtempSync(join(tmpdir(), prefix)))
+  dirs.push(d)
+  return d
+}
+
+/** A directory outside every jail holding `<name>.txt`, whose content is `secret`: a listing
+ * leaks `name`, a read leaks `secret`. */
+function outside() {
+  const secret = `FINNOUT${randomBytes(12).toString('hex').toUpperCase()}`
+  const name = `FINNNAME${randomBytes(12).toString('hex').toUpperCase()}`
+  const dir = tempDir('finn-out-')
+  const file = join(dir, `${name}.txt`)
+  writeFileSync(file, `${secret}\n`)
+  return { secret, name, dir, file }
+}
+
+function make(jail = tempDir('finn-jail-'), overrides: Partial<SandboxConfig> = {}) {
+  const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 10_000, maxOutput: 1_048_576, ...overrides }
+  const auditLog = new AuditLog(jail)
+  return { sandbox: new ToolSandbox(config, auditLog, pool), jail, auditLog }
+}
+
+const IDENTITY = { GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@t', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@t' }
+
+function git(cwd: string, ...args: string[]): string {
+  return execFileSync(GIT, args, { cwd, encoding: 'utf8', env: { PATH: '/usr/bin:/bin', HOME: cwd, GIT_CONFIG_GLOBAL: '/dev/null', ...IDENTITY } })
+}
+
+/** A jail that is a repository with one commit of a.txt, a.txt modified, and a hostile script. */
+function repoJail() {
+  const made = make()
+  const { jail } = made
+  git(jail, 'init', '-q')
+  writeFileSync(join(jail, 'a.txt'), 'one\n')
+  git(jail, 'add', 'a.txt')
+  git(jail, 'commit', '-qm', 'init')
+  writeFileSync(join(jail, 'a.txt'), 'two\n')
+  const marker = join(tempDir('finn-marker-'), 'PWNED')
+  const script = join(jail, 'evil.sh')
+  writeFileSync(script, `#!/bin/sh\ntouch ${marker}\ncat\n`)
+  chmodSync(script, 0o755)
+  return { ...made, marker, script }
+}
+
+/** loa-finn's sandbox environment (src/agent/sandbox.ts). */
+function loaFinnEnv(jail: string): Record<string, string> {
+  return { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: jail, LANG: 'en_US.UTF-8', TERM: 'dumb', GIT_PAGER: 'cat', PAGER: 'cat', GIT_CONFIG_GLOBAL: '/dev/null', GIT_CONFIG_SYSTEM: '/dev/null', GIT_TERMINAL_PROMPT: '0' }
+}
+
+/** The command as loa-finn ran it once its checks passed (each attack passed them): stdout + stderr. */
+function loaFinn(jail: string, command: string): string {
+  const [binary, ...args] = command.split(/\s+/)
+  try {
+    return execFileSync(binary, args, { cwd: jail, env: loaFinnEnv(jail), encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 20_000 })
+  } catch (e) {
+    const err = e as { stdout?: string; stderr?: string }
+    return `${err.stdout ?? ''}${err.stderr ?? ''}`
+  }
+}
+
+/** What the agent gets from finn-sandbox: the output, or the refusal's message. */
+async function attempt(sandbox: ToolSandbox, command: string): Promise<{ text: string; refused?: string }> {
+  try {
+    const r = await sandbox.execute(command)
+    return { text: `${r.stdout}${r.stderr}` }
+  } catch (e) {
+    if (!(e instanceof SandboxError)) throw e
+    return { text: e.message, refused: e.message }
+  }
+}
+
+/** Every reading of `text` in which an agent could recover `secret`. */
+function decodings(text: string): string[] {
+  const out = [text, text.replace(/\s+/g, '')]
+  // `git diff --word-diff=porcelain` puts each piece of the new text on its own line behind
+  // `+` or ` ` (removed pieces behind `-`, line ends as `~`).
+  const lines = text.split('\n')
+  out.push(lines.map((l) => l.replace(/^[-+ ~]/, '')).join(''))
+  out.push(lines.filter((l) => /^[+ ]/.test(l)).map((l) => l.slice(1)).join(''))
+  for (const token of text.match(/[A-Za-z0-9+/=_-]{8,}/g) ?? []) {
+    out.push(Buffer.from(token, 'base64').toString('latin1'))
+    out.push(Buffer.from(token.replace(/-/g, '+').replace(/_/g, '/'), 'base64').toString('latin1'))
+  }
+  for (const token of text.match(/(?:[0-9a-fA-F]{2}){4,}/g) ?? []) out.push(Buffer.from(token, 'hex').toString('latin1'))
+  return out
+}
+
+function leaks(text: string, secret: string): boolean {
+  return decodings(text).some((d) => d.includes(secret))
+}
+
+describe('the probes see an escape', () => {
+  test('plain, base64, hex and split-up secrets are all found', () => {
+    const s = 'FINNOUTABCDEF0123456789'
+    expect(leaks(`x ${s} y`, s)).toBe(true)
+    expect(leaks(`x ${Buffer.from(`pre${s}post`).toString('base64')} y`, s)).toBe(true)
+    expect(leaks(Buffer.from(s).toString('hex'), s)).toBe(true)
+    expect(leaks(s.split('').map((c) => `+${c}\n~`).join('\n'), s)).toBe(true)
+    expect(leaks('nothing here', s)).toBe(false)
+  })
+})
+
+describe('reads outside the jail, with no code execution', () => {
+  test('git diff /dev/null <outside file>, and an outside directory (implicit --no-index)', async () => {
+    const { sandbox, jail } = repoJail()
+    const out = outside()
+    mkdirSync(join(jail, 'd'))
+    for (const command of [`git diff /dev/null ${out.file}`, `git diff d ${out.dir}`]) {
+      expect(leaks(loaFinn(jail, command), out.secret), command).toBe(true)
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toMatch(/^Path escapes jail/)
+      expect(leaks(r.text, out.secret)).toBe(false)
+    }
+  })
+
+  test('cat and ls after --, through a directory named -', async () => {
+    const { sandbox, jail } = make()
+    const out = outside()
+    mkdirSync(join(jail, '-'))
+    const rel = `-/../../${basename(out.dir)}`
+    for (const [command, probe] of [
+      [`cat -- ${rel}/${out.name}.txt`, out.secret],
+      [`ls -la -- ${rel}/`, out.name],
+    ]) {
+      expect(leaks(loaFinn(jail, command), probe), command).toBe(true)
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toMatch(/^Path escapes jail: -\/\.\.\//)
+      expect(leaks(r.text, probe)).toBe(false)
+    }
+  })
+
+  test('wc --f=list and --fi=list (getopt prefixes of --files0-from)', async () => {
+    const { sandbox, jail } = make()
+    const out = outside()
+    writeFileSync(join(jail, 'list'), `${out.file}\0`)
+    for (const command of ['wc --f=list', 'wc --fi=list', 'wc --files0=list', 'wc --f list']) {
+      // wc counted the outside file: 1 line, 1 word, its size.
+      expect(loaFinn(jail, command), command).toMatch(new RegExp(`^\\s*1\\s+1\\s+${out.secret.length + 1} ${out.file}$`, 'm'))
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toBe('Flag not allowed: --files0-from')
+    }
+  })
+
+  test('.git/objects and .git/refs as symlinks into another repository', async () => {
+    const { sandbox, jail } = make()
+    const out = outside()
+    const other = tempDir('finn-other-repo-')
+    git(other, 'init', '-q', '-b', 'main')
+    writeFileSync(join(other, 'secret.txt'), `${out.secret}\n`)
+    git(other, 'add', 'secret.txt')
+    git(other, 'commit', '-qm', out.secret)
+    mkdirSync(join(jail, '.git'))
+    writeFileSync(join(jail, '.git', 'HEAD'), 'ref: refs/heads/main\n')
+    writeFileSync(join(jail, '.git', 'config'), '[core]\n\trepositoryformatversion = 0\n')
+    symlinkSync(join(other, '.git', 'objects'), join(jail, '.git', 'objects'))
+    symlinkSync(join(other, '.git', 'refs'), join(jail, '.git', 'refs'))
+    for (const command of ['git log', 'git show HEAD:secret.txt']) {
+      expect(leaks(loaFinn(jail, command), out.secret), command).toBe(true)
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toMatch(/^Repository config rejected: symlink in the git directory: \.git\/(objects|refs)/)
+      expect(leaks(r.text, out.secret)).toBe(false)
+    }
+  })
+
+  test('core.worktree behind [x][core], and in config.worktree: git status -uall', async () => {
+    for (const variant of ['one-line', 'config.worktree']) {
+      const { sandbox, jail } = repoJail()
+      const out = outside()
+      const config = join(jail, '.git', 'config')
+      if (variant === 'one-line') {
+        appendFileSync(config, `[x][core] worktree=${out.dir}\n`)
+      } else {
+        git(jail, 'config', 'core.repositoryformatversion', '1')
+        git(jail, 'config', 'extensions.worktreeConfig', 'true')
+        writeFileSync(join(jail, '.git', 'config.worktree'), `[core]\n\tworktree = ${out.dir}\n`)
+      }
+      expect(leaks(loaFinn(jail, 'git status -uall'), out.name), variant).toBe(true)
+      const r = await attempt(sandbox, 'git status -uall')
+      expect(r.refused, variant).toMatch(/^Repository config rejected: core\.worktree is not on the allowlist/)
+    }
+  })
+
+  test('a hard link to an outside file; ls -RL through a symlink to an outside directory', async () => {
+    const { sandbox, jail } = make()
+    const out = outside()
+    linkSync(out.file, join(jail, 'h'))
+    expect(leaks(loaFinn(jail, 'cat h'), out.secret)).toBe(true)
+    expect((await attempt(sandbox, 'cat h')).refused).toBe('Hard-linked file rejected: h')
+    mkdirSync(join(jail, 'd'))
+    symlinkSync(out.dir, join(jail, 'd', 'link'))
+    for (const command of ['ls -RL d', 'ls -R --dereference d', 'ls -R --dere d', 'ls -RH d']) {
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toMatch(/^Flag not allowed: --dereference|^Flag not allowed: --dere /)
+      expect(leaks(r.text, out.name)).toBe(false)
+    }
+    expect(leaks(loaFinn(jail, 'ls -RL d'), out.name)).toBe(true)
+    // Without -L, ls lists the link itself and does not descend: allowed, and nothing leaks.
+    const plain = await attempt(sandbox, 'ls -R d')
+    expect(plain.refused).toBeUndefined()
+    expect(plain.text).toContain('link')
+    expect(leaks(plain.text, out.name)).toBe(false)
+  })
+})
+
+describe('program execution from repository files (a marker must not appear)', () => {
+  const filterCases: [string, (jail: string, script: string) => void][] = [
+    ['after \\r-only line breaks', (jail, script) => appendFileSync(join(jail, '.git', 'config'), `[x]\r[filter "evil"]\r\tclean = ${script}\r`)],
+    [
+      'behind a UTF-8 BOM',
+      (jail, script) => {
+        const config = join(jail, '.git', 'config')
+        writeFileSync(config, `\ufeff[filter "evil"]\n\tclean = ${script}\n${readFileSync(config, 'utf8')}`)
+      },
+    ],
+    [
+      'inside [core][include] path=../evil.cfg',
+      (jail, script) => {
+        writeFileSync(join(jail, 'evil.cfg'), `[filter "evil"]\n\tclean = ${script}\n`)
+        appendFileSync(join(jail, '.git', 'config'), '[core][include] path=../evil.cfg\n')
+      },
+    ],
+    [
+      'in .git/config.worktree with extensions.worktreeConfig',
+      (jail, script) => {
+        git(jail, 'config', 'core.repositoryformatversion', '1')
+        git(jail, 'config', 'extensions.worktreeConfig', 'true')
+        writeFileSync(join(jail, '.git', 'config.worktree'), `[filter "evil"]\n\tclean = ${script}\n`)
+      },
+    ],
+  ]
+  for (const [name, plant] of filterCases) {
+    test(`a [filter] driver ${name}`, async () => {
+      const { sandbox, jail, marker, script } = repoJail()
+      writeFileSync(join(jail, '.gitattributes'), '*.txt filter=evil\n')
+      plant(jail, script)
+      loaFinn(jail, 'git status')
+      expect(existsSync(marker), 'loa-finn ran the filter').toBe(true)
+      rmSync(marker)
+      const r = await attempt(sandbox, 'git status')
+      expect(r.refused).toMatch(/^Repository config rejected: (filter\.evil\.clean|include\.path) is not on the allowlist/)
+      expect(existsSync(marker)).toBe(false)
+    })
+  }
+
+  test("a [filter] driver in a submodule's own config", async () => {
+    const { sandbox, jail, marker, script } = repoJail()
+    const sub = join(jail, 'sub')
+    mkdirSync(sub)
+    git(sub, 'init', '-q')
+    writeFileSync(join(sub, 'b.txt'), 'one\n')
+    writeFileSync(join(sub, '.gitattributes'), '*.txt filter=evil\n')
+    git(sub, 'add', '.')
+    git(sub, 'commit', '-qm', 'sub')
+    git(jail, 'add', 'sub')
+    git(jail, 'commit', '-qm', 'with sub')
+    appendFileSync(join(sub, '.git', 'config'), `[filter "evil"]\n\tclean = ${script}\n`)
+    writeFileSync(join(sub, 'b.txt'), 'two\n')
+    loaFinn(jail, 'git status')
+    expect(existsSync(marker), 'loa-finn ran the filter').toBe(true)
+    rmSync(marker)
+    const r = await attempt(sandbox, 'git status')
+    expect(r.refused).toBe('Repository config rejected: nested repository or submodule: sub/.git')
+    expect(existsSync(marker)).toBe(false)
+  })
+
+  test('git status -v runs a textconv driver', async () => {
+    const { sandbox, jail, marker, script } = repoJail()
+    writeFileSync(join(jail, '.gitattributes'), '*.txt diff=evil\n')
+    git(jail, 'add', 'a.txt')
+    appendFileSync(join(jail, '.git', 'config'), `[diff "evil"]\n\ttextconv = ${script}\n`)
+    loaFinn(jail, 'git status -v')
+    expect(existsSync(marker), 'loa-finn ran textconv').toBe(true)
+    rmSync(marker)
+    expect((await attempt(sandbox, 'git status -v')).refused).toMatch(/^Flag not allowed: -v/)
+    expect((await attempt(sandbox, 'git status')).refused).toMatch(/^Repository config rejected: diff\.evil\.textconv/)
+    expect(existsSync(marker)).toBe(false)
+  })
+
+  const lazyCases: [string, (jail: string, script: string) => void][] = [
+    [
+      'protocol.file.allow=always plus remote.origin.uploadpack',
+      (jail, script) => {
+        git(jail, 'config', 'remote.origin.url', `file://${jail}/none`)
+        git(jail, 'config', 'remote.origin.uploadpack', script)
+        git(jail, 'config', 'protocol.file.allow', 'always')
+      },
+    ],
+    [
+      'protocol.ext.allow=always plus an ext:: URL',
+      (jail, script) => {
+        git(jail, 'config', 'remote.origin.url', `ext::${script}`)
+        git(jail, 'config', 'protocol.ext.allow', 'always')
+      },
+    ],
+  ]
+  for (const [name, plant] of lazyCases) {
+    test(`lazy fetch in a partial clone: ${name}; the program leaks an outside file base64-encoded`, async () => {
+      const { sandbox, jail, marker } = repoJail()
+      const out = outside()
+      const script = join(jail, 'fetch.sh')
+      writeFileSync(script, `#!/bin/sh\ntouch ${marker}\nbase64 -w0 ${out.file} >&2\necho >&2\n`)
+      chmodSync(script, 0o755)
+      git(jail, 'config', 'core.repositoryformatversion', '1')
+      git(jail, 'config', 'extensions.partialClone', 'origin')
+      git(jail, 'config', 'remote.origin.promisor', 'true')
+      plant(jail, script)
+      const missing = '1234567890123456789012345678901234567890'
+      const baseline = loaFinn(jail, `git show ${missing}`)
+      expect(existsSync(marker), 'loa-finn fetched').toBe(true)
+      expect(baseline).not.toContain(out.secret)
+      expect(leaks(baseline, out.secret), 'only the base64 probe sees it').toBe(true)
+      rmSync(marker)
+      const r = await attempt(sandbox, `git show ${missing}`)
+      expect(r.refused).toMatch(/^Repository config rejected: extensions\.partialclone is not on the allowlist/)
+      expect(existsSync(marker)).toBe(false)
+      expect(leaks(r.text, out.secret)).toBe(false)
+    })
+  }
+})
+
+describe('audit and redaction', () => {
+  test('an audit/audit.log symlink made before the AuditLog: nothing is written through it', async () => {
+    const jail = tempDir('finn-jail-')
+    const out = outside()
+    const victim = join(out.dir, 'victim.log')
+    writeFileSync(victim, '')
+    mkdirSync(join(jail, 'audit'))
+    symlinkSync(victim, join(jail, 'audit', 'audit.log'))
+    // loa-finn's writer: appendFileSync follows the link.
+    appendFileSync(join(jail, 'audit', 'audit.log'), '{"probe":1}\n')
+    expect(readFileSync(victim, 'utf8')).toContain('probe')
+    writeFileSync(victim, '')
+    const { sandbox, auditLog } = make(jail)
+    expect(auditLog.append({ timestamp: 't', action: 'allow', command: 'ls', args: [] })).toBe(false)
+    // Fail-closed: the audit cannot be written, so only ls/cat/wc run.
+    await sandbox.execute('ls')
+    expect(readFileSync(victim, 'utf8')).toBe('')
+    // The same with the audit directory itself a symlink.
+    const jail2 = tempDir('finn-jail-')
+    symlinkSync(out.dir, join(jail2, 'audit'))
+    const second = make(jail2)
+    await second.sandbox.execute('ls')
+    expect(readdirSync(out.dir).sort()).toEqual([`${out.name}.txt`, 'victim.log'])
+  })
+
+  test('the agent can neither read, edit nor list into its own audit log', async () => {
+    const { sandbox, jail } = make()
+    const token = `TOKEN${randomBytes(8).toString('hex')}`
+    await attempt(sandbox, `cat ${token}`)
+    expect(leaks(loaFinn(jail, 'cat audit/audit.log'), token)).toBe(true)
+    for (const command of ['cat audit/audit.log', 'wc audit/audit.log', 'ls audit', `cat sub/../audit/audit.log`, 'cat -- audit/audit.log']) {
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toMatch(/^Path is reserved for the host: /)
+      expect(leaks(r.text, token)).toBe(false)
+    }
+  })
+
+  test('git diff does not show the audit log even when the index tracks it', async () => {
+    const { sandbox, jail } = repoJail()
+    const token = `TOKEN${randomBytes(8).toString('hex')}`
+    await attempt(sandbox, `cat ${token}`)
+    // The agent writes the index: here, with git add, the audit log becomes a tracked file.
+    const log = readFileSync(join(jail, 'audit', 'audit.log'), 'utf8')
+    writeFileSync(join(jail, 'audit', 'audit.log'), '')
+    git(jail, 'add', '-f', 'audit/audit.log')
+    writeFileSync(join(jail, 'audit', 'audit.log'), log)
+    expect(leaks(loaFinn(jail, 'git diff'), token)).toBe(true)
+    const r = await attempt(sandbox, 'git diff')
+    expect(r.refused).toBeUndefined()
+    expect(r.text).toContain('-one')
+    expect(leaks(r.text, token)).toBe(false)
+  })
+
+  test('a flood of 11 MiB denied commands cannot rotate history out; no line exceeds 8 KiB', async () => {
+    const jail = tempDir('finn-jail-')
+    const auditLog = new AuditLog(jail, { maxFileSize: 64 * 1024, maxFiles: 2 })
+    const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 10_000, maxOutput: 65_536 }, auditLog, pool)
+    const token = `TOKEN${randomBytes(8).toString('hex')}`
+    await attempt(sandbox, `curl ${token}`)
+    const huge = 'A'.repeat(11 * 1024 * 1024)
+    // loa-finn's entry for one of these is the whole command: 7 of them are 77 MiB, more than
+    // its whole retention (10 MiB x 6 files) and far more than this log's 192 KiB.
+    expect(JSON.stringify({ timestamp: 't', action: 'deny', command: 'curl', args: [huge], reason: 'binary_not_allowed: curl' }).length).toBeGreaterThan(11 * 1024 * 1024)
+    for (let i = 0; i < 7; i++) await attempt(sandbox, `curl ${huge}`)
+    const files = readdirSync(join(jail, 'audit'))
+    const lines = files.flatMap((f) => readFileSync(join(jail, 'audit', f), 'utf8').trim().split('\n'))
+    expect(lines.some((l) => l.includes(token))).toBe(true)
+    for (const line of lines) expect(line.length).toBeLessThan(8192)
+    const capped = lines.map((l) => JSON.parse(l)).filter((e) => e.sha256)
+    expect(capped).toHaveLength(7)
+    expect(capped[0].originalSize).toBeGreaterThan(11 * 1024 * 1024)
+  })
+
+  test('git diff --word-diff=porcelain --word-diff-regex=. cannot split a secret past the redactor', async () => {
+    const secret = `ghp_${randomBytes(16).toString('hex')}`
+    const before = process.env.GIT_TOKEN
+    process.env.GIT_TOKEN = secret
+    try {
+      const { sandbox, jail } = repoJail()
+      writeFileSync(join(jail, 'a.txt'), `token ${secret}\n`)
+      const command = 'git diff --word-diff=porcelain --word-diff-regex=.'
+      const baseline = loaFinn(jail, command)
+      const redacted = new SecretRedactor({ GIT_TOKEN: secret }).redact(baseline)
+      expect(redacted).not.toContain(secret)
+      expect(leaks(redacted, secret), 'split across lines, the redactor missed it').toBe(true)
+      for (const c of [command, 'git diff --word-diff-regex=.', 'git diff --color-words=.', 'git diff --word-diff']) {
+        expect((await attempt(sandbox, c)).refused, c).toMatch(/^Flag not allowed: --(word-diff|color-words)/)
+      }
+      const plain = await attempt(sandbox, 'git diff')
+      expect(plain.text).toContain('[REDACTED]')
+      expect(leaks(plain.text, secret)).toBe(false)
+    } finally {
+      if (before === undefined) delete process.env.GIT_TOKEN
+      else process.env.GIT_TOKEN = before
+    }
+  })
+})

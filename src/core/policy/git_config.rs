@@ -1,0 +1,219 @@
+//! Repository config, read by git itself and held to an allowlist of keys that execute nothing
+//! and point nowhere. git's parser decides what a line means (`\r` line breaks, a BOM, `[a][b]`
+//! on one line, quoting): a parser of our own would disagree with it somewhere, and each
+//! disagreement was a way to hide a key.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use super::error::Denial;
+
+/// Keys (section and variable lowercased, as git prints them) with no subsection.
+const PLAIN_KEYS: &[&str] = &[
+  // Written by `git init`: format and how the work tree's files are compared.
+  "core.repositoryformatversion",
+  "core.filemode",
+  "core.bare",
+  "core.logallrefupdates",
+  "core.ignorecase",
+  "core.precomposeunicode",
+  "core.symlinks",
+  // Identity: text that ends up in commits, never read as a path or program.
+  "user.name",
+  "user.email",
+  "init.defaultbranch",
+  // Format extensions git refuses to run without: sha256 objects, and per-worktree config
+  // (whose keys `git config --list` then shows too, so they meet this list as well).
+  "extensions.objectformat",
+  "extensions.worktreeconfig",
+];
+
+/// `section.<subsection>.variable` keys. `remote.*.url` names a remote that only fetch and push
+/// contact; the sandbox allows neither, GIT_ALLOW_PROTOCOL is empty and lazy fetch is off.
+/// Never `remote.*.uploadpack`/`receivepack`/`proxy`/`promisor` (programs, lazy fetch).
+const SUBSECTION_KEYS: &[(&str, &str)] = &[
+  ("remote", "url"),
+  ("remote", "fetch"),
+  ("branch", "remote"),
+  ("branch", "merge"),
+];
+
+/// Whether `key` is on the allowlist.
+pub fn key_allowed(key: &str) -> bool {
+  if PLAIN_KEYS.contains(&key) {
+    return true;
+  }
+  let Some((section, rest)) = key.split_once('.') else {
+    return false;
+  };
+  let Some((subsection, variable)) = rest.rsplit_once('.') else {
+    return false;
+  };
+  !subsection.is_empty() && SUBSECTION_KEYS.contains(&(section, variable))
+}
+
+/// One entry of `git config --list --show-scope --show-origin -z`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigEntry {
+  pub scope: String,
+  pub origin: String,
+  pub key: String,
+}
+
+/// Parses `scope NUL origin NUL key [LF value] NUL ...`.
+pub fn parse_listing(out: &[u8]) -> Result<Vec<ConfigEntry>, String> {
+  let fields: Vec<&[u8]> = out.split(|b| *b == 0).collect();
+  // A complete listing ends with NUL, so the last field is empty.
+  let (last, fields) = fields.split_last().ok_or("empty listing")?;
+  if !last.is_empty() || fields.len() % 3 != 0 {
+    return Err("git config printed a listing that does not parse".into());
+  }
+  Ok(
+    fields
+      .chunks(3)
+      .map(|c| {
+        let key = c[2].split(|b| *b == b'\n').next().unwrap_or_default();
+        ConfigEntry {
+          scope: String::from_utf8_lossy(c[0]).into_owned(),
+          origin: String::from_utf8_lossy(c[1]).into_owned(),
+          key: String::from_utf8_lossy(key).into_owned(),
+        }
+      })
+      .collect(),
+  )
+}
+
+fn refuse(what: String) -> Denial {
+  Denial::audited(
+    format!("Repository config rejected: {what}"),
+    format!("repository_rejected: {what}"),
+  )
+}
+
+/// Program-running switches for the listing run itself (`git config` runs none of them today;
+/// these keep it so), listed with origin `command line:` and skipped.
+const LISTING_OVERRIDES: &[(&str, &str)] =
+  &[("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
+
+/// Runs `git config --list` as `git` would read config for `git_dir`, with no system, global or
+/// XDG file, no includes followed (an include is itself a refused key), and `file` instead of
+/// the repository's files when given.
+fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigEntry>, Denial> {
+  let mut command = Command::new(git);
+  command
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .env("HOME", "/nonexistent-finn-sandbox-home")
+    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    .env("GIT_DIR", git_dir)
+    .env("GIT_NO_LAZY_FETCH", "1")
+    .env("GIT_ALLOW_PROTOCOL", "")
+    .env("LC_ALL", "C")
+    .env("GIT_CONFIG_COUNT", LISTING_OVERRIDES.len().to_string());
+  for (i, (k, v)) in LISTING_OVERRIDES.iter().enumerate() {
+    command
+      .env(format!("GIT_CONFIG_KEY_{i}"), k)
+      .env(format!("GIT_CONFIG_VALUE_{i}"), v);
+  }
+  command.current_dir(git_dir).args([
+    "config",
+    "--list",
+    "--show-origin",
+    "--show-scope",
+    "-z",
+    "--no-includes",
+  ]);
+  if let Some(file) = file {
+    command.arg("--file").arg(file);
+  }
+  let out = command
+    .stdin(Stdio::null())
+    .output()
+    .map_err(|e| refuse(format!("git config could not run ({e})")))?;
+  if !out.status.success() {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("no message").trim();
+    return Err(refuse(format!("git could not read it ({first})")));
+  }
+  parse_listing(&out.stdout).map_err(refuse)
+}
+
+/// Every key git would read for `git_dir`, plus those of each extra config file (per-worktree
+/// files git reads only under an extension), on the allowlist; the first key that is not is
+/// named in the refusal.
+pub fn check(git: &str, git_dir: &Path, extra_files: &[std::path::PathBuf]) -> Result<(), Denial> {
+  let mut entries = listing(git, git_dir, None)?;
+  for file in extra_files {
+    entries.extend(listing(git, git_dir, Some(file))?);
+  }
+  for entry in entries {
+    // Our own overrides. A `--file` listing has scope `command` too, but a `file:` origin.
+    if entry.scope == "command" && entry.origin == "command line:" {
+      continue;
+    }
+    if !key_allowed(&entry.key) {
+      return Err(refuse(format!(
+        "{} is not on the allowlist ({})",
+        entry.key, entry.origin
+      )));
+    }
+  }
+  Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn the_allowlist_takes_what_init_and_clone_write_and_nothing_that_runs() {
+    for key in [
+      "core.repositoryformatversion",
+      "core.bare",
+      "remote.origin.url",
+      "remote.my.dotted.name.fetch",
+      "branch.feature/x.merge",
+      "user.email",
+    ] {
+      assert!(key_allowed(key), "{key}");
+    }
+    for key in [
+      "core.worktree",
+      "core.fsmonitor",
+      "core.hookspath",
+      "core.pager",
+      "core.sshcommand",
+      "filter.lfs.clean",
+      "diff.x.textconv",
+      "include.path",
+      "includeif.gitdir:/.path",
+      "remote.origin.uploadpack",
+      "remote.origin.receivepack",
+      "remote.origin.promisor",
+      "extensions.partialclone",
+      "protocol.file.allow",
+      "protocol.allow",
+      "remote.url",
+      "branch..merge",
+      "submodule.x.url",
+      "user.signingkey",
+      "core",
+    ] {
+      assert!(!key_allowed(key), "{key}");
+    }
+  }
+
+  #[test]
+  fn listings_parse_with_and_without_values() {
+    let out = b"local\0file:.git/config\0core.bare\nfalse\0local\0file:.git/config\0core.x\0";
+    let entries = parse_listing(out).unwrap();
+    assert_eq!(entries.len(), 2);
+    assert_eq!(entries[0].key, "core.bare");
+    assert_eq!(entries[1].key, "core.x");
+    assert!(parse_listing(b"local\0file\0").is_err());
+    assert!(parse_listing(b"local\0file\0core.bare\nfalse").is_err());
+    assert_eq!(parse_listing(b"").unwrap(), []);
+  }
+}

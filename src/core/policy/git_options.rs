@@ -1,0 +1,265 @@
+//! The git options the sandbox passes, per subcommand, spelled exactly. git's parse-options and
+//! its revision parser both take an exact long name as that option before trying prefixes, so an
+//! exact spelling cannot be read as another option; every abbreviation, and every option not
+//! listed, is refused. Options that read or write files (`--output`, `-O`, `--no-index`), run
+//! programs (`--ext-diff`, `--textconv`, `--show-signature`), or re-split text past the redactor
+//! (`--word-diff*`, `--color-words`) are not listed.
+
+/// Options shared by the commands that print commits or diffs.
+const DIFF_OUTPUT: &[&str] = &[
+  "-p",
+  "--patch",
+  "-s",
+  "--no-patch",
+  "--stat",
+  "--shortstat",
+  "--numstat",
+  "--summary",
+  "--name-only",
+  "--name-status",
+  "-w",
+  "--ignore-all-space",
+  "-b",
+  "--ignore-space-change",
+  "--ignore-blank-lines",
+  "--no-color",
+  "--no-renames",
+  "--raw",
+  "--full-index",
+  "--binary",
+];
+
+/// Options with a value, accepted as `--name=value` only (a separate value would be checked as
+/// a path, and the `=` form leaves no doubt which element is the value).
+const DIFF_VALUED: &[&str] = &["--unified", "--diff-filter", "--stat", "--abbrev"];
+
+const LOG: &[&str] = &[
+  "--oneline",
+  "--graph",
+  "--decorate",
+  "--no-decorate",
+  "--all",
+  "--branches",
+  "--tags",
+  "--no-merges",
+  "--merges",
+  "--first-parent",
+  "--reverse",
+  "--abbrev-commit",
+  "--no-abbrev-commit",
+  "--topo-order",
+  "--date-order",
+  "--follow",
+  "--pretty",
+  "-i",
+  "--regexp-ignore-case",
+  "--all-match",
+  "--left-right",
+  "--cherry-pick",
+  "--boundary",
+];
+
+const LOG_VALUED: &[&str] = &[
+  "--format",
+  "--pretty",
+  "--max-count",
+  "--skip",
+  "--since",
+  "--until",
+  "--after",
+  "--before",
+  "--author",
+  "--committer",
+  "--grep",
+  "--date",
+  "--decorate",
+];
+
+const DIFF: &[&str] = &[
+  "--cached",
+  "--staged",
+  "--exit-code",
+  "--quiet",
+  "-R",
+  "--merge-base",
+  "--no-ext-diff",
+  "--no-textconv",
+];
+
+/// `status -v` renders a diff and ran a textconv driver; status gets no `-v`.
+const STATUS: &[&str] = &[
+  "-s",
+  "--short",
+  "-b",
+  "--branch",
+  "--long",
+  "--porcelain",
+  "--show-stash",
+  "-z",
+  "--ahead-behind",
+  "--no-ahead-behind",
+  "--no-renames",
+  "-u",
+  "-uno",
+  "-unormal",
+  "-uall",
+  "--untracked-files",
+  "--ignored",
+];
+
+const STATUS_VALUED: &[&str] = &["--porcelain", "--untracked-files", "--ignored"];
+
+const REV_PARSE: &[&str] = &[
+  "--abbrev-ref",
+  "--short",
+  "--verify",
+  "-q",
+  "--quiet",
+  "--symbolic-full-name",
+  "--show-toplevel",
+  "--show-prefix",
+  "--show-cdup",
+  "--is-inside-work-tree",
+  "--is-inside-git-dir",
+  "--is-bare-repository",
+  "--is-shallow-repository",
+];
+
+const REV_PARSE_VALUED: &[&str] = &["--short", "--abbrev-ref"];
+
+/// Letters that may be clustered (`-sb`); none of them takes an argument in git.
+fn cluster_letters(sub: &str) -> &'static str {
+  match sub {
+    "log" | "show" | "diff" => "psbw",
+    "status" => "sbz",
+    "rev-parse" => "q",
+    _ => "",
+  }
+}
+
+/// How an option-looking argument to `git <sub>` is read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GitOption {
+  /// Allowed, and the next element is its value (`-n 5`).
+  TakesNext,
+  /// Allowed, self-contained.
+  Alone,
+}
+
+fn lists(sub: &str) -> (Vec<&'static str>, Vec<&'static str>) {
+  let mut plain: Vec<&'static str> = Vec::new();
+  let mut valued: Vec<&'static str> = Vec::new();
+  match sub {
+    "log" | "show" => {
+      plain.extend(DIFF_OUTPUT.iter().chain(LOG));
+      valued.extend(DIFF_VALUED.iter().chain(LOG_VALUED));
+      plain.extend(["--no-ext-diff", "--no-textconv"]);
+    }
+    "diff" => {
+      plain.extend(DIFF_OUTPUT.iter().chain(DIFF));
+      valued.extend(DIFF_VALUED);
+    }
+    "status" => {
+      plain.extend(STATUS);
+      valued.extend(STATUS_VALUED);
+    }
+    "rev-parse" => {
+      plain.extend(REV_PARSE);
+      valued.extend(REV_PARSE_VALUED);
+    }
+    _ => {}
+  }
+  (plain, valued)
+}
+
+/// `Some` when `arg` (which starts with `-`) is an allowed option of `git <sub>`.
+pub fn allowed(sub: &str, arg: &str) -> Option<GitOption> {
+  let (plain, valued) = lists(sub);
+  if plain.contains(&arg) {
+    return Some(GitOption::Alone);
+  }
+  if let Some((name, _)) = arg.split_once('=')
+    && name.starts_with("--")
+    && valued.contains(&name)
+  {
+    return Some(GitOption::Alone);
+  }
+  let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+  if matches!(sub, "log" | "show") {
+    // `-5`, `-n5`, and `-n` followed by a count.
+    if let Some(rest) = arg.strip_prefix('-')
+      && digits(rest)
+    {
+      return Some(GitOption::Alone);
+    }
+    if arg == "-n" {
+      return Some(GitOption::TakesNext);
+    }
+    if let Some(rest) = arg.strip_prefix("-n")
+      && digits(rest)
+    {
+      return Some(GitOption::Alone);
+    }
+  }
+  if matches!(sub, "log" | "show" | "diff")
+    && let Some(rest) = arg.strip_prefix("-U")
+    && digits(rest)
+  {
+    return Some(GitOption::Alone);
+  }
+  let letters = cluster_letters(sub);
+  if let Some(cluster) = arg.strip_prefix('-')
+    && !cluster.starts_with('-')
+    && !cluster.is_empty()
+    && cluster.chars().all(|c| letters.contains(c))
+  {
+    return Some(GitOption::Alone);
+  }
+  None
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn exact_spellings_and_their_values() {
+    assert_eq!(allowed("log", "--oneline"), Some(GitOption::Alone));
+    assert_eq!(allowed("log", "--format=%H %s"), Some(GitOption::Alone));
+    assert_eq!(allowed("log", "-n"), Some(GitOption::TakesNext));
+    assert_eq!(allowed("log", "-n5"), Some(GitOption::Alone));
+    assert_eq!(allowed("log", "-20"), Some(GitOption::Alone));
+    assert_eq!(allowed("status", "-sb"), Some(GitOption::Alone));
+    assert_eq!(allowed("status", "--porcelain=v2"), Some(GitOption::Alone));
+    assert_eq!(allowed("diff", "-U3"), Some(GitOption::Alone));
+    assert_eq!(allowed("rev-parse", "--abbrev-ref"), Some(GitOption::Alone));
+  }
+
+  #[test]
+  fn abbreviations_unlisted_and_dangerous_options_are_refused() {
+    for (sub, arg) in [
+      ("log", "--onelin"),
+      ("log", "--outp=/tmp/x"),
+      ("log", "--output=/tmp/x"),
+      ("log", "--show-signature"),
+      ("diff", "--no-index"),
+      ("diff", "--word-diff=porcelain"),
+      ("diff", "--word-diff-regex=."),
+      ("diff", "--color-words"),
+      ("diff", "-O/etc/passwd"),
+      ("diff", "--ext-diff"),
+      ("log", "--textconv"),
+      ("status", "-v"),
+      ("status", "--verbose"),
+      ("status", "-sv"),
+      ("rev-parse", "--git-dir"),
+      ("rev-parse", "--local-env-vars"),
+      ("log", "-n5x"),
+      ("log", "--format"),
+      ("status", "--"),
+      ("log", "-"),
+    ] {
+      assert_eq!(allowed(sub, arg), None, "git {sub} {arg}");
+    }
+  }
+}

@@ -1,0 +1,222 @@
+//! Stage 6 for one allowed command: its arguments checked against the jail by the role the
+//! program gives each (`argv.rs`), and for git the repository checked and pinned.
+
+use super::argv::{self, Role};
+use super::command::CommandPolicy;
+use super::error::Denial;
+use super::git;
+use super::jail::FilesystemJail;
+use super::tokenize::SandboxCommand;
+
+/// The arguments to run, and environment to add to the sandbox's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JailedArgs {
+  pub args: Vec<String>,
+  pub env: Vec<(String, String)>,
+}
+
+/// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the
+/// default policy allows, since none of them contacts a remote; anything else is refused here
+/// rather than given git's default list.
+fn git_protocols(sub: &str) -> Option<&'static str> {
+  match sub {
+    "log" | "status" | "diff" | "show" | "rev-parse" => Some(""),
+    _ => None,
+  }
+}
+
+/// A git argument git could read from the filesystem must resolve inside the jail: one that
+/// names an existing path, or contains `/` or `..` (a path outside the repository switches
+/// `git diff` to `--no-index`; `/dev/null` is such a path).
+fn check_git_operand(jail: &FilesystemJail, arg: &str) -> Result<(), Denial> {
+  let exists = std::fs::symlink_metadata(jail.root().join(arg)).is_ok();
+  if exists || arg.contains('/') || arg.contains("..") {
+    jail.validate_path(arg)?;
+  }
+  Ok(())
+}
+
+/// Checks `cmd` (already passed by `command::check`) against the jail, and returns what to run.
+pub fn jail_args(
+  cmd: &SandboxCommand,
+  policy: &CommandPolicy,
+  jail: &FilesystemJail,
+) -> Result<JailedArgs, Denial> {
+  let roles = argv::roles(&cmd.binary, policy, &cmd.args)?;
+  let path_rejected = |d: Denial| {
+    let reason = d
+      .reason
+      .clone()
+      .unwrap_or_else(|| format!("path_rejected: {}", d.message));
+    Denial::audited(d.message, reason)
+  };
+  if cmd.binary == "git" {
+    for (arg, role) in cmd.args.iter().zip(&roles) {
+      match role {
+        Role::Path => {
+          jail.validate_path(arg).map_err(path_rejected)?;
+        }
+        Role::GitOperand => check_git_operand(jail, arg).map_err(path_rejected)?,
+        Role::Option | Role::Value => {}
+      }
+    }
+    let sub = cmd.args.first().map_or("", String::as_str);
+    let protocols = git_protocols(sub).ok_or_else(|| {
+      Denial::audited(
+        format!("Subcommand not allowed: git {sub}"),
+        format!("subcommand_denied: {sub}"),
+      )
+    })?;
+    // The check runs this binary; a missing one is refused as stage 6a would.
+    let binary = std::fs::canonicalize(&policy.binary).map_err(|_| {
+      Denial::audited(
+        format!("Binary not available: {}", cmd.binary),
+        format!("binary_not_found_or_unresolvable: {}", policy.binary),
+      )
+    })?;
+    let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
+    let mut env = vec![("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned())];
+    let mut args = git::harden_args(&cmd.args);
+    match &repo {
+      Some(repo) => {
+        env.extend(repo.env());
+        if let Some(work_tree) = &repo.work_tree {
+          args = git::exclude_paths(args, work_tree, jail.hidden());
+        }
+      }
+      // No repository now: pin the place git would look first, so it discovers nothing else
+      // (a bare repository at the root). One made after this check is the check-to-exec race.
+      None => env.push((
+        "GIT_DIR".to_owned(),
+        jail.root().join(".git").to_string_lossy().into_owned(),
+      )),
+    }
+    return Ok(JailedArgs { args, env });
+  }
+  let mut args = cmd.args.clone();
+  if policy.validate_paths {
+    for (arg, role) in args.iter_mut().zip(&roles) {
+      if *role == Role::Path {
+        let path = jail.validate_path(arg).map_err(path_rejected)?;
+        *arg = path.to_string_lossy().into_owned();
+      }
+    }
+  }
+  Ok(JailedArgs {
+    args,
+    env: Vec::new(),
+  })
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::core::policy::command::default_policies;
+  use crate::core::policy::tokenize::tokenize;
+
+  fn run(jail: &FilesystemJail, command: &str) -> Result<JailedArgs, String> {
+    let policies = default_policies("/usr/bin:/bin");
+    let cmd = tokenize(command).unwrap();
+    jail_args(&cmd, &policies[&cmd.binary], jail).map_err(|d| d.message)
+  }
+
+  fn jail() -> (tempfile::TempDir, FilesystemJail) {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    (dir, jail)
+  }
+
+  #[test]
+  fn git_operands_that_could_be_paths_are_jailed() {
+    let (_d, jail) = jail();
+    std::os::unix::fs::symlink("/etc", jail.root().join("etc")).unwrap();
+    assert_eq!(
+      run(&jail, "git diff /dev/null x").unwrap_err(),
+      "Path escapes jail: /dev/null"
+    );
+    assert_eq!(
+      run(&jail, "git diff a ../x").unwrap_err(),
+      "Path escapes jail: ../x"
+    );
+    assert_eq!(
+      run(&jail, "git diff etc").unwrap_err(),
+      "Symlink rejected: etc"
+    );
+    assert_eq!(
+      run(&jail, "git log -- /etc").unwrap_err(),
+      "Path escapes jail: /etc"
+    );
+    // Revisions that are no paths pass as written.
+    let ok = run(&jail, "git log HEAD main..topic HEAD:a.txt -- sub/file").unwrap();
+    assert_eq!(
+      ok.args[3..],
+      ["HEAD", "main..topic", "HEAD:a.txt", "--", "sub/file"]
+    );
+  }
+
+  #[test]
+  fn git_runs_pinned_with_no_protocol() {
+    let (_d, jail) = jail();
+    let root = jail.root().to_string_lossy().into_owned();
+    let none = run(&jail, "git status").unwrap();
+    assert_eq!(
+      none.env,
+      [
+        ("GIT_ALLOW_PROTOCOL".to_owned(), String::new()),
+        ("GIT_DIR".to_owned(), format!("{root}/.git")),
+      ]
+    );
+    assert!(
+      std::process::Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(jail.root())
+        .status()
+        .unwrap()
+        .success()
+    );
+    let repo = run(&jail, "git status").unwrap();
+    assert!(
+      repo
+        .env
+        .contains(&("GIT_WORK_TREE".to_owned(), root.clone()))
+    );
+    assert!(
+      repo
+        .env
+        .contains(&("GIT_COMMON_DIR".to_owned(), format!("{root}/.git")))
+    );
+  }
+
+  #[test]
+  fn a_missing_git_is_refused_before_the_check_would_run_it() {
+    let (_d, jail) = jail();
+    let mut policies = default_policies("/usr/bin:/bin");
+    policies.get_mut("git").unwrap().binary = "/__missing_binary__/git".into();
+    let cmd = tokenize("git status").unwrap();
+    let denial = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    assert_eq!(denial.message, "Binary not available: git");
+  }
+
+  #[test]
+  fn operands_become_canonical_paths_values_stay() {
+    let (_d, mut jail) = jail();
+    let root = jail.root().to_path_buf();
+    std::fs::create_dir(root.join("-")).unwrap();
+    std::fs::create_dir(root.join("audit")).unwrap();
+    let out = run(&jail, "ls -I pat -- -").unwrap();
+    assert_eq!(
+      out.args,
+      ["-I", "pat", "--", &root.join("-").to_string_lossy()]
+    );
+    assert!(out.env.is_empty());
+    assert_eq!(
+      run(&jail, "cat -- -/../../x").unwrap_err(),
+      "Path escapes jail: -/../../x"
+    );
+    jail.hide(&root.join("audit"));
+    assert_eq!(
+      run(&jail, "ls audit").unwrap_err(),
+      "Path is reserved for the host: audit"
+    );
+  }
+}
