@@ -4,6 +4,7 @@
 pub mod capture;
 pub mod outcome;
 pub mod pidfd;
+pub mod poll;
 pub mod run;
 pub mod spawn;
 pub mod stop;

@@ -17,6 +17,7 @@ use nix::errno::Errno;
 
 use super::capture::{Capture, Pushed, Stream};
 use super::outcome::{EndedBy, Finished};
+use super::poll::{poll, watch};
 use super::spawn::{SpawnError, SpawnSpec, spawn};
 pub use super::stop::{Stop, StopCell};
 use super::terminate::Terminator;
@@ -156,18 +157,13 @@ fn supervise<R>(
     }
 
     // Slots: stdout, stderr, pidfd, stop. A negative fd is ignored by poll.
-    let watch = |fd: Option<RawFd>| libc::pollfd {
-      fd: fd.unwrap_or(-1),
-      events: libc::POLLIN,
-      revents: 0,
-    };
     let mut fds = [
       watch(pipes[0].0.as_ref().map(AsRawFd::as_raw_fd)),
       watch(pipes[1].0.as_ref().map(AsRawFd::as_raw_fd)),
       watch((!reaped && !lost).then(|| child.pidfd())),
       watch(stop_pending.then_some(stop_fd)),
     ];
-    poll(&mut fds, wake_at.map(|at| at - now));
+    poll(&mut fds, wake_at);
 
     for (slot, (pipe, stream)) in pipes.iter_mut().enumerate() {
       if fds[slot].revents != 0 && drain(pipe, *stream, &mut capture, &mut buf) && term.is_none() {
@@ -217,25 +213,6 @@ fn supervise<R>(
     duration: started.elapsed(),
     survivors,
   })
-}
-
-/// Sleeps until one of `fds` is ready or `timeout` passes (`None`: no timeout).
-fn poll(fds: &mut [libc::pollfd], timeout: Option<Duration>) {
-  let ts = timeout.map(|t| libc::timespec {
-    tv_sec: t.as_secs().min(i32::MAX as u64) as libc::time_t,
-    tv_nsec: t.subsec_nanos() as libc::c_long,
-  });
-  let ts_ptr = ts.as_ref().map_or(std::ptr::null(), |t| t as *const _);
-  // SAFETY: `fds` is a valid array of pollfd; `ts_ptr` is null or points at `ts`. EINTR and
-  // other failures simply lead to another turn of the loop.
-  unsafe {
-    libc::ppoll(
-      fds.as_mut_ptr(),
-      fds.len() as libc::nfds_t,
-      ts_ptr,
-      std::ptr::null(),
-    )
-  };
 }
 
 /// Reads what the pipe has now (a bounded number of reads); closes it at EOF or on an error.

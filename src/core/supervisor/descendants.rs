@@ -158,7 +158,7 @@ impl Tree {
         .held
         .iter()
         .filter(|(_, fd)| !pidfd::exited(fd))
-        .map(|(_, fd)| super::poll::watch(Some(std::os::fd::AsRawFd::as_raw_fd(fd))))
+        .map(|(_, fd)| crate::core::exec::poll::watch(Some(std::os::fd::AsRawFd::as_raw_fd(fd))))
         .collect();
       if fds.is_empty() {
         return true;
@@ -166,7 +166,7 @@ impl Tree {
       if std::time::Instant::now() >= until {
         return false;
       }
-      super::poll::poll(&mut fds, Some(until));
+      crate::core::exec::poll::poll(&mut fds, Some(until));
     }
   }
 

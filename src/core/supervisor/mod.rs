@@ -6,7 +6,6 @@
 pub mod child;
 pub mod client;
 pub mod descendants;
-pub mod poll;
 pub mod protocol;
 pub mod reaper;
 pub mod run;

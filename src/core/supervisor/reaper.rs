@@ -19,9 +19,9 @@ use nix::unistd::Pid;
 
 use super::child;
 use super::descendants::Tree;
-use super::poll::{backoff, earliest, poll, watch};
 use super::protocol::{FromReaper, ToReaper};
 use super::wire::Conn;
+use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
 use crate::core::isolate::{Plan, prepare};
 

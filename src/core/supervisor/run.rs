@@ -16,9 +16,9 @@ use nix::fcntl::OFlag;
 
 use super::client::{Reaper, Supervisor};
 use super::descendants;
-use super::poll::{poll, watch};
 use super::protocol::{FromReaper, ToReaper};
 use crate::core::exec::capture::{Capture, Pushed, Stream};
+use crate::core::exec::poll::{poll, watch};
 use crate::core::exec::spawn::classify_exec_error;
 use crate::core::exec::{
   EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,

@@ -21,10 +21,10 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 use super::descendants;
-use super::poll::{backoff, poll, watch};
 use super::protocol::{FromSupervisor, ToSupervisor};
 use super::reaper;
 use super::wire::{self, Conn};
+use crate::core::exec::poll::{backoff, poll, watch};
 
 /// The descriptor on which the supervisor finds its socket to the addon.
 pub const ADDON_FD: RawFd = 3;

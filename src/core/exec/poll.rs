@@ -1,4 +1,5 @@
-//! `ppoll` with an optional timeout, for the single-threaded loops of the supervisor's side.
+//! `ppoll` with an optional deadline, for the loops that sleep on descriptors: a job run (here and
+//! in the supervisor's addon side) and the supervisor's single-threaded processes.
 
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
