@@ -317,6 +317,11 @@ mod tests {
         Parsed::Operand(6),
       ]
     );
+    // A required argument missing at the end (the program would refuse it).
+    assert_eq!(
+      T.parse(&args(&["-a", "--bl"])),
+      Err(ParseError::MissingArgument("--bl".into()))
+    );
     assert_eq!(
       T.parse(&args(&["--di=x"])),
       Err(ParseError::UnexpectedArgument("--di=x".into()))

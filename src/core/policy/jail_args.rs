@@ -127,6 +127,33 @@ mod tests {
   }
 
   #[test]
+  fn a_git_subcommand_outside_the_read_only_set_is_refused_even_when_a_policy_allows_it() {
+    // `config.policies` may list git subcommands that contact remotes; without a protocol
+    // list of their own they must be refused, never run with git's default protocols.
+    let (_d, jail) = jail();
+    let mut policies = default_policies("/usr/bin:/bin");
+    let git = policies.get_mut("git").unwrap();
+    git.subcommands.push("fetch".into());
+    let cmd = tokenize("git fetch origin").unwrap();
+    let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    assert_eq!(refused.message, "Subcommand not allowed: git fetch");
+    assert_eq!(git_protocols("log"), Some(""));
+    assert_eq!(git_protocols("fetch"), None);
+  }
+
+  #[test]
+  fn an_existing_operand_without_a_slash_is_still_jailed() {
+    let (_d, jail) = jail();
+    std::os::unix::fs::symlink("/etc/passwd", jail.root().join("pw")).unwrap();
+    assert_eq!(
+      check_git_operand(&jail, "pw").unwrap_err().message,
+      "Symlink rejected: pw"
+    );
+    // A revision name that is no path passes unchecked.
+    assert!(check_git_operand(&jail, "HEAD").is_ok());
+  }
+
+  #[test]
   fn git_operands_that_could_be_paths_are_jailed() {
     let (_d, jail) = jail();
     std::os::unix::fs::symlink("/etc", jail.root().join("etc")).unwrap();
