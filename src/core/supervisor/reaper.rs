@@ -73,7 +73,11 @@ impl Reaper {
   /// Waits for jobs and runs them, one at a time, until the addon or the supervisor is gone,
   /// or no job came for `idle` (an idle pool then holds no reaper).
   fn serve(&mut self) {
-    let mut idle_until = Instant::now() + self.idle;
+    // No idle limit before the first job: the addon asked for this reaper to run a job now,
+    // and on a loaded machine its Run may come later than `idle` (a fresh reaper that retired
+    // first sent the job around again, to another fresh one that could retire too). It still
+    // exits when the addon or the supervisor is gone.
+    let mut idle_until: Option<Instant> = None;
     loop {
       let msg = match self.conn.take_frame() {
         Ok(Some(frame)) => frame,
@@ -82,11 +86,11 @@ impl Reaper {
             watch(Some(self.conn.raw())),
             watch(Some(self.lifeline.as_raw_fd())),
           ];
-          poll(&mut fds, Some(idle_until));
+          poll(&mut fds, idle_until);
           if fds[1].revents != 0 {
             return;
           }
-          if fds[0].revents == 0 && Instant::now() >= idle_until {
+          if fds[0].revents == 0 && idle_until.is_some_and(|at| Instant::now() >= at) {
             // Nothing is read after this decision, so a Run already on its way is never
             // started: the addon sees `Retired` first and sends it elsewhere.
             let _ = self.send(FromReaper::Retired);
@@ -120,7 +124,7 @@ impl Reaper {
           {
             return;
           }
-          idle_until = Instant::now() + self.idle;
+          idle_until = Some(Instant::now() + self.idle);
         }
         // A request for a job that already ended.
         Ok(ToReaper::Terminate { .. }) => {}
