@@ -15,6 +15,7 @@ pub mod jail;
 pub mod jail_args;
 pub mod redact;
 pub mod tokenize;
+pub mod topology;
 
 pub use command::{CommandPolicy, default_policies};
 pub use error::Denial;
