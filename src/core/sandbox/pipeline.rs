@@ -153,11 +153,8 @@ impl ToolSandbox {
       );
       self.deny(&cmd.binary, &cmd.args, denial, "topology")
     })?;
-    let mut env = jailed.env;
-    if cmd.binary == "git" && topology.writes == Writes::Nothing {
-      // The repository is read-only: do not even try git's optional index refresh.
-      env.push(("GIT_OPTIONAL_LOCKS".to_owned(), "0".to_owned()));
-    }
+    // git's optional index refresh is already off (`GIT_OPTIONAL_LOCKS=0` in the sandbox env),
+    // so `git status` needs no write access to the repository.
     // 6a. The binary's realpath, now (a missing one fails closed).
     let binary_path = std::fs::canonicalize(&policy.binary).map_err(|_| {
       let denial = Denial::audited(
@@ -182,7 +179,7 @@ impl ToolSandbox {
       binary_path: binary_path.to_string_lossy().into_owned(),
       args,
       cwd: root.clone(),
-      env: self.env.iter().cloned().chain(env).collect(),
+      env: self.env.iter().cloned().chain(jailed.env).collect(),
       timeout_ms: Some(self.config.exec_timeout_ms),
       max_buffer: Some(self.config.max_output),
       session_id,
