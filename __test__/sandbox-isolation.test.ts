@@ -199,6 +199,31 @@ describe('git topology', () => {
     }
   })
 
+  test('git add and commit, when a policy lists them, write the repository under auto', async () => {
+    const { jail, data } = dirs()
+    git(jail, 'init', '-q')
+    git(jail, 'config', 'user.name', 'agent')
+    git(jail, 'config', 'user.email', 'agent@example.invalid')
+    const config = readFileSync(join(jail, '.git/config'), 'utf8')
+    writeFileSync(join(jail, 'b.txt'), 'b\n')
+    const auditLog = new AuditLog(data)
+    const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['status', 'log', 'add', 'commit'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+    const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy } }, auditLog, pool)
+    expect(await sandbox.execute('git add b.txt')).toMatchObject({ exitCode: 0, stderr: '' })
+    expect(await sandbox.execute('git commit -q -m second')).toMatchObject({ exitCode: 0, stderr: '' })
+    expect(git(jail, 'log', '--format=%s %an')).toBe('second agent\n')
+    expect(git(jail, 'status', '--porcelain')).toBe('')
+    expect(readFileSync(join(jail, '.git/config'), 'utf8')).toBe(config)
+    const [add, commit] = audit(auditLog).filter((e) => e.exitCode !== undefined)
+    for (const e of [add, commit]) {
+      expect(e.isolation?.applied).toEqual(expect.arrayContaining(['landlock', 'seccomp']))
+      expect(e.isolation?.applied.includes('protect')).toBe(root)
+    }
+    // Paths to commit would read work tree files past `add`'s exclusions: refused.
+    const err = await rejectionOf(sandbox.execute('git commit -m x b.txt'), SandboxError)
+    expect(err.message).toBe('Flag not allowed: b.txt (git commit takes no paths; stage them with git add)')
+  })
+
   test('a .git file pointing at another repository is refused, never run', async () => {
     const { sandbox, jail, base, auditLog } = repoSandbox(undefined)
     const other = join(base, 'other')

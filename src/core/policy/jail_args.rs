@@ -15,12 +15,14 @@ pub struct JailedArgs {
   pub env: Vec<(String, String)>,
 }
 
-/// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the
-/// default policy allows, since none of them contacts a remote; anything else is refused here
-/// rather than given git's default list.
+/// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the sandbox
+/// runs (the default policy's five, and `add` and `commit` when a policy lists them), since none
+/// of them contacts a remote; anything else is refused here rather than given git's default
+/// list. `fetch`, `clone` and `push` have a topology (`topology.rs`) but no remote policy yet:
+/// the repository config that names the remote is the agent's.
 fn git_protocols(sub: &str) -> Option<&'static str> {
   match sub {
-    "log" | "status" | "diff" | "show" | "rev-parse" => Some(""),
+    "log" | "status" | "diff" | "show" | "rev-parse" | "add" | "commit" => Some(""),
     _ => None,
   }
 }
@@ -61,6 +63,18 @@ pub fn jail_args(
       }
     }
     let sub = cmd.args.first().map_or("", String::as_str);
+    if sub == "commit"
+      && let Some((arg, _)) = cmd
+        .args
+        .iter()
+        .zip(&roles)
+        .find(|(_, r)| matches!(r, Role::Path | Role::GitOperand))
+    {
+      return Err(Denial::audited(
+        format!("Flag not allowed: {arg} (git commit takes no paths; stage them with git add)"),
+        format!("commit_paths: {arg}"),
+      ));
+    }
     let protocols = git_protocols(sub).ok_or_else(|| {
       Denial::audited(
         format!("Subcommand not allowed: git {sub}"),
@@ -75,7 +89,11 @@ pub fn jail_args(
       )
     })?;
     let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
-    let mut env = vec![("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned())];
+    let mut env = vec![
+      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned()),
+      // No editor: `commit` without a message fails instead of starting one.
+      ("GIT_EDITOR".to_owned(), "false".to_owned()),
+    ];
     let mut args = git::harden_args(&cmd.args);
     match &repo {
       Some(repo) => {
@@ -142,6 +160,36 @@ mod tests {
   }
 
   #[test]
+  fn commit_takes_a_message_but_no_paths_and_add_excludes_the_hidden_directories() {
+    let (_d, jail) = jail();
+    let mut policies = default_policies("/usr/bin:/bin");
+    let git = policies.get_mut("git").unwrap();
+    git.subcommands.extend(["add".into(), "commit".into()]);
+    let git = &policies["git"];
+    let run = |command: &str| jail_args(&tokenize(command).unwrap(), git, &jail);
+    let ok = run("git commit -m a/../../message").unwrap();
+    assert_eq!(ok.args, ["commit", "-m", "a/../../message"]);
+    assert!(ok.env.contains(&("GIT_EDITOR".into(), "false".into())));
+    assert!(
+      ok.env
+        .contains(&("GIT_ALLOW_PROTOCOL".into(), String::new()))
+    );
+    for bad in [
+      "git commit -m x notes.txt",
+      "git commit -m x -- .",
+      "git commit .",
+    ] {
+      let refused = run(bad).unwrap_err();
+      assert!(
+        refused.message.contains("git commit takes no paths"),
+        "{bad}: {}",
+        refused.message
+      );
+    }
+    assert!(run("git add ../outside").is_err());
+  }
+
+  #[test]
   fn an_existing_operand_without_a_slash_is_still_jailed() {
     let (_d, jail) = jail();
     std::os::unix::fs::symlink("/etc/passwd", jail.root().join("pw")).unwrap();
@@ -190,6 +238,7 @@ mod tests {
       none.env,
       [
         ("GIT_ALLOW_PROTOCOL".to_owned(), String::new()),
+        ("GIT_EDITOR".to_owned(), "false".to_owned()),
         ("GIT_DIR".to_owned(), format!("{root}/.git")),
       ]
     );
