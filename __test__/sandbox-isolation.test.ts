@@ -268,6 +268,37 @@ for (const [p, s] of [[${JSON.stringify(hook)}, '#!/bin/sh\\ntouch /tmp/pwned\\n
   })
 })
 
+describe.each([
+  ['auto', undefined],
+  ['off', { mode: 'off' } as const],
+])('the audit log inside the jail, isolation %s', (mode, isolation) => {
+  test('a program that may write the jail cannot write its audit log (root: mount namespace)', async () => {
+    const { jail } = dirs()
+    const auditLog = new AuditLog(jail) // loa-finn's default: <jail>/audit/audit.log
+    const config: SandboxConfig = {
+      allowBash: true,
+      jailRoot: jail,
+      execTimeout: 20_000,
+      maxOutput: 65_536,
+      policies: { node: nodePolicy() },
+      ...(isolation === undefined ? {} : { isolation }),
+    }
+    const sandbox = new ToolSandbox(config, auditLog, pool)
+    const log = join(auditLog.getLogDir(), 'audit.log')
+    expect(auditLog.append({ timestamp: new Date().toISOString(), action: 'allow', command: 'seed', args: [] })).toBe(true)
+    const evil = script(jail, 'a.js', `try { require('fs').appendFileSync(${JSON.stringify(log)}, 'FORGED\\n') } catch (e) { process.stdout.write(e.code) }\n`)
+    const r = await sandbox.execute(`node ${evil}`)
+    expect(r.exitCode).toBe(0)
+    const held = mode === 'auto' && root
+    expect(readFileSync(log, 'utf8').includes('FORGED')).toBe(!held)
+    if (mode === 'auto' && !root) {
+      // The forged line is in the log: only the outcome entry (the last line) is read.
+      const outcome = JSON.parse(readFileSync(log, 'utf8').trim().split('\n').at(-1)!) as AuditEntry
+      expect(outcome.isolation?.degraded.some((d) => d.startsWith('hidden:'))).toBe(true)
+    }
+  })
+})
+
 describe('configuration and executors', () => {
   test('config.isolation is validated once, errors name the field; topology fields are refused', () => {
     const cases: Array<[unknown, string]> = [
