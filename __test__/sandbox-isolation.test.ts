@@ -11,6 +11,7 @@ import { afterAll, describe, expect, test } from 'vitest'
 import { rejectionOf } from './helpers.js'
 import {
   AuditLog,
+  PoolError,
   SandboxError,
   ToolSandbox,
   WorkerPool,
@@ -343,6 +344,22 @@ describe('configuration and executors', () => {
     expect((await fwd.sandbox.execute(`node ${evil}`)).exitCode).toBe(0)
     expect(existsSync(marker)).toBe(false)
     expect(audit(fwd.auditLog).at(-1)!.isolation?.backend).toBe('native')
+  })
+
+  test('a required layer the host lacks refuses the command: ISOLATION_UNAVAILABLE, audited', async () => {
+    // A network namespace needs CAP_SYS_ADMIN: root has it, nobody does not.
+    const { sandbox, jail, auditLog } = nodeSandbox({ required: true, namespaces: { net: true } })
+    const marker = join(jail, 'ran')
+    const run = sandbox.execute(`node ${script(jail, 'r.js', `require('fs').writeFileSync(${JSON.stringify(marker)}, '')\n`)}`)
+    if (root) {
+      expect((await run).exitCode).toBe(0)
+      expect(audit(auditLog).at(-1)!.isolation?.applied).toContain('netns')
+    } else {
+      const err = await rejectionOf(run, PoolError)
+      expect(err.code).toBe('ISOLATION_UNAVAILABLE')
+      expect(audit(auditLog).at(-1)).toMatchObject({ action: 'allow', reason: 'execution_failed: ISOLATION_UNAVAILABLE' })
+    }
+    expect(existsSync(marker)).toBe(root)
   })
 
   test('required isolation refuses a JS executor at construction, and accepts the pool', () => {
