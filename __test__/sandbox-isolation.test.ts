@@ -225,6 +225,50 @@ describe('git topology', () => {
     expect(err.message).toBe('Flag not allowed: b.txt (git commit takes no paths; stage them with git add)')
   })
 
+  test('git fetch and push reach a bare remote inside the jail; only they get the network', async () => {
+    const { jail, data, base } = dirs()
+    git(jail, 'init', '-q', '-b', 'main')
+    git(jail, 'config', 'user.name', 'agent')
+    git(jail, 'config', 'user.email', 'agent@example.invalid')
+    writeFileSync(join(jail, 'a.txt'), 'a\n')
+    git(jail, 'add', 'a.txt')
+    git(jail, 'commit', '-qm', 'local')
+    git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
+    // Someone else's commit, pushed to the remote from outside.
+    const other = join(base, 'other')
+    mkdirSync(other)
+    git(other, 'init', '-q', '-b', 'main')
+    git(other, 'commit', '-q', '--allow-empty', '-m', 'theirs')
+    git(other, 'push', '-q', join(jail, 'remote.git'), 'main:refs/heads/theirs')
+    git(jail, 'config', 'remote.origin.url', 'remote.git')
+    git(jail, 'config', 'remote.origin.fetch', '+refs/heads/*:refs/remotes/origin/*')
+    const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['log', 'fetch', 'push'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+    const auditLog = new AuditLog(data)
+    const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy } }
+    const sandbox = new ToolSandbox(config, auditLog, pool)
+    expect(await sandbox.execute('git fetch -q origin')).toMatchObject({ exitCode: 0, stderr: '' })
+    expect(git(jail, 'rev-parse', 'refs/remotes/origin/theirs')).toBe(git(other, 'rev-parse', 'HEAD'))
+    expect(await sandbox.execute('git push -q origin main')).toMatchObject({ exitCode: 0, stderr: '' })
+    expect(git(join(jail, 'remote.git'), 'rev-parse', 'refs/heads/main')).toBe(git(jail, 'rev-parse', 'HEAD'))
+    for (const e of audit(auditLog).filter((e) => e.exitCode !== undefined)) {
+      expect(e.isolation?.applied).toEqual(expect.arrayContaining(['landlock', 'seccomp']))
+    }
+    // A remote outside the jail, or a URL as the operand, never runs.
+    git(jail, 'config', 'remote.out.url', other)
+    expect((await rejectionOf(sandbox.execute('git fetch out'), SandboxError)).message).toBe('Repository config rejected: remote out points outside the jail')
+    expect((await rejectionOf(sandbox.execute(`git fetch ${other}`), SandboxError)).message).toMatch(/^Path escapes jail|^Flag not allowed/)
+    // What each command is given: the network for fetch and push only.
+    const specs: ExecSpec[] = []
+    const recorder = { exec: async (spec: ExecSpec) => (specs.push(spec), { stdout: '', stderr: '', exitCode: 0, truncated: false, durationMs: 0 }) }
+    const recorded = new ToolSandbox(config, new AuditLog(data), recorder)
+    for (const c of ['git fetch origin', 'git push origin main', 'git log']) await recorded.execute(c)
+    expect(specs.map((s) => [s.args[0], s.isolation?.network, s.isolation?.fs?.writable])).toEqual([
+      ['fetch', 'allow', [jail]],
+      ['push', 'allow', [jail]],
+      ['log', 'deny', []],
+    ])
+  })
+
   test('a .git file pointing at another repository is refused, never run', async () => {
     const { sandbox, jail, base, auditLog } = repoSandbox(undefined)
     const other = join(base, 'other')

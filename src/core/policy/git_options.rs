@@ -162,6 +162,34 @@ const COMMIT: &[&str] = &[
 
 const COMMIT_VALUED: &[&str] = &["--message", "--author", "--date"];
 
+/// `fetch <remote>` (`git_remote.rs` checks the remote). Not listed: `--upload-pack` (a
+/// program), `--all`/`--multiple` (other remotes), `--recurse-submodules`, `--depth`/`--filter`
+/// (shallow and partial clones), `--refmap`, `-o`/`--server-option`, `--set-upstream`.
+const FETCH: &[&str] = &[
+  "-q",
+  "--quiet",
+  "-v",
+  "--verbose",
+  "-p",
+  "--prune",
+  "--tags",
+  "--no-tags",
+  "--dry-run",
+];
+
+/// `push <remote> <branch>…`. Not listed: `--force`/`-f`/`--force-with-lease`, `--delete`,
+/// `--mirror`, `--all`, `--tags`, `--receive-pack`/`--exec` (a program), `-o`, `--signed`,
+/// `-u`/`--set-upstream` (writes config).
+const PUSH: &[&str] = &[
+  "-q",
+  "--quiet",
+  "-v",
+  "--verbose",
+  "-n",
+  "--dry-run",
+  "--atomic",
+];
+
 /// Letters that may be clustered (`-sb`); none of them takes an argument in git.
 fn cluster_letters(sub: &str) -> &'static str {
   match sub {
@@ -205,6 +233,8 @@ fn lists(sub: &str) -> (Vec<&'static str>, Vec<&'static str>) {
       valued.extend(REV_PARSE_VALUED);
     }
     "add" => plain.extend(ADD),
+    "fetch" => plain.extend(FETCH),
+    "push" => plain.extend(PUSH),
     "commit" => {
       plain.extend(COMMIT);
       valued.extend(COMMIT_VALUED);
@@ -305,6 +335,18 @@ mod tests {
       ("commit", "-v"),
       ("commit", "--mess=x"),
       ("add", "-m"),
+      ("fetch", "--upload-pack=sh"),
+      ("fetch", "--all"),
+      ("fetch", "--depth=1"),
+      ("fetch", "--filter=blob:none"),
+      ("fetch", "--recurse-submodules"),
+      ("push", "--force"),
+      ("push", "-f"),
+      ("push", "--receive-pack=sh"),
+      ("push", "--exec=sh"),
+      ("push", "--delete"),
+      ("push", "--mirror"),
+      ("push", "-u"),
     ] {
       assert_eq!(allowed(sub, arg), None, "git {sub} {arg}");
     }

@@ -5,6 +5,7 @@ use super::argv::{self, Role};
 use super::command::CommandPolicy;
 use super::error::Denial;
 use super::git;
+use super::git_remote;
 use super::jail::FilesystemJail;
 use super::tokenize::SandboxCommand;
 
@@ -18,13 +19,16 @@ pub struct JailedArgs {
 /// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the sandbox
 /// runs (the default policy's five, and `add` and `commit` when a policy lists them), since none
 /// of them contacts a remote; anything else is refused here rather than given git's default
-/// list. `fetch`, `clone` and `push` have a topology (`topology.rs`) but no remote policy yet:
-/// the repository config that names the remote is the agent's.
+/// list. `fetch` and `push` get theirs from their remote (`git_remote.rs`); `clone` is refused.
 fn git_protocols(sub: &str) -> Option<&'static str> {
   match sub {
     "log" | "status" | "diff" | "show" | "rev-parse" | "add" | "commit" => Some(""),
     _ => None,
   }
+}
+
+fn contacts_remote(sub: &str) -> bool {
+  matches!(sub, "fetch" | "push")
 }
 
 /// A git argument git could read from the filesystem must resolve inside the jail: one that
@@ -75,12 +79,27 @@ pub fn jail_args(
         format!("commit_paths: {arg}"),
       ));
     }
-    let protocols = git_protocols(sub).ok_or_else(|| {
-      Denial::audited(
-        format!("Subcommand not allowed: git {sub}"),
-        format!("subcommand_denied: {sub}"),
-      )
-    })?;
+    let remote = if contacts_remote(sub) {
+      let operands: Vec<&str> = cmd
+        .args
+        .iter()
+        .zip(&roles)
+        .filter(|(_, r)| matches!(r, Role::Path | Role::GitOperand))
+        .map(|(a, _)| a.as_str())
+        .collect();
+      Some(git_remote::remote_of(sub, &operands)?)
+    } else {
+      None
+    };
+    let protocols = match remote {
+      Some(_) => None,
+      None => Some(git_protocols(sub).ok_or_else(|| {
+        Denial::audited(
+          format!("Subcommand not allowed: git {sub}"),
+          format!("subcommand_denied: {sub}"),
+        )
+      })?),
+    };
     // The check runs this binary; a missing one is refused as stage 6a would.
     let binary = std::fs::canonicalize(&policy.binary).map_err(|_| {
       Denial::audited(
@@ -89,8 +108,20 @@ pub fn jail_args(
       )
     })?;
     let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
+    let protocols = match (protocols, remote, &repo) {
+      (Some(p), _, _) => p.to_owned(),
+      (None, Some(name), Some(repo)) => {
+        git_remote::protocols(&binary.to_string_lossy(), repo, jail.root(), name)?
+      }
+      (None, _, _) => {
+        return Err(Denial::audited(
+          format!("Subcommand not allowed: git {sub} (no repository in the jail)"),
+          format!("subcommand_denied: {sub}"),
+        ));
+      }
+    };
     let mut env = vec![
-      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned()),
+      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols),
       // No editor: `commit` without a message fails instead of starting one.
       ("GIT_EDITOR".to_owned(), "false".to_owned()),
     ];
@@ -152,9 +183,17 @@ mod tests {
     let mut policies = default_policies("/usr/bin:/bin");
     let git = policies.get_mut("git").unwrap();
     git.subcommands.push("fetch".into());
+    git.subcommands.push("clone".into());
+    let cmd = tokenize("git clone x").unwrap();
+    let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    assert_eq!(refused.message, "Subcommand not allowed: git clone");
+    // fetch gets its protocols from its remote, and there is no repository here.
     let cmd = tokenize("git fetch origin").unwrap();
     let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
-    assert_eq!(refused.message, "Subcommand not allowed: git fetch");
+    assert_eq!(
+      refused.message,
+      "Subcommand not allowed: git fetch (no repository in the jail)"
+    );
     assert_eq!(git_protocols("log"), Some(""));
     assert_eq!(git_protocols("fetch"), None);
   }

@@ -11,6 +11,7 @@ pub mod getopt;
 pub mod git;
 pub mod git_config;
 pub mod git_options;
+pub mod git_remote;
 pub mod jail;
 pub mod jail_args;
 pub mod redact;
