@@ -232,7 +232,7 @@ export interface SandboxConfig {
    * `mode` is `auto` too); `{ mode: 'off' }` turns it off. `fs.writable` and `network` are set
    * per command from what it runs (README "ToolSandbox": read-only git and read-only tools get no
    * writable root, other commands the jail, only git fetch/clone/push the network) and are
-   * refused here. With `required: true` a JS executor (not a WorkerPool, WorkerExecutor or
+   * refused here. With `required: true` (or `mode: 'native'`) a JS executor (not a WorkerPool, WorkerExecutor or
    * ChildProcessExecutor) is refused at construction. Audit outcome entries record
    * `isolation: { backend, applied, degraded }`.
    */

@@ -438,17 +438,12 @@ class ToolSandbox {
     const isolation = config != null && typeof config === 'object' ? config.isolation : undefined
     // A JS executor runs the command where finn-sandbox cannot apply isolation (it gets the
     // options on `spec.isolation` and may hand them to a WorkerPool, but nothing checks that
-    // before the command runs): refused when isolation is required.
-    if (
-      executor != null &&
-      !poolOf(executor) &&
-      !(executor instanceof DisabledExecutor) &&
-      isolation != null &&
-      typeof isolation === 'object' &&
-      isolation.required === true
-    ) {
+    // before the command runs): refused when isolation is required (`mode: "native"` is too).
+    const strict = isolation != null && typeof isolation === 'object' && (isolation.required === true || isolation.mode === 'native')
+    if (executor != null && !poolOf(executor) && !(executor instanceof DisabledExecutor) && strict) {
+      const field = isolation.required === true ? 'required' : 'mode'
       throw new SandboxError(
-        'config.isolation.required: a JS executor cannot be made to apply isolation; pass a WorkerPool, WorkerExecutor or ChildProcessExecutor',
+        `config.isolation.${field}: a JS executor cannot be made to apply isolation; pass a WorkerPool, WorkerExecutor or ChildProcessExecutor`,
       )
     }
     const cfg = isolation != null ? { ...config, isolation: JSON.stringify(isolation) } : config

@@ -11,6 +11,7 @@ import { afterAll, describe, expect, test } from 'vitest'
 import { rejectionOf } from './helpers.js'
 import {
   AuditLog,
+  DisabledExecutor,
   PoolError,
   SandboxError,
   ToolSandbox,
@@ -410,6 +411,10 @@ describe('configuration and executors', () => {
     expect(() => nodeSandbox({ required: true }, { exec: async () => ({}) })).toThrow(
       'config.isolation.required: a JS executor cannot be made to apply isolation',
     )
+    expect(() => nodeSandbox({ mode: 'native' }, { exec: async () => ({}) })).toThrow(
+      'config.isolation.mode: a JS executor cannot be made to apply isolation',
+    )
     expect(() => nodeSandbox({ required: true }, pool)).not.toThrow()
+    expect(() => nodeSandbox({ required: true }, new DisabledExecutor())).not.toThrow()
   })
 })
