@@ -144,17 +144,6 @@ impl ToolSandbox {
     let jailed = policy::jail_args::jail_args(&cmd, policy, &self.jail)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "path_rejected"))?;
     let args = jailed.args;
-    // 6b. The isolation this command gets, from what it runs.
-    let topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
-      let sub = cmd.args.first().map_or("", String::as_str);
-      let denial = Denial::audited(
-        format!("Subcommand not allowed: {} {sub}", cmd.binary),
-        format!("no_isolation_topology: {sub}"),
-      );
-      self.deny(&cmd.binary, &cmd.args, denial, "topology")
-    })?;
-    // git's optional index refresh is already off (`GIT_OPTIONAL_LOCKS=0` in the sandbox env),
-    // so `git status` needs no write access to the repository.
     // 6a. The binary's realpath, now (a missing one fails closed).
     let binary_path = std::fs::canonicalize(&policy.binary).map_err(|_| {
       let denial = Denial::audited(
@@ -162,6 +151,17 @@ impl ToolSandbox {
         format!("binary_not_found_or_unresolvable: {}", policy.binary),
       );
       self.deny(&cmd.binary, &cmd.args, denial, "binary")
+    })?;
+    // 6b. The isolation this command gets, from what it runs (`policy/topology.rs`). git's
+    // optional index refresh is already off in the sandbox env (`GIT_OPTIONAL_LOCKS=0`), so
+    // read-only git needs no write access to the repository.
+    let topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
+      let sub = cmd.args.first().map_or("", String::as_str);
+      let denial = Denial::audited(
+        format!("Subcommand not allowed: {} {sub}", cmd.binary),
+        format!("no_isolation_topology: {sub}"),
+      );
+      self.deny(&cmd.binary, &cmd.args, denial, "topology")
     })?;
     // 7. Audit before execution; only the read-only commands run when that fails.
     let allow = AuditEntry::new(Action::Allow, &cmd.binary, &cmd.args);
