@@ -227,6 +227,16 @@ export interface SandboxConfig {
   maxOutput: number
   /** Replaces the default policies (git, br, ls, cat, wc). */
   policies?: Record<string, CommandPolicy>
+  /**
+   * Kernel-enforced isolation of every command. Default `{ mode: 'auto' }` (an object without
+   * `mode` is `auto` too); `{ mode: 'off' }` turns it off. `fs.writable` and `network` are set
+   * per command from what it runs (README "ToolSandbox": read-only git and read-only tools get no
+   * writable root, other commands the jail, only git fetch/clone/push the network) and are
+   * refused here. With `required: true` (or `mode: 'native'`) a JS executor (not a WorkerPool, WorkerExecutor or
+   * ChildProcessExecutor) is refused at construction. Audit outcome entries record
+   * `isolation: { backend, applied, degraded }`.
+   */
+  isolation?: Omit<IsolationOptions, 'network' | 'fs'> & { fs?: Omit<NonNullable<IsolationOptions['fs']>, 'writable'> }
 }
 
 export interface SandboxCommand {
@@ -261,6 +271,8 @@ export interface AuditEntry {
   duration?: number
   /** Bytes of redacted stdout+stderr. */
   outputSize?: number
+  /** On the outcome entry of a command that ran: its isolation (`backend` `off` when off, `none` when a JS executor reported none). */
+  isolation?: IsolationInfo
 }
 
 export interface AuditLogOptions {

@@ -435,8 +435,20 @@ class ToolSandbox {
     if (executor != null && typeof executor.exec !== 'function') {
       throw new TypeError('executor must be a WorkerPool or an object with exec(spec)')
     }
+    const isolation = config != null && typeof config === 'object' ? config.isolation : undefined
+    // A JS executor runs the command where finn-sandbox cannot apply isolation (it gets the
+    // options on `spec.isolation` and may hand them to a WorkerPool, but nothing checks that
+    // before the command runs): refused when isolation is required (`mode: "native"` is too).
+    const strict = isolation != null && typeof isolation === 'object' && (isolation.required === true || isolation.mode === 'native')
+    if (executor != null && !poolOf(executor) && !(executor instanceof DisabledExecutor) && strict) {
+      const field = isolation.required === true ? 'required' : 'mode'
+      throw new SandboxError(
+        `config.isolation.${field}: a JS executor cannot be made to apply isolation; pass a WorkerPool, WorkerExecutor or ChildProcessExecutor`,
+      )
+    }
+    const cfg = isolation != null ? { ...config, isolation: JSON.stringify(isolation) } : config
     try {
-      this.#native = new native.NativeToolSandbox(config, AuditLog.nativeOf(auditLog), process.env)
+      this.#native = new native.NativeToolSandbox(cfg, AuditLog.nativeOf(auditLog), process.env)
     } catch (err) {
       rethrowSandbox(err)
     }
@@ -490,12 +502,13 @@ class ToolSandbox {
       }
       return result
     }
-    let spec, prepared
+    let spec, prepared, isolation
     try {
-      ;({ spec, prepared } = this.#native.prepare(command, sessionId))
+      ;({ spec, prepared, isolation } = this.#native.prepare(command, sessionId))
     } catch (err) {
       rethrowSandbox(err)
     }
+    if (isolation !== undefined) spec.isolation = JSON.parse(isolation)
     let result
     try {
       result = await this.#executor.exec(spec)

@@ -53,7 +53,7 @@ export declare class NativeToolSandbox {
    * executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error
    * for a refusal (already audited).
    */
-  prepare(command: string, sessionId?: string | undefined | null): { spec: import('./index').ExecSpec; prepared: NativePrepared }
+  prepare(command: string, sessionId?: string | undefined | null): { spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }
   /**
    * The whole pipeline without an executor: an allowed command resolves as "Sandbox is
    * disabled (no executor available)", audited `no_executor`. Throws a

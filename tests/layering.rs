@@ -5,7 +5,10 @@ use std::path::Path;
 
 /// Each room of `core` and the rooms of ours it may import.
 const ALLOWED: &[(&str, &[&str])] = &[
-  ("sandbox", &["sandbox", "policy", "audit", "pool", "limits"]),
+  (
+    "sandbox",
+    &["sandbox", "policy", "audit", "pool", "limits", "isolate"],
+  ),
   ("policy", &["policy"]),
   ("audit", &["audit"]),
   ("pool", &["pool", "supervisor", "exec", "limits", "isolate"]),

@@ -15,6 +15,7 @@ use super::error::sandbox_error;
 use super::sandbox::SandboxResult;
 use super::sandbox::checked_to_sandbox;
 use super::spec;
+use crate::core::audit::IsolationRecord;
 use crate::core::pool::{PoolError, RawJob};
 use crate::core::sandbox::{self, Done, Output, RunError, RunOutcome, Runner};
 
@@ -87,7 +88,7 @@ impl NativePrepared {
   }
 }
 
-/// `{ spec, prepared }` for JS: the `ExecSpec` to hand to the executor, and the handle to
+/// `{ spec, prepared, isolation? }` for JS: the `ExecSpec` to hand to the executor, and the handle to
 /// complete.
 pub(crate) fn prepared_to_js<'env>(
   env: &'env Env,
@@ -98,6 +99,11 @@ pub(crate) fn prepared_to_js<'env>(
   let mut out = Object::new(env)?;
   out.set("spec", spec)?;
   out.set("prepared", prepared)?;
+  // The command's isolation as JSON, for `index.js` to put on the spec: an executor that hands
+  // the spec to `WorkerPool.exec` gets it applied (and its result's `isolation` is audited).
+  if let Some(iso) = &job.isolation {
+    out.set("isolation", sandbox::options_json(iso).to_string())?;
+  }
   Ok(out)
 }
 
@@ -126,5 +132,20 @@ fn exec_outcome(value: &Unknown) -> Checked<RunOutcome<ExecutorFailed>> {
     stderr: convert::optional_string(&obj, "stderr", "result.stderr")?.unwrap_or_default(),
     exit_code,
     truncated: convert::optional_bool(&obj, "truncated", "result.truncated")?.unwrap_or(false),
+    isolation: reported_isolation(&obj)?,
+  }))
+}
+
+/// `result.isolation` as a `WorkerPool` reports it (`{ backend, applied, degraded }`), when the
+/// executor handed the spec's `isolation` on to one; anything else reports none.
+fn reported_isolation(obj: &Object) -> Checked<Option<IsolationRecord>> {
+  let Some(value) = convert::get(obj, "isolation", "result.isolation")? else {
+    return Ok(None);
+  };
+  let iso = convert::object(&value, "result.isolation")?;
+  Ok(Some(IsolationRecord {
+    backend: convert::required_string(&iso, "backend", "result.isolation.backend")?,
+    applied: convert::required_string_array(&iso, "applied", "result.isolation.applied")?,
+    degraded: convert::required_string_array(&iso, "degraded", "result.isolation.degraded")?,
   }))
 }

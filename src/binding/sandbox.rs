@@ -259,12 +259,23 @@ fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
   };
   let jail_root = convert::required_string(&obj, "jailRoot", "config.jailRoot")?;
   no_nul(&jail_root, "config.jailRoot")?;
+  // `index.js` stringifies the caller's object, so serde names the field of any error.
+  let isolation = match convert::optional_string(&obj, "isolation", "config.isolation")? {
+    None => None,
+    Some(json) => Some(
+      serde_json::from_str(&json)
+        .map_err(|e| PoolError::InvalidSpec(format!("config.isolation must be an object: {e}")))?,
+    ),
+  };
+  let isolation = sandbox::SandboxIsolation::from_json(isolation)
+    .map_err(|e| PoolError::InvalidSpec(format!("config.{e}")))?;
   Ok(SandboxConfig {
     allow_bash: convert::optional_bool(&obj, "allowBash", "config.allowBash")?.unwrap_or(false),
     jail_root,
     exec_timeout_ms,
     max_output,
     policies,
+    isolation,
   })
 }
 
@@ -369,7 +380,7 @@ impl NativeToolSandbox {
   /// for a refusal (already audited).
   #[napi(
     catch_unwind,
-    ts_return_type = "{ spec: import('./index').ExecSpec; prepared: NativePrepared }"
+    ts_return_type = "{ spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }"
   )]
   pub fn prepare<'env>(
     &self,

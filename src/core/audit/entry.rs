@@ -31,12 +31,24 @@ pub struct AuditEntry {
   pub timed_out: Option<bool>,
   #[serde(skip_serializing_if = "Option::is_none")]
   pub truncated: Option<bool>,
+  /// The isolation the command ran under (on outcome entries of commands that ran).
+  #[serde(skip_serializing_if = "Option::is_none")]
+  pub isolation: Option<IsolationRecord>,
   /// Set on an entry capped by the writer: its serialized size before the cap.
   #[serde(skip_serializing_if = "Option::is_none")]
   pub original_size: Option<u64>,
   /// Set on a capped entry: SHA-256 (hex) of the JSON `[command, args]` before the cap.
   #[serde(skip_serializing_if = "Option::is_none")]
   pub sha256: Option<String>,
+}
+
+/// What isolation a command ran under: the backend (`native`, `off`, `none` for a runner that
+/// applies none), the layers applied and those asked for but missing, each with why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct IsolationRecord {
+  pub backend: String,
+  pub applied: Vec<String>,
+  pub degraded: Vec<String>,
 }
 
 impl AuditEntry {
@@ -52,6 +64,7 @@ impl AuditEntry {
       exit_code: None,
       timed_out: None,
       truncated: None,
+      isolation: None,
       original_size: None,
       sha256: None,
     }

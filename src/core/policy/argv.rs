@@ -188,6 +188,14 @@ fn git_roles(policy: &CommandPolicy, args: &[String]) -> Result<Vec<Role>, Denia
           roles.push(Role::Value);
           i += 1;
         }
+        Some(GitOption::TakesText) => {
+          if args.get(i + 1).is_none() {
+            return Err(not_allowlisted(&format!("git {sub}"), arg));
+          }
+          roles.push(Role::Option);
+          roles.push(Role::Value);
+          i += 1;
+        }
         None => return Err(not_allowlisted(&format!("git {sub}"), arg)),
       }
     } else {

@@ -66,7 +66,7 @@ pub fn harden_args(args: &[String]) -> Vec<String> {
 }
 
 /// Appends pathspecs that exclude `hidden` (directories inside the work tree, e.g. the host's
-/// audit log) from `diff` and `status`, the subcommands that read work tree files.
+/// audit log) from `diff`, `status` and `add`, the subcommands that read work tree files.
 pub fn exclude_paths(args: Vec<String>, work_tree: &Path, hidden: &[PathBuf]) -> Vec<String> {
   let rels: Vec<String> = hidden
     .iter()
@@ -74,7 +74,12 @@ pub fn exclude_paths(args: Vec<String>, work_tree: &Path, hidden: &[PathBuf]) ->
     .filter(|r| !r.as_os_str().is_empty())
     .map(|r| format!(":(top,exclude,literal){}", r.to_string_lossy()))
     .collect();
-  if rels.is_empty() || !matches!(args.first().map(String::as_str), Some("diff" | "status")) {
+  if rels.is_empty()
+    || !matches!(
+      args.first().map(String::as_str),
+      Some("diff" | "status" | "add")
+    )
+  {
     return args;
   }
   let mut out = args;

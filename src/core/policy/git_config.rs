@@ -29,7 +29,8 @@ const PLAIN_KEYS: &[&str] = &[
 ];
 
 /// `section.<subsection>.variable` keys. `remote.*.url` names a remote that only fetch and push
-/// contact; the sandbox allows neither, GIT_ALLOW_PROTOCOL is empty and lazy fetch is off.
+/// contact: every other subcommand runs with GIT_ALLOW_PROTOCOL empty and lazy fetch off, and
+/// fetch and push (when a policy lists them) only reach a URL `git_remote.rs` accepts.
 /// Never `remote.*.uploadpack`/`receivepack`/`proxy`/`promisor` (programs, lazy fetch).
 const SUBSECTION_KEYS: &[(&str, &str)] = &[
   ("remote", "url"),

@@ -127,6 +127,69 @@ const REV_PARSE: &[&str] = &[
 
 const REV_PARSE_VALUED: &[&str] = &["--short", "--abbrev-ref"];
 
+/// `add` stages work tree files. Not listed: `-p`, `-i`, `-e` (interactive, an editor),
+/// `--pathspec-from-file` (reads a file), `-f` (adds ignored files), `--chmod`.
+const ADD: &[&str] = &[
+  "-A",
+  "--all",
+  "-u",
+  "--update",
+  "-n",
+  "--dry-run",
+  "-v",
+  "--verbose",
+  "-N",
+  "--intent-to-add",
+];
+
+/// `commit` records the index. The message comes from `-m <text>` or `--message=<text>` only:
+/// not listed are `-F`/`--file`, `-t`/`--template` (read files), `-e`, `-c`, `--fixup=amend`
+/// (an editor), `-S`/`--gpg-sign` (runs gpg), `--pathspec-from-file`, `--trailer`.
+/// Nor `-a` and paths (`jail_args.rs` refuses those): they read work tree files, the audit log's
+/// included when a planted index tracks it; `add` excludes the hidden directories instead.
+const COMMIT: &[&str] = &[
+  "-q",
+  "--quiet",
+  "--allow-empty",
+  "--allow-empty-message",
+  "--amend",
+  "--no-edit",
+  "-s",
+  "--signoff",
+  "--no-verify",
+  "--no-gpg-sign",
+];
+
+const COMMIT_VALUED: &[&str] = &["--message", "--author", "--date"];
+
+/// `fetch <remote>` (`git_remote.rs` checks the remote). Not listed: `--upload-pack` (a
+/// program), `--all`/`--multiple` (other remotes), `--recurse-submodules`, `--depth`/`--filter`
+/// (shallow and partial clones), `--refmap`, `-o`/`--server-option`, `--set-upstream`.
+const FETCH: &[&str] = &[
+  "-q",
+  "--quiet",
+  "-v",
+  "--verbose",
+  "-p",
+  "--prune",
+  "--tags",
+  "--no-tags",
+  "--dry-run",
+];
+
+/// `push <remote> <branch>…`. Not listed: `--force`/`-f`/`--force-with-lease`, `--delete`,
+/// `--mirror`, `--all`, `--tags`, `--receive-pack`/`--exec` (a program), `-o`, `--signed`,
+/// `-u`/`--set-upstream` (writes config).
+const PUSH: &[&str] = &[
+  "-q",
+  "--quiet",
+  "-v",
+  "--verbose",
+  "-n",
+  "--dry-run",
+  "--atomic",
+];
+
 /// Letters that may be clustered (`-sb`); none of them takes an argument in git.
 fn cluster_letters(sub: &str) -> &'static str {
   match sub {
@@ -144,6 +207,8 @@ pub enum GitOption {
   TakesNext,
   /// Allowed, self-contained.
   Alone,
+  /// Allowed, and the next element is free text (`commit -m <message>`), never read as a path.
+  TakesText,
 }
 
 fn lists(sub: &str) -> (Vec<&'static str>, Vec<&'static str>) {
@@ -167,6 +232,13 @@ fn lists(sub: &str) -> (Vec<&'static str>, Vec<&'static str>) {
       plain.extend(REV_PARSE);
       valued.extend(REV_PARSE_VALUED);
     }
+    "add" => plain.extend(ADD),
+    "fetch" => plain.extend(FETCH),
+    "push" => plain.extend(PUSH),
+    "commit" => {
+      plain.extend(COMMIT);
+      valued.extend(COMMIT_VALUED);
+    }
     _ => {}
   }
   (plain, valued)
@@ -183,6 +255,9 @@ pub fn allowed(sub: &str, arg: &str) -> Option<GitOption> {
     && valued.contains(&name)
   {
     return Some(GitOption::Alone);
+  }
+  if sub == "commit" && arg == "-m" {
+    return Some(GitOption::TakesText);
   }
   let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
   if matches!(sub, "log" | "show") {
@@ -233,6 +308,48 @@ mod tests {
     assert_eq!(allowed("status", "--porcelain=v2"), Some(GitOption::Alone));
     assert_eq!(allowed("diff", "-U3"), Some(GitOption::Alone));
     assert_eq!(allowed("rev-parse", "--abbrev-ref"), Some(GitOption::Alone));
+    assert_eq!(allowed("add", "-A"), Some(GitOption::Alone));
+    assert_eq!(allowed("commit", "-m"), Some(GitOption::TakesText));
+    assert_eq!(allowed("commit", "--message=x"), Some(GitOption::Alone));
+  }
+
+  #[test]
+  fn add_and_commit_refuse_editors_files_and_programs() {
+    for (sub, arg) in [
+      ("add", "-p"),
+      ("add", "--patch"),
+      ("add", "-i"),
+      ("add", "-e"),
+      ("add", "--pathspec-from-file=/etc/passwd"),
+      ("add", "-f"),
+      ("commit", "-F"),
+      ("commit", "--file=/etc/passwd"),
+      ("commit", "-t"),
+      ("commit", "--template=/etc/passwd"),
+      ("commit", "-e"),
+      ("commit", "-S"),
+      ("commit", "--gpg-sign"),
+      ("commit", "-am"),
+      ("commit", "-a"),
+      ("commit", "--all"),
+      ("commit", "-v"),
+      ("commit", "--mess=x"),
+      ("add", "-m"),
+      ("fetch", "--upload-pack=sh"),
+      ("fetch", "--all"),
+      ("fetch", "--depth=1"),
+      ("fetch", "--filter=blob:none"),
+      ("fetch", "--recurse-submodules"),
+      ("push", "--force"),
+      ("push", "-f"),
+      ("push", "--receive-pack=sh"),
+      ("push", "--exec=sh"),
+      ("push", "--delete"),
+      ("push", "--mirror"),
+      ("push", "-u"),
+    ] {
+      assert_eq!(allowed(sub, arg), None, "git {sub} {arg}");
+    }
   }
 
   #[test]

@@ -5,6 +5,7 @@ use super::argv::{self, Role};
 use super::command::CommandPolicy;
 use super::error::Denial;
 use super::git;
+use super::git_remote;
 use super::jail::FilesystemJail;
 use super::tokenize::SandboxCommand;
 
@@ -15,14 +16,19 @@ pub struct JailedArgs {
   pub env: Vec<(String, String)>,
 }
 
-/// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the
-/// default policy allows, since none of them contacts a remote; anything else is refused here
-/// rather than given git's default list.
+/// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the sandbox
+/// runs (the default policy's five, and `add` and `commit` when a policy lists them), since none
+/// of them contacts a remote; anything else is refused here rather than given git's default
+/// list. `fetch` and `push` get theirs from their remote (`git_remote.rs`); `clone` is refused.
 fn git_protocols(sub: &str) -> Option<&'static str> {
   match sub {
-    "log" | "status" | "diff" | "show" | "rev-parse" => Some(""),
+    "log" | "status" | "diff" | "show" | "rev-parse" | "add" | "commit" => Some(""),
     _ => None,
   }
+}
+
+fn contacts_remote(sub: &str) -> bool {
+  matches!(sub, "fetch" | "push")
 }
 
 /// A git argument git could read from the filesystem must resolve inside the jail: one that
@@ -61,12 +67,39 @@ pub fn jail_args(
       }
     }
     let sub = cmd.args.first().map_or("", String::as_str);
-    let protocols = git_protocols(sub).ok_or_else(|| {
-      Denial::audited(
-        format!("Subcommand not allowed: git {sub}"),
-        format!("subcommand_denied: {sub}"),
-      )
-    })?;
+    if sub == "commit"
+      && let Some((arg, _)) = cmd
+        .args
+        .iter()
+        .zip(&roles)
+        .find(|(_, r)| matches!(r, Role::Path | Role::GitOperand))
+    {
+      return Err(Denial::audited(
+        format!("Flag not allowed: {arg} (git commit takes no paths; stage them with git add)"),
+        format!("commit_paths: {arg}"),
+      ));
+    }
+    let remote = if contacts_remote(sub) {
+      let operands: Vec<&str> = cmd
+        .args
+        .iter()
+        .zip(&roles)
+        .filter(|(_, r)| matches!(r, Role::Path | Role::GitOperand))
+        .map(|(a, _)| a.as_str())
+        .collect();
+      Some(git_remote::remote_of(sub, &operands)?)
+    } else {
+      None
+    };
+    let protocols = match remote {
+      Some(_) => None,
+      None => Some(git_protocols(sub).ok_or_else(|| {
+        Denial::audited(
+          format!("Subcommand not allowed: git {sub}"),
+          format!("subcommand_denied: {sub}"),
+        )
+      })?),
+    };
     // The check runs this binary; a missing one is refused as stage 6a would.
     let binary = std::fs::canonicalize(&policy.binary).map_err(|_| {
       Denial::audited(
@@ -75,7 +108,23 @@ pub fn jail_args(
       )
     })?;
     let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
-    let mut env = vec![("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned())];
+    let protocols = match (protocols, remote, &repo) {
+      (Some(p), _, _) => p.to_owned(),
+      (None, Some(name), Some(repo)) => {
+        git_remote::protocols(&binary.to_string_lossy(), repo, jail.root(), name)?
+      }
+      (None, _, _) => {
+        return Err(Denial::audited(
+          format!("Subcommand not allowed: git {sub} (no repository in the jail)"),
+          format!("subcommand_denied: {sub}"),
+        ));
+      }
+    };
+    let mut env = vec![
+      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols),
+      // No editor: `commit` without a message fails instead of starting one.
+      ("GIT_EDITOR".to_owned(), "false".to_owned()),
+    ];
     let mut args = git::harden_args(&cmd.args);
     match &repo {
       Some(repo) => {
@@ -134,11 +183,49 @@ mod tests {
     let mut policies = default_policies("/usr/bin:/bin");
     let git = policies.get_mut("git").unwrap();
     git.subcommands.push("fetch".into());
+    git.subcommands.push("clone".into());
+    let cmd = tokenize("git clone x").unwrap();
+    let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    assert_eq!(refused.message, "Subcommand not allowed: git clone");
+    // fetch gets its protocols from its remote, and there is no repository here.
     let cmd = tokenize("git fetch origin").unwrap();
     let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
-    assert_eq!(refused.message, "Subcommand not allowed: git fetch");
+    assert_eq!(
+      refused.message,
+      "Subcommand not allowed: git fetch (no repository in the jail)"
+    );
     assert_eq!(git_protocols("log"), Some(""));
     assert_eq!(git_protocols("fetch"), None);
+  }
+
+  #[test]
+  fn commit_takes_a_message_but_no_paths_and_add_excludes_the_hidden_directories() {
+    let (_d, jail) = jail();
+    let mut policies = default_policies("/usr/bin:/bin");
+    let git = policies.get_mut("git").unwrap();
+    git.subcommands.extend(["add".into(), "commit".into()]);
+    let git = &policies["git"];
+    let run = |command: &str| jail_args(&tokenize(command).unwrap(), git, &jail);
+    let ok = run("git commit -m a/../../message").unwrap();
+    assert_eq!(ok.args, ["commit", "-m", "a/../../message"]);
+    assert!(ok.env.contains(&("GIT_EDITOR".into(), "false".into())));
+    assert!(
+      ok.env
+        .contains(&("GIT_ALLOW_PROTOCOL".into(), String::new()))
+    );
+    for bad in [
+      "git commit -m x notes.txt",
+      "git commit -m x -- .",
+      "git commit .",
+    ] {
+      let refused = run(bad).unwrap_err();
+      assert!(
+        refused.message.contains("git commit takes no paths"),
+        "{bad}: {}",
+        refused.message
+      );
+    }
+    assert!(run("git add ../outside").is_err());
   }
 
   #[test]
@@ -190,6 +277,7 @@ mod tests {
       none.env,
       [
         ("GIT_ALLOW_PROTOCOL".to_owned(), String::new()),
+        ("GIT_EDITOR".to_owned(), "false".to_owned()),
         ("GIT_DIR".to_owned(), format!("{root}/.git")),
       ]
     );

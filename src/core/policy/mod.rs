@@ -11,10 +11,12 @@ pub mod getopt;
 pub mod git;
 pub mod git_config;
 pub mod git_options;
+pub mod git_remote;
 pub mod jail;
 pub mod jail_args;
 pub mod redact;
 pub mod tokenize;
+pub mod topology;
 
 pub use command::{CommandPolicy, default_policies};
 pub use error::Denial;

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::isolation::SandboxIsolation;
 use crate::core::policy::CommandPolicy;
 
 /// `FinnConfig["sandbox"]`, plus optional policies replacing the defaults.
@@ -12,6 +13,8 @@ pub struct SandboxConfig {
   pub exec_timeout_ms: u64,
   pub max_output: u64,
   pub policies: Option<BTreeMap<String, CommandPolicy>>,
+  /// Validated at construction; `{ mode: "auto" }` by default.
+  pub isolation: SandboxIsolation,
 }
 
 /// A command's redacted outcome, as loa-finn's `SandboxResult`.

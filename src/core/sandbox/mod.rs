@@ -3,6 +3,7 @@
 //! adapter and the test double are all runners.
 
 pub mod config;
+pub mod isolation;
 pub mod pipeline;
 pub mod pool_runner;
 #[cfg(test)]
@@ -10,5 +11,6 @@ pub mod recording;
 pub mod runner;
 
 pub use config::{SandboxConfig, SandboxResult};
+pub use isolation::{SandboxIsolation, options_json};
 pub use pipeline::{Refusal, ToolSandbox};
 pub use runner::{Done, NoRunner, Output, RunError, RunOutcome, Runner};

@@ -10,7 +10,8 @@ use std::time::Instant;
 
 use super::config::{SandboxConfig, SandboxResult};
 use super::runner::{Done, RunError, RunOutcome, Runner};
-use crate::core::audit::{Action, AuditEntry, AuditLog, iso_timestamp_now};
+use crate::core::audit::{Action, AuditEntry, AuditLog, IsolationRecord, iso_timestamp_now};
+use crate::core::policy::topology::{self, Writes};
 use crate::core::policy::{
   self, CommandPolicy, Denial, FilesystemJail, SandboxCommand, SecretRedactor,
 };
@@ -29,6 +30,8 @@ pub enum Refusal<E> {
 struct Pending {
   allow: AuditEntry,
   started: Instant,
+  /// The command may write the jail (for the audit's note on the hidden directories).
+  writes_jail: bool,
 }
 
 const READ_ONLY: [&str; 3] = ["ls", "cat", "wc"];
@@ -149,6 +152,17 @@ impl ToolSandbox {
       );
       self.deny(&cmd.binary, &cmd.args, denial, "binary")
     })?;
+    // 6b. The isolation this command gets, from what it runs (`policy/topology.rs`). git's
+    // optional index refresh is already off in the sandbox env (`GIT_OPTIONAL_LOCKS=0`), so
+    // read-only git needs no write access to the repository.
+    let topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
+      let sub = cmd.args.first().map_or("", String::as_str);
+      let denial = Denial::audited(
+        format!("Subcommand not allowed: {} {sub}", cmd.binary),
+        format!("no_isolation_topology: {sub}"),
+      );
+      self.deny(&cmd.binary, &cmd.args, denial, "topology")
+    })?;
     // 7. Audit before execution; only the read-only commands run when that fails.
     let allow = AuditEntry::new(Action::Allow, &cmd.binary, &cmd.args);
     if !self.audit.append(&allow) {
@@ -171,11 +185,15 @@ impl ToolSandbox {
       session_id,
       jail_root: Some(root),
       lane: None,
-      isolation: None,
+      isolation: self
+        .config
+        .isolation
+        .for_command(topology, self.jail.root(), self.jail.hidden()),
     };
     let pending = Pending {
       allow,
       started: Instant::now(),
+      writes_jail: topology.writes == Writes::Jail,
     };
     Ok((job, pending))
   }
@@ -187,6 +205,7 @@ impl ToolSandbox {
     pending: Pending,
     outcome: RunOutcome<E>,
   ) -> Result<SandboxResult, E> {
+    let mut isolation = None;
     let (result, reason) = match outcome {
       RunOutcome::Failed(e) => {
         self.audit_failure(pending, &e);
@@ -213,6 +232,7 @@ impl ToolSandbox {
         (result, None)
       }
       RunOutcome::Finished(out) => {
+        isolation = Some(self.isolation_record(out.isolation, pending.writes_jail));
         let result = SandboxResult {
           stdout: self
             .redactor
@@ -233,8 +253,29 @@ impl ToolSandbox {
     entry.exit_code = Some(result.exit_code);
     entry.timed_out = Some(result.timed_out);
     entry.truncated = Some(result.truncated);
+    entry.isolation = isolation;
     self.audit.append(&entry);
     Ok(result)
+  }
+
+  /// The runner's report (or what its silence means), plus what the jail's hidden directories
+  /// lose without a mount namespace.
+  fn isolation_record(
+    &self,
+    reported: Option<IsolationRecord>,
+    writes_jail: bool,
+  ) -> IsolationRecord {
+    let mut record = reported.unwrap_or_else(|| self.config.isolation.unreported());
+    let mounted = record.applied.iter().any(|l| l == "mountns");
+    if record.backend != "off" && writes_jail && !mounted && !self.jail.hidden().is_empty() {
+      record.degraded.push(
+        "hidden: without a mount namespace the audit directory inside the jail stays readable and \
+         writable by a command that may write the jail (landlock cannot carve it out of a \
+         writable root)"
+          .into(),
+      );
+    }
+    record
   }
 
   fn audit_failure<E: RunError>(&self, pending: Pending, e: &E) {
@@ -292,6 +333,7 @@ mod tests {
       exec_timeout_ms: 1234,
       max_output: 4096,
       policies: Some(BTreeMap::from([("ls".to_owned(), ls)])),
+      isolation: Default::default(),
     };
     let secrets = [("GITHUB_TOKEN".to_owned(), "s3cr3t-value-123".to_owned())];
     let sandbox = Arc::new(ToolSandbox::new(config, audit, &secrets).unwrap());
@@ -334,6 +376,7 @@ mod tests {
       stderr: String::new(),
       exit_code: 3,
       truncated: false,
+      isolation: None,
     }
   }
 
@@ -368,6 +411,41 @@ mod tests {
     );
     assert_eq!(audit[1]["exitCode"], 3);
     assert_eq!(audit[1]["action"], "allow");
+  }
+
+  #[test]
+  fn the_job_carries_the_topologys_isolation_and_the_outcome_audits_the_runners_report() {
+    let f = fixture();
+    let mut isolated = output("");
+    isolated.isolation = Some(IsolationRecord {
+      backend: "native".into(),
+      applied: vec!["landlock".into()],
+      degraded: vec!["cgroup: none here".into()],
+    });
+    let runner = Recording::new(vec![Script::Finish(isolated), Script::Finish(output(""))]);
+    f.run("ls", &runner).unwrap().unwrap();
+    f.run("ls", &runner).unwrap().unwrap();
+    let job = &runner.jobs()[0];
+    let iso = job.isolation.as_ref().expect("auto by default");
+    assert_eq!(iso.mode, crate::core::isolate::Mode::Auto);
+    // ls is a read-only program: no writable root.
+    assert_eq!(iso.fs.writable, Some(Vec::new()));
+    assert_eq!(iso.network, crate::core::isolate::Access::Deny);
+    let audit = f.audit();
+    assert!(audit[0].get("isolation").is_none(), "{:?}", audit[0]);
+    assert_eq!(
+      audit[1]["isolation"],
+      serde_json::json!({"backend": "native", "applied": ["landlock"], "degraded": ["cgroup: none here"]})
+    );
+    // A runner that reports nothing applied nothing, and the entry says so.
+    assert_eq!(audit[3]["isolation"]["backend"], "none");
+    assert_eq!(audit[3]["isolation"]["applied"], serde_json::json!([]));
+    assert!(
+      audit[3]["isolation"]["degraded"][0]
+        .as_str()
+        .unwrap()
+        .starts_with("isolation: ")
+    );
   }
 
   #[test]

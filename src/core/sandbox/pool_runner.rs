@@ -2,6 +2,7 @@
 //! the pool's rejections keep their `PoolError`, a timeout becomes a timed-out result.
 
 use super::runner::{Done, Output, RunError, RunOutcome, Runner};
+use crate::core::audit::IsolationRecord;
 use crate::core::pool::{JobSpec, Pool, PoolError, RawJob};
 
 impl RunError for PoolError {
@@ -24,6 +25,11 @@ impl Runner for Pool {
             stderr: r.stderr,
             exit_code: r.exit_code,
             truncated: r.truncated,
+            isolation: r.isolation.map(|i| IsolationRecord {
+              backend: i.backend.into(),
+              applied: i.applied.iter().map(|s| (*s).to_owned()).collect(),
+              degraded: i.degraded,
+            }),
           }),
           Err(e @ PoolError::Timeout(_)) => RunOutcome::TimedOut(e.to_string()),
           Err(e) => RunOutcome::Failed(e),

@@ -5,6 +5,7 @@
 
 use std::convert::Infallible;
 
+use crate::core::audit::IsolationRecord;
 use crate::core::pool::RawJob;
 
 /// Receives a job's outcome, with the id [`Runner::run`] returned for it, exactly once and on
@@ -39,6 +40,8 @@ pub struct Output {
   pub stderr: String,
   pub exit_code: i32,
   pub truncated: bool,
+  /// The isolation the runner applied; `None` when it applied none (or cannot say).
+  pub isolation: Option<IsolationRecord>,
 }
 
 /// How a runner ended a job it accepted.

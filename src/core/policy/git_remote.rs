@@ -1,0 +1,245 @@
+//! `git fetch` and `git push`, when a policy lists them: the only git subcommands that reach a
+//! remote. The repository config that names the remote is the agent's, so the remote is held to
+//! what the sandbox can check: every URL of the named remote is `https://`, or a repository inside
+//! the jail that passes the same repository check as the jail's own (a local remote's alternates,
+//! hooks or config would otherwise be read by `upload-pack`/`receive-pack` unchecked).
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use super::error::Denial;
+use super::git::{self, Repository};
+use super::jail::resolve_lexically;
+
+fn refuse(what: impl Into<String>) -> Denial {
+  let what = what.into();
+  Denial::audited(
+    format!("Repository config rejected: {what}"),
+    format!("repository_rejected: {what}"),
+  )
+}
+
+fn bad_operand(sub: &str, arg: &str, why: &str) -> Denial {
+  Denial::audited(
+    format!("Flag not allowed: {arg} (git {sub} takes {why})"),
+    format!("remote_operand: {arg}"),
+  )
+}
+
+/// A remote's name as `git remote add` accepts it, minus anything that could read as a path or
+/// a URL (git takes an unconfigured name as a URL).
+fn is_name(s: &str) -> bool {
+  let mut chars = s.chars();
+  chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+    && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    && !s.contains("..")
+}
+
+/// A branch name to push: `[A-Za-z0-9][A-Za-z0-9._/-]*`, no `..`, no `//`, no refspec syntax
+/// (`:` or `+`, which would delete or force).
+fn is_branch(s: &str) -> bool {
+  let mut chars = s.chars();
+  chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
+    && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+    && !s.contains("..")
+    && !s.contains("//")
+    && !s.ends_with('/')
+}
+
+/// The remote `git <sub> operands…` contacts. `fetch <remote>`; `push <remote> <branch>…`.
+pub fn remote_of<'a>(sub: &str, operands: &[&'a str]) -> Result<&'a str, Denial> {
+  let (&remote, rest) = operands
+    .split_first()
+    .ok_or_else(|| bad_operand(sub, sub, "the name of a configured remote first"))?;
+  if !is_name(remote) {
+    return Err(bad_operand(
+      sub,
+      remote,
+      "the name of a configured remote, not a URL or path",
+    ));
+  }
+  match sub {
+    "fetch" => {
+      if let Some(extra) = rest.first() {
+        return Err(bad_operand(sub, extra, "one remote name and no refspec"));
+      }
+    }
+    _ => {
+      if rest.is_empty() {
+        return Err(bad_operand(sub, remote, "a remote name and branch names"));
+      }
+      if let Some(bad) = rest.iter().find(|b| !is_branch(b)) {
+        return Err(bad_operand(sub, bad, "branch names, not refspecs"));
+      }
+    }
+  }
+  Ok(remote)
+}
+
+/// Every `remote.<name>.url` git would use, read by git with no system or global file.
+fn urls(git_bin: &str, repo: &Repository, name: &str) -> Result<Vec<String>, Denial> {
+  let out = Command::new(git_bin)
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .env("HOME", "/nonexistent-finn-sandbox-home")
+    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    .envs(repo.env())
+    .env("LC_ALL", "C")
+    .current_dir(&repo.git_dir)
+    .args(["config", "--no-includes", "--get-all"])
+    .arg(format!("remote.{name}.url"))
+    .stdin(Stdio::null())
+    .output()
+    .map_err(|e| refuse(format!("git config could not run ({e})")))?;
+  let text = String::from_utf8(out.stdout).map_err(|_| refuse("a remote URL is not UTF-8"))?;
+  let urls: Vec<String> = text.lines().map(str::to_owned).collect();
+  if urls.is_empty() {
+    return Err(refuse(format!("remote {name} has no url")));
+  }
+  Ok(urls)
+}
+
+/// The `GIT_ALLOW_PROTOCOL` for contacting remote `name` of `repo`: `https` and/or `file`, each
+/// URL checked; anything else refused.
+pub fn protocols(
+  git_bin: &str,
+  repo: &Repository,
+  jail_root: &Path,
+  name: &str,
+) -> Result<String, Denial> {
+  let mut allowed: Vec<&str> = Vec::new();
+  for url in urls(git_bin, repo, name)? {
+    if url.starts_with("https://") {
+      if !allowed.contains(&"https") {
+        allowed.push("https");
+      }
+      continue;
+    }
+    // A local repository: a path (relative to the jail, git's cwd) or a file:// URL. Anything
+    // with a scheme or scp-like `host:path` is some other protocol.
+    let path = url.strip_prefix("file://").unwrap_or(&url);
+    if path.contains(':') || path.is_empty() {
+      return Err(refuse(format!(
+        "remote {name} is neither https:// nor a repository inside the jail"
+      )));
+    }
+    let dir = std::fs::canonicalize(resolve_lexically(jail_root, path))
+      .ok()
+      .filter(|d| d.starts_with(jail_root))
+      .ok_or_else(|| refuse(format!("remote {name} points outside the jail")))?;
+    // The remote as a repository of its own: a bare one at `dir`, checked like the jail's.
+    match git::check_repository(&dir, git_bin)? {
+      Some(r) if r.work_tree.is_none() => {}
+      _ => {
+        return Err(refuse(format!(
+          "remote {name} is not a bare repository inside the jail"
+        )));
+      }
+    }
+    if !allowed.contains(&"file") {
+      allowed.push("file");
+    }
+  }
+  Ok(allowed.join(":"))
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn operands_are_a_remote_name_and_for_push_branch_names() {
+    assert_eq!(remote_of("fetch", &["origin"]).unwrap(), "origin");
+    assert_eq!(remote_of("push", &["up", "main", "feat/x"]).unwrap(), "up");
+    for (sub, ops) in [
+      ("fetch", &[][..]),
+      ("fetch", &["/outside/repo"][..]),
+      ("fetch", &["../repo"][..]),
+      ("fetch", &["https://evil.example/x"][..]),
+      ("fetch", &["host:path"][..]),
+      ("fetch", &["origin", "main:refs/heads/x"][..]),
+      ("fetch", &["origin", "main"][..]),
+      ("push", &["origin"][..]),
+      ("push", &["origin", "+main"][..]),
+      ("push", &["origin", ":main"][..]),
+      ("push", &["origin", "main:other"][..]),
+      ("push", &["origin", "a/../b"][..]),
+      ("push", &["-x", "main"][..]),
+    ] {
+      assert!(remote_of(sub, ops).is_err(), "git {sub} {ops:?}");
+    }
+  }
+
+  fn git(dir: &Path, args: &[&str]) {
+    let ok = Command::new("git")
+      .args(args)
+      .current_dir(dir)
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .stdout(Stdio::null())
+      .stderr(Stdio::null())
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok, "git {args:?}");
+  }
+
+  #[test]
+  fn a_remote_must_be_https_or_a_checked_bare_repository_inside_the_jail() {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = std::fs::canonicalize(dir.path()).unwrap().join("jail");
+    std::fs::create_dir(&jail).unwrap();
+    git(&jail, &["init", "-q"]);
+    git(&jail, &["init", "-q", "--bare", "remote.git"]);
+    let outside = dir.path().join("outside.git");
+    git(dir.path(), &["init", "-q", "--bare", "outside.git"]);
+    let git_bin = std::fs::canonicalize("/usr/bin/git").unwrap();
+    let git_bin = git_bin.to_str().unwrap();
+    let repo = git::check_repository(&jail, git_bin).unwrap().unwrap();
+    let check = |url: &str| {
+      git(&jail, &["config", "--replace-all", "remote.r.url", url]);
+      protocols(git_bin, &repo, &jail, "r").map_err(|d| d.message)
+    };
+    assert_eq!(check("https://example.com/x.git").unwrap(), "https");
+    assert_eq!(check("remote.git").unwrap(), "file");
+    assert_eq!(
+      check(&format!("file://{}", jail.join("remote.git").display())).unwrap(),
+      "file"
+    );
+    for bad in [
+      outside.to_str().unwrap(),
+      "../outside.git",
+      "ssh://host/x",
+      "host:x",
+      "ext::sh -c x",
+      "git://host/x",
+      "http://host/x",
+      ".",
+    ] {
+      assert!(check(bad).is_err(), "{bad}");
+    }
+    // The local remote is checked like the jail's repository: alternates pointing out refused.
+    git(
+      &jail,
+      &["config", "--replace-all", "remote.r.url", "remote.git"],
+    );
+    std::fs::write(
+      jail.join("remote.git/objects/info/alternates"),
+      format!("{}/objects\n", outside.display()),
+    )
+    .unwrap();
+    let refused = protocols(git_bin, &repo, &jail, "r").unwrap_err();
+    assert!(
+      refused.message.contains("alternates"),
+      "{}",
+      refused.message
+    );
+    assert!(
+      protocols(git_bin, &repo, &jail, "missing")
+        .unwrap_err()
+        .message
+        .contains("has no url")
+    );
+  }
+}
