@@ -23,7 +23,7 @@ use super::protocol::{FromReaper, ToReaper};
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
-use crate::core::isolate::{Plan, prepare};
+use crate::core::isolate::{Plan, prepare_job};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -149,13 +149,24 @@ impl Reaper {
   ) -> Result<(), Gone> {
     // Built here, before the fork; held until the tree is gone (dropping it empties and
     // removes the job's cgroup).
-    let mut prepared = match isolation.map(prepare).transpose() {
+    let mut prepared = match isolation.map(prepare_job).transpose() {
       Ok(p) => p,
       Err(e) => {
         eprintln!("finn-supervisor: {e}");
         return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
       }
     };
+    // The bwrap backend execs bwrap, which runs the command.
+    let wrapped = prepared.as_ref().and_then(|p| {
+      let (program, argv) = p.wrap(&spec.program, &spec.argv, &spec.cwd)?;
+      Some(SpawnSpec {
+        program,
+        argv,
+        env: spec.env.clone(),
+        cwd: spec.cwd.clone(),
+      })
+    });
+    let spec = wrapped.as_ref().unwrap_or(spec);
     let started = match &prepared {
       Some(p) => child::start_with(spec, out.as_raw_fd(), err.as_raw_fd(), &|| {
         p.apply_in_child()
