@@ -185,6 +185,7 @@ impl Reaper {
     };
     let mut job = Job {
       leader,
+      spare_leader: isolation.is_some_and(|p| p.bwrap.is_some()),
       drain_until: None,
       drain,
       kill: None,
@@ -292,6 +293,9 @@ impl Reaper {
 
 struct Job {
   leader: Pid,
+  /// The leader is the bwrap backend's outer bwrap: a graceful stop's SIGTERM goes to the
+  /// command and the rest of the tree, not to it (the SIGKILL goes to all).
+  spare_leader: bool,
   /// When the leader has exited: the time the rest of the tree is killed.
   drain_until: Option<Instant>,
   drain: Duration,
@@ -317,7 +321,10 @@ impl Job {
   fn terminate(&mut self, grace: Duration) {
     match &mut self.kill {
       Some(kill) => kill.shorten(grace, &mut self.tree),
-      None => self.kill = Some(Kill::start(grace, &mut self.tree)),
+      None => {
+        let except = self.spare_leader.then_some(self.leader.as_raw());
+        self.kill = Some(Kill::start(grace, &mut self.tree, except))
+      }
     }
   }
 }
@@ -334,7 +341,8 @@ struct Kill {
 const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
 
 impl Kill {
-  fn start(grace: Duration, tree: &mut Tree) -> Kill {
+  /// `except`: a pid the SIGTERM spares (see `Job::spare_leader`).
+  fn start(grace: Duration, tree: &mut Tree, except: Option<i32>) -> Kill {
     let now = Instant::now();
     let mut kill = Kill {
       kill_at: now + grace,
@@ -346,7 +354,10 @@ impl Kill {
     if grace.is_zero() {
       kill.kill(tree);
     } else {
-      tree.signal(Signal::SIGTERM, NO_SPARE);
+      match except {
+        Some(pid) => tree.signal_except(Signal::SIGTERM, NO_SPARE, pid),
+        None => tree.signal(Signal::SIGTERM, NO_SPARE),
+      };
     }
     kill
   }
