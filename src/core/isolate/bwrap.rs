@@ -381,7 +381,17 @@ fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
     return Err(std::io::Error::last_os_error());
   }
   // SAFETY: a fresh fd we own.
-  let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+  let mut fd = unsafe { OwnedFd::from_raw_fd(fd) };
+  if fd.as_raw_fd() < 3 {
+    // A process started with 0-2 closed: the child's stdio setup would overwrite this one.
+    // SAFETY: F_DUPFD_CLOEXEC returns a new fd we own, 3 or above.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if high < 0 {
+      return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    fd = unsafe { OwnedFd::from_raw_fd(high) };
+  }
   let mut f = std::fs::File::from(fd);
   std::io::Write::write_all(&mut f, data)?;
   std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0))?;
