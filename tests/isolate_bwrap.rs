@@ -664,6 +664,30 @@ fn nodes_env_secrets_stay_out_of_reach() {
 }
 
 #[test]
+fn rlimits_set_before_bwrap_hold_for_the_command() {
+  if !bwrap_runs("rlimits_set_before_bwrap_hold_for_the_command") {
+    return;
+  }
+  for (opts, stopped) in [
+    (off(), false),
+    (
+      json!({"mode": "bwrap", "limits": {"maxFileBytes": 4096}}),
+      true,
+    ),
+  ] {
+    let j = jail();
+    let r = sh(&opts, &j.root, "head -c 100000 /dev/zero > big");
+    let size = std::fs::metadata(j.root.join("big")).unwrap().len();
+    assert_eq!(
+      size,
+      if stopped { 4096 } else { 100000 },
+      "{opts}: {}",
+      r.stderr
+    );
+  }
+}
+
+#[test]
 fn the_command_runs_with_its_args_cwd_and_exit_code() {
   if !bwrap_runs("the_command_runs_with_its_args_cwd_and_exit_code") {
     return;
