@@ -89,6 +89,19 @@ pub(super) fn choose(
   }
 }
 
+/// For `auto` on a host missing a native layer: why bwrap did not stand in (for `degraded`).
+pub(super) fn no_fallback(opts: &IsolationOptions, probe: &Probe) -> Option<String> {
+  if opts.mode != Mode::Auto || (probe.landlock.is_some() && probe.seccomp) {
+    return None;
+  }
+  if opts.namespaces.mount == Some(false) {
+    return Some(
+      "bwrap: not used in place of the missing layers: namespaces.mount is false".into(),
+    );
+  }
+  unusable(probe).map(|why| format!("{why} (so it cannot stand in for the missing layers)"))
+}
+
 /// Fills in the bwrap backend's layers on `base` (paths and limits already resolved).
 pub(super) fn plan(
   opts: &IsolationOptions,
@@ -536,6 +549,18 @@ mod tests {
       .unwrap();
       assert_eq!(p.bwrap, None);
       assert!(p.degraded.iter().any(|d| d.starts_with("landlock:")));
+      let why = if bwrap {
+        "user namespace"
+      } else {
+        "not installed"
+      };
+      assert!(
+        p.degraded
+          .iter()
+          .any(|d| d.starts_with("bwrap:") && d.contains(why)),
+        "{:?}",
+        p.degraded
+      );
     }
     // `namespaces.mount: false` rules bwrap out.
     let p = resolve(
@@ -544,6 +569,11 @@ mod tests {
     )
     .unwrap();
     assert_eq!(p.bwrap, None);
+    assert!(
+      p.degraded.iter().any(|d| d.starts_with("bwrap:")),
+      "{:?}",
+      p.degraded
+    );
   }
 
   #[test]

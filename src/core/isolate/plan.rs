@@ -254,6 +254,9 @@ impl Plan {
         missing_required.push("pidns".to_string());
       }
     }
+    if let Some(why) = super::bwrap::no_fallback(opts, probe) {
+      degraded.push(why);
+    }
     if !missing_required.is_empty()
       && (strict || ns.pid == Some(true) || ns.net == Some(true) || ns.mount == Some(true))
     {
