@@ -688,6 +688,55 @@ fn rlimits_set_before_bwrap_hold_for_the_command() {
 }
 
 #[test]
+fn the_cgroup_holds_bwrap_and_the_command_or_is_reported_missing() {
+  if !bwrap_runs("the_cgroup_holds_bwrap_and_the_command_or_is_reported_missing") {
+    return;
+  }
+  let j = jail();
+  let iso = isolated(&bwrap(), &j.root).unwrap();
+  if probe().cgroup.is_none() {
+    // As nobody here: no writable cgroup, and the report says so.
+    assert!(
+      iso
+        .report()
+        .degraded
+        .iter()
+        .any(|d| d.starts_with("cgroup:")),
+      "{:?}",
+      iso.report()
+    );
+    return;
+  }
+  assert!(iso.report().applied.contains(&"cgroup"));
+  let mut cmd = command(
+    &bwrap(),
+    &j.root,
+    &["/bin/sh", "-c", "echo ready; exec sleep 60"],
+  );
+  let mut child = cmd.spawn().unwrap();
+  assert!(wait_line(&mut child, "ready"));
+  let procs = tree(child.id());
+  let outside: Vec<(u32, String)> = procs
+    .iter()
+    .map(|p| {
+      (
+        *p,
+        std::fs::read_to_string(format!("/proc/{p}/cgroup")).unwrap_or_default(),
+      )
+    })
+    .filter(|(_, cg)| !cg.lines().any(|l| l.contains(":pids:/finn-sandbox/")))
+    .collect();
+  child.kill().unwrap();
+  child.wait().unwrap();
+  drop(cmd);
+  assert!(
+    procs.len() >= 3,
+    "bwrap, its pid 1 and the command: {procs:?}"
+  );
+  assert_eq!(outside, Vec::new(), "outside the job's pids cgroup");
+}
+
+#[test]
 fn the_command_runs_with_its_args_cwd_and_exit_code() {
   if !bwrap_runs("the_command_runs_with_its_args_cwd_and_exit_code") {
     return;
