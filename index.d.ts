@@ -33,7 +33,7 @@ export interface ExecSpec {
  * what did not, and why.
  */
 export interface IsolationOptions {
-  /** `off` (default for a WorkerPool job), `auto` (the strongest layers this host allows), `native` (fails without landlock and seccomp). `bwrap` is not implemented and is refused. */
+  /** `off` (default for a WorkerPool job), `auto` (the strongest layers this host allows), `native` (fails without landlock and seccomp), `bwrap` (bubblewrap: the same options as mounts, namespaces and the same seccomp filter; fails without a usable `bwrap`). `auto` takes bwrap only where landlock or seccomp is missing and bwrap can run. */
   mode?: 'off' | 'auto' | 'native' | 'bwrap'
   /** Refuse to run (PoolError ISOLATION_UNAVAILABLE) when landlock, seccomp or an explicitly requested namespace cannot apply. */
   required?: boolean
@@ -66,6 +66,7 @@ export interface IsolationOptions {
 
 /** What isolation a command ran under. */
 export interface IsolationInfo {
+  /** `'native'` or `'bwrap'`. */
   backend: string
   applied: string[]
   degraded: string[]
@@ -78,6 +79,7 @@ export interface IsolationProbe {
   seccomp: boolean
   userns: boolean
   cgroup: string | false
+  /** The path of an executable `bwrap` in PATH, or false. */
   bwrap: string | false
   sysAdmin: boolean
   uid: number

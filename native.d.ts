@@ -139,7 +139,7 @@ export interface InteractiveLaneStats {
 
 /** `ExecResult.isolation`. */
 export interface IsolationInfo {
-  /** `"native"`. */
+  /** `"native"` (the addon's own layers) or `"bwrap"` (bubblewrap). */
   backend: string
   /**
    * The layers applied, cheapest first (`rlimits`, `privileges`, `cgroup`, `netns`, `pidns`,

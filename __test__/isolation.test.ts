@@ -2,11 +2,12 @@
 // `mode: "off"`, where it must succeed (that proves the check can fail), and is judged from
 // Node (files, listeners), never from the command's own output. The per-layer suite with real
 // processes, also run as nobody, is tests/isolate.rs.
+import { spawnSync } from 'node:child_process'
 import { createSocket } from 'node:dgram'
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs'
 import { createServer, connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { join, resolve } from 'node:path'
 import { afterAll, describe, expect, test } from 'vitest'
 import { type IsolationOptions, PoolError, WorkerPool, doctor, probeIsolation } from '../index.js'
 import { ENV, rejectionOf } from './helpers.js'
@@ -147,4 +148,117 @@ test('probeIsolation() and doctor() answer from cached probes', () => {
   expect(performance.now() - t0).toBeLessThan(50)
   expect(d.layers.map((l) => l.name)).toEqual(expect.arrayContaining(['landlock', 'seccomp', 'cgroup', 'mountns']))
   for (const l of d.layers) expect(l.available || typeof l.reason === 'string').toBe(true)
+})
+
+// The bwrap backend (mode "bwrap"): the same attacks, run under bubblewrap through the pool and
+// judged from Node. The per-flag suite, also run as nobody, is tests/isolate_bwrap.rs.
+const BWRAP: IsolationOptions = { mode: 'bwrap' }
+const bwrapPath = probeIsolation().bwrap
+if (bwrapPath === false) console.warn('bwrap tests skipped: bubblewrap is not installed (no `bwrap` in PATH)')
+
+describe.skipIf(bwrapPath === false).each([
+  ['bwrap', BWRAP, true],
+  ['off', OFF, false],
+] as const)('bwrap backend, mode %s', (_name, isolation, stopped) => {
+  test('writes outside the jail and to protected paths (renaming .git away included)', async () => {
+    const d = dirs()
+    writeFileSync(join(d.out, 'victim'), 'orig')
+    mkdirSync(join(d.jail, '.git', 'hooks'), { recursive: true })
+    writeFileSync(join(d.jail, '.git', 'config'), '[core]\n')
+    const r = await bash(
+      `o=${d.out}; echo x > $o/direct; ln -s $o/viasym link; echo x > link; ln $o/victim hard; echo pwned >> hard
+       echo x > /proc/self/root$o/procroot; echo evil >> .git/config; echo evil > .git/hooks/pre-commit
+       mv .git .git-away; mkdir -p .git/hooks; echo evil > .git/hooks/post-checkout; echo ok > plain`,
+      d.jail,
+      isolation,
+    )
+    const landed = {
+      direct: existsSync(join(d.out, 'direct')),
+      symlink: existsSync(join(d.out, 'viasym')),
+      hardlink: readFileSync(join(d.out, 'victim'), 'utf8') !== 'orig',
+      procRoot: existsSync(join(d.out, 'procroot')),
+      gitAway: existsSync(join(d.jail, '.git-away')),
+      recreatedHook: existsSync(join(d.jail, '.git', 'hooks', 'post-checkout')),
+    }
+    expect(Object.values(landed).every((v) => v === !stopped), `${JSON.stringify(landed)} ${r.stderr}`).toBe(true)
+    expect(readFileSync(join(d.jail, 'plain'), 'utf8'), 'the jail stays writable').toBe('ok\n')
+    if (stopped) {
+      expect(readFileSync(join(d.jail, '.git', 'config'), 'utf8')).toBe('[core]\n')
+      expect(existsSync(join(d.jail, '.git', 'hooks', 'pre-commit'))).toBe(false)
+      expect(r.isolation?.backend).toBe('bwrap')
+      expect(r.isolation?.applied).toEqual(expect.arrayContaining(['privileges', 'mountns', 'protect', 'pidns', 'netns', 'seccomp']))
+    } else {
+      expect(r.isolation).toBeUndefined()
+    }
+  })
+
+  test("denied reads and Node's /proc/<pid>/environ", async () => {
+    const d = dirs()
+    const secret = join(d.out, 'netrc')
+    writeFileSync(secret, 'NETRC-TOKEN')
+    const iso = stopped ? { ...isolation, fs: { denyRead: [secret] } } : isolation
+    const r = await bash(`cat ${secret} > leak1; cat /proc/${process.pid}/environ > leak2`, d.jail, iso)
+    const leaked = [readFileSync(join(d.jail, 'leak1'), 'utf8').includes('NETRC-TOKEN'), statSync(join(d.jail, 'leak2')).size > 0]
+    expect(leaked, r.stderr).toEqual([!stopped, !stopped])
+  })
+
+  test('TCP and UDP to listeners on 127.0.0.1', async () => {
+    const d = dirs()
+    const tcp: Socket[] = []
+    let onConnection = () => {}
+    const server = createServer((s) => {
+      tcp.push(s)
+      s.resume()
+      onConnection()
+    })
+    await new Promise<void>((ok) => server.listen(0, '127.0.0.1', ok))
+    const udp = createSocket('udp4')
+    const datagrams: string[] = []
+    udp.on('message', (m) => datagrams.push(m.toString()))
+    await new Promise<void>((ok) => udp.bind(0, '127.0.0.1', ok))
+    const tcpPort = (server.address() as { port: number }).port
+    const udpPort = udp.address().port
+    const r = await bash(`echo cmd > /dev/tcp/127.0.0.1/${tcpPort}; echo cmd > /dev/udp/127.0.0.1/${udpPort}`, d.jail, isolation)
+    // Sentinels from Node after the command settled: once they arrived, the command's had too
+    // (connections are accepted in order). The TCP sentinel is told apart by its port, since a
+    // command's connection may still be on its way to 'connection' when the sentinel connects.
+    const sentinel = connect(tcpPort, '127.0.0.1')
+    await new Promise<void>((ok) => sentinel.on('connect', () => ok()))
+    await new Promise<void>((ok) => {
+      onConnection = () => {
+        if (tcp.some((s) => s.remotePort === sentinel.localPort)) ok()
+      }
+      onConnection()
+    })
+    sentinel.end()
+    const sentinelUdp = new Promise<void>((ok) => udp.on('message', (m) => m.toString() === 'sentinel' && ok()))
+    udp.send('sentinel', udpPort, '127.0.0.1')
+    await sentinelUdp
+    const fromCommand = { tcp: tcp.length - 1, udp: datagrams.filter((m) => m !== 'sentinel').length }
+    expect(fromCommand, r.stderr).toEqual(stopped ? { tcp: 0, udp: 0 } : { tcp: 1, udp: 1 })
+    for (const s of tcp) s.destroy()
+    server.close()
+    udp.close()
+  })
+})
+
+test('mode "bwrap" without bwrap rejects ISOLATION_UNAVAILABLE naming the binary, and runs nothing', () => {
+  // A Node whose PATH has no bwrap: its (cached) probe finds none.
+  const d = dirs()
+  const index = resolve(__dirname, '..', 'index.js')
+  const script = `
+    const { WorkerPool, probeIsolation } = require(${JSON.stringify(index)})
+    const pool = new WorkerPool()
+    pool.exec({ binaryPath: '/bin/touch', args: ['ran'], cwd: ${JSON.stringify(d.jail)}, env: {}, isolation: { mode: 'bwrap' } })
+      .then(() => ({ ran: true }), (e) => ({ code: e.code, message: e.message }))
+      .then((r) => { console.log(JSON.stringify({ ...r, bwrap: probeIsolation().bwrap, doctor: require(${JSON.stringify(index)}).doctor().layers.find((l) => l.name === 'bwrap') })); return pool.shutdown() })`
+  const child = spawnSync(process.execPath, ['-e', script], { env: { PATH: d.out }, encoding: 'utf8' })
+  expect(child.status, child.stderr).toBe(0)
+  const r = JSON.parse(child.stdout)
+  expect(r.bwrap).toBe(false)
+  expect(r.code).toBe('ISOLATION_UNAVAILABLE')
+  expect(r.message).toContain('bubblewrap is not installed')
+  expect(r.message).toContain('apt-get install bubblewrap')
+  expect(r.doctor).toMatchObject({ available: false, remedy: expect.stringContaining('apt-get install bubblewrap') })
+  expect(existsSync(join(d.jail, 'ran'))).toBe(false)
 })

@@ -18,7 +18,7 @@ pub fn options_from_json(json: &str, field: &str) -> Checked<IsolationOptions> {
 /// `ExecResult.isolation`.
 #[napi(object)]
 pub struct IsolationInfo {
-  /// `"native"`.
+  /// `"native"` (the addon's own layers) or `"bwrap"` (bubblewrap).
   pub backend: String,
   /// The layers applied, cheapest first (`rlimits`, `privileges`, `cgroup`, `netns`, `pidns`,
   /// `mountns`, `protect`, `landlock`, `seccomp`).

@@ -2,6 +2,7 @@
 //! seccomp. `prepare` builds everything before the fork; `Prepared::apply_in_child` applies it
 //! between fork and exec in the supervisor's child.
 
+mod bwrap;
 mod cgroup;
 mod child;
 mod error;
@@ -13,6 +14,7 @@ mod prepare;
 mod probe;
 mod seccomp;
 
+pub use bwrap::{Bwrapped, Isolated, prepare_job};
 pub use cgroup::CgroupEvents;
 pub use error::IsolationError;
 pub use options::{

@@ -16,7 +16,7 @@ pub enum Mode {
   Auto,
   /// The addon's own layers (landlock, seccomp, namespaces, cgroups, rlimits).
   Native,
-  /// bubblewrap. Not implemented yet: validation refuses it rather than pretending.
+  /// bubblewrap (`bwrap.rs`): the same layers as mounts, namespaces and the same seccomp filter.
   Bwrap,
 }
 
@@ -177,12 +177,6 @@ impl IsolationOptions {
 
   /// Fails closed on anything that would silently mean less isolation than asked for.
   pub fn validate(&self) -> Result<(), OptionsError> {
-    if self.mode == Mode::Bwrap {
-      return Err(OptionsError::new(
-        "mode",
-        "the bwrap backend is not implemented; use \"native\" or \"auto\"",
-      ));
-    }
     let check_abs = |field: &str, paths: &[PathBuf]| -> Result<(), OptionsError> {
       for (i, p) in paths.iter().enumerate() {
         if !p.is_absolute() {
@@ -299,7 +293,6 @@ mod tests {
         json!({"limits": {"maxOpenFiles": 2}}),
         "limits.maxOpenFiles",
       ),
-      (json!({"mode": "bwrap"}), "mode"),
       (json!({"required": true}), "required"),
     ];
     for (v, field) in cases {

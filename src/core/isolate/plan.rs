@@ -51,6 +51,9 @@ pub struct Plan {
   /// The bounding set can be emptied (we hold CAP_SETPCAP, i.e. run as root).
   pub drop_bounding: bool,
   pub cap_last_cap: u32,
+  /// The bwrap backend runs the job, with this `bwrap` (`bwrap.rs`); `None`: the native backend.
+  #[serde(default)]
+  pub bwrap: Option<PathBuf>,
 }
 
 impl Plan {
@@ -72,7 +75,11 @@ impl Plan {
       }
     }
     IsolationReport {
-      backend: "native",
+      backend: if self.bwrap.is_some() {
+        "bwrap"
+      } else {
+        "native"
+      },
       applied,
       degraded: self.degraded.clone(),
     }
@@ -133,6 +140,23 @@ impl Plan {
     };
     let deny_network = opts.network == Access::Deny;
     let deny_unix = opts.unix_sockets == Access::Deny;
+    if let Some(bwrap) = super::bwrap::choose(opts, probe)? {
+      let base = Plan {
+        writable,
+        read_roots,
+        deny_read,
+        protect,
+        deny_network,
+        deny_unix,
+        limits,
+        layers: Layers::default(),
+        degraded: Vec::new(),
+        drop_bounding: probe.uid == 0,
+        cap_last_cap: probe.cap_last_cap,
+        bwrap: None,
+      };
+      return super::bwrap::plan(opts, probe, bwrap, base).map(Some);
+    }
 
     let mut degraded = Vec::new();
     // What makes the job fail: required layers that are missing.
@@ -230,6 +254,9 @@ impl Plan {
         missing_required.push("pidns".to_string());
       }
     }
+    if let Some(why) = super::bwrap::no_fallback(opts, probe) {
+      degraded.push(why);
+    }
     if !missing_required.is_empty()
       && (strict || ns.pid == Some(true) || ns.net == Some(true) || ns.mount == Some(true))
     {
@@ -247,6 +274,7 @@ impl Plan {
       degraded,
       drop_bounding: probe.uid == 0,
       cap_last_cap: probe.cap_last_cap,
+      bwrap: None,
     }))
   }
 }

@@ -166,7 +166,11 @@ pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
   let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
   std::env::split_paths(&path)
     .map(|d| d.join(name))
-    .find(|p| p.is_file())
+    // An executable file: a non-executable `bwrap` earlier in PATH is not the one exec runs.
+    .find(|p| {
+      use std::os::unix::fs::PermissionsExt;
+      std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
 }
 
 /// One layer as `doctor()` reports it.
@@ -261,24 +265,9 @@ pub fn doctor() -> Doctor {
   add("netns", p.sys_admin, ns_reason(), ns_remedy);
   add("mountns", p.sys_admin, ns_reason(), ns_remedy);
   add("pidns", p.sys_admin, ns_reason(), ns_remedy);
-  add(
-    "bwrap",
-    false,
-    Some(match &p.bwrap {
-      Some(b) => format!(
-        "{} found, but the bwrap backend is not implemented yet",
-        b.display()
-      ),
-      None => "bubblewrap not installed, and the backend is not implemented yet".into(),
-    }),
-    None,
-  );
+  layers.push(super::bwrap::doctor_layer(p));
   Doctor {
-    backend: if p.landlock.is_some() || p.seccomp {
-      "native"
-    } else {
-      "off"
-    },
+    backend: super::bwrap::auto_backend(p),
     layers,
     ms: t0.elapsed().as_secs_f64() * 1e3,
   }

@@ -150,6 +150,27 @@ impl Tree {
     n
   }
 
+  /// Like [`Tree::signal`], but `except` (frozen and resumed like the rest) is not sent
+  /// `signal`: the bwrap backend's outer bwrap, which would die of a SIGTERM and take the
+  /// sandbox with it (`--die-with-parent`) before the command ran its handler.
+  pub fn signal_except(
+    &mut self,
+    signal: Signal,
+    spare: &dyn Fn(i32) -> bool,
+    except: i32,
+  ) -> usize {
+    let n = self.freeze(spare);
+    for (pid, fd) in &self.held {
+      if *pid != except {
+        pidfd::send_signal(fd, signal);
+      }
+    }
+    for (_, fd) in &self.held {
+      pidfd::send_signal(fd, Signal::SIGCONT);
+    }
+    n
+  }
+
   /// Waits until every process held has exited (a zombie counts as gone) or `until` passes;
   /// returns whether all are gone.
   pub fn wait_gone(&self, until: std::time::Instant) -> bool {

@@ -23,7 +23,7 @@ use super::protocol::{FromReaper, ToReaper};
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
-use crate::core::isolate::{Plan, prepare};
+use crate::core::isolate::{Plan, prepare_job};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -149,13 +149,24 @@ impl Reaper {
   ) -> Result<(), Gone> {
     // Built here, before the fork; held until the tree is gone (dropping it empties and
     // removes the job's cgroup).
-    let mut prepared = match isolation.map(prepare).transpose() {
+    let mut prepared = match isolation.map(prepare_job).transpose() {
       Ok(p) => p,
       Err(e) => {
         eprintln!("finn-supervisor: {e}");
         return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
       }
     };
+    // The bwrap backend execs bwrap, which runs the command.
+    let wrapped = prepared.as_ref().and_then(|p| {
+      let (program, argv) = p.wrap(&spec.program, &spec.argv, &spec.cwd)?;
+      Some(SpawnSpec {
+        program,
+        argv,
+        env: spec.env.clone(),
+        cwd: spec.cwd.clone(),
+      })
+    });
+    let spec = wrapped.as_ref().unwrap_or(spec);
     let started = match &prepared {
       Some(p) => child::start_with(spec, out.as_raw_fd(), err.as_raw_fd(), &|| {
         p.apply_in_child()
@@ -174,6 +185,7 @@ impl Reaper {
     };
     let mut job = Job {
       leader,
+      spare_leader: isolation.is_some_and(|p| p.bwrap.is_some()),
       drain_until: None,
       drain,
       kill: None,
@@ -281,6 +293,9 @@ impl Reaper {
 
 struct Job {
   leader: Pid,
+  /// The leader is the bwrap backend's outer bwrap: a graceful stop's SIGTERM goes to the
+  /// command and the rest of the tree, not to it (the SIGKILL goes to all).
+  spare_leader: bool,
   /// When the leader has exited: the time the rest of the tree is killed.
   drain_until: Option<Instant>,
   drain: Duration,
@@ -306,7 +321,10 @@ impl Job {
   fn terminate(&mut self, grace: Duration) {
     match &mut self.kill {
       Some(kill) => kill.shorten(grace, &mut self.tree),
-      None => self.kill = Some(Kill::start(grace, &mut self.tree)),
+      None => {
+        let except = self.spare_leader.then_some(self.leader.as_raw());
+        self.kill = Some(Kill::start(grace, &mut self.tree, except))
+      }
     }
   }
 }
@@ -323,7 +341,8 @@ struct Kill {
 const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
 
 impl Kill {
-  fn start(grace: Duration, tree: &mut Tree) -> Kill {
+  /// `except`: a pid the SIGTERM spares (see `Job::spare_leader`).
+  fn start(grace: Duration, tree: &mut Tree, except: Option<i32>) -> Kill {
     let now = Instant::now();
     let mut kill = Kill {
       kill_at: now + grace,
@@ -335,7 +354,10 @@ impl Kill {
     if grace.is_zero() {
       kill.kill(tree);
     } else {
-      tree.signal(Signal::SIGTERM, NO_SPARE);
+      match except {
+        Some(pid) => tree.signal_except(Signal::SIGTERM, NO_SPARE, pid),
+        None => tree.signal(Signal::SIGTERM, NO_SPARE),
+      };
     }
     kill
   }
