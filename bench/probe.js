@@ -2,7 +2,7 @@
 // One measurement of one contender in a fresh Node process, started by run.js:
 //   node bench/probe.js throughput <contender> --total 1000 --concurrency 8
 //   node bench/probe.js eld <contender|idle|execFileSync> <burst|sleep>
-//   node --expose-gc bench/probe.js rss <bare|addon-created|addon-used|wt-created>
+//   node --expose-gc bench/probe.js rss <bare|addon-created|addon-used|addon-retired|wt-created>
 //   [FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off] node bench/probe.js hop <supervisor|direct> --jobs 1000
 //   node bench/probe.js nodekill --bound-ms 5000
 //   node bench/probe.js output <contender> <yes|drain>
@@ -155,6 +155,11 @@ async function rss(variant) {
   } else if (variant === 'addon-used') {
     c = await open('addon-2')
     await runMany(c, TRUE, 100, 8)
+  } else if (variant === 'addon-retired') {
+    // An idle reaper retires after 10 s without a job: what a pool idle for longer holds.
+    c = await open('addon-2')
+    await runMany(c, TRUE, 100, 8)
+    await sleep(10_500)
   } else if (variant === 'wt-created') {
     c = await open('wt-2')
     // Let the three worker threads boot.

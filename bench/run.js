@@ -370,14 +370,14 @@ async function phaseEld() {
 async function phaseRss() {
   if (!want('rss')) return undefined
   const { rounds } = CONFIG.rss
-  const variants = ['bare', 'addon-created', 'addon-used', 'wt-created']
+  const variants = ['bare', 'addon-created', 'addon-used', 'addon-retired', 'wt-created']
   log(`\n[5/7] idle RSS: ${variants.join(', ')}; ${rounds} round(s)`)
   const kib = {}
   const helperKib = {}
   const errors = {}
   for (let r = 0; r < rounds; r++) {
     for (const v of rotate(variants, r)) {
-      const res = await node('probe.js', ['rss', v], { flags: ['--expose-gc'], timeoutMs: 60_000 })
+      const res = await node('probe.js', ['rss', v], { flags: ['--expose-gc'], timeoutMs: 90_000 })
       if (res.error) {
         errors[v] = res.error
         log(`  ${v}: ERROR ${res.error}`)

@@ -13,7 +13,8 @@ const LABELS = {
   execFileSync: 'execFileSync (blocks the loop)',
   bare: 'bare Node process',
   'addon-created': 'finn-sandbox pool, created',
-  'addon-used': 'finn-sandbox pool, after 100 jobs, idle',
+  'addon-used': 'finn-sandbox pool, after 100 jobs, idle 1 s',
+  'addon-retired': 'finn-sandbox pool, after 100 jobs, idle 11 s (reapers retired)',
   'wt-created': 'worker_threads pool (2+1 workers), created',
   supervisor: 'with the supervisor (default)',
   direct: 'direct posix_spawn from Node (before the supervisor; test hooks)',
@@ -200,6 +201,7 @@ function aims(res, add, out) {
   if (res.rss) {
     const used = res.rss['addon-used']
     const created = res.rss['addon-created']
+    const retired = res.rss['addon-retired']
     add(
       `${A}idle pool added RSS, supervisor and live reapers included (after 100 jobs)`,
       used ? used.addedWithHelpersMiB : NaN,
@@ -207,7 +209,7 @@ function aims(res, add, out) {
       5,
       used ? `${num(used.addedMiB)} MiB Node + ${num(used.helpersRssMiB)} MiB in ${used.helpers} helper process(es)` : '–',
       used
-        ? `summed RSS counts pages the processes share (libc, the reapers’ pages forked from the supervisor) once per process; the helpers’ PSS is ${num(used.helpersPssMiB)} MiB. Pool only created: ${num(created && created.addedWithHelpersMiB)} MiB`
+        ? `summed RSS counts pages the processes share (libc, the reapers’ pages forked from the supervisor) once per process; Node’s added RSS + the helpers’ PSS: ${num(used.addedMiB + used.helpersPssMiB)} MiB. Idle 11 s (reapers retired): ${num(retired && retired.addedWithHelpersMiB)} MiB. Pool only created (no supervisor yet): ${num(created && created.addedWithHelpersMiB)} MiB`
         : '',
       'MiB',
     )
@@ -519,7 +521,7 @@ function markdown(res, files) {
   p('## Idle RSS')
   p()
   p(
-    'RSS (`VmRSS`) of separate processes after settling (two `gc()` calls, 1 s): a bare Node process running the same probe script, one that also requires the addon and creates a pool, one whose pool has run 100 commands and is idle again, and the worker_threads pool for comparison. The pool’s helper processes are every descendant of Node at the reading: the `finn-supervisor` process and the reapers still alive (an idle reaper retires after 10 s, so after 100 jobs the reapers are there). Their summed RSS counts shared pages (libc, and the pages a reaper shares with the supervisor it was forked from) once per process; PSS splits them.',
+    'RSS (`VmRSS`) of separate processes after settling (two `gc()` calls, 1 s): a bare Node process running the same probe script, one that also requires the addon and creates a pool, one whose pool has run 100 commands and is idle again, and the worker_threads pool for comparison. The pool’s helper processes are every descendant of Node at the reading: the `finn-supervisor` process (started with the first job) and the reapers still alive (an idle reaper retires after 10 s: 1 s after 100 jobs they are there, 11 s after they are gone). Their summed RSS counts shared pages (libc, and the pages a reaper shares with the supervisor it was forked from) once per process; PSS splits them.',
   )
   p()
   p(
