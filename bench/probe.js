@@ -45,13 +45,14 @@ async function warm(c, n = 20) {
 
 /**
  * CPU time (ms) this process has used so far, by thread: Node's main thread, the addon's job
- * threads, every other thread (worker_threads, libuv's pool, V8), and the children it reaped.
+ * threads, every other thread (worker_threads, libuv's pool, V8), the pool's helper processes
+ * (supervisor and reapers), and the children reaped by this process or by those helpers.
  * From /proc (clock ticks, 10 ms each: meaningful over a few thousand commands).
  */
 function cpuByThread() {
   const tick = 1000 / 100
   const fields = (stat) => stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  const out = { main: 0, addonThreads: 0, otherThreads: 0, children: 0 }
+  const out = { main: 0, addonThreads: 0, otherThreads: 0, children: 0, helpers: 0 }
   for (const tid of fs.readdirSync('/proc/self/task')) {
     let stat
     try {
@@ -68,6 +69,18 @@ function cpuByThread() {
   }
   const self = fields(fs.readFileSync('/proc/self/stat', 'utf8'))
   out.children = (Number(self[13]) + Number(self[14])) * tick
+  // The pool's supervisor and reapers (live all through a run: a reaper retires after 10 s
+  // idle): their own CPU, and that of the commands they reaped, which is not in Node's.
+  out.helpers = 0
+  for (const pid of descendants(process.pid)) {
+    try {
+      const f = fields(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'))
+      out.helpers += (Number(f[11]) + Number(f[12])) * tick
+      out.children += (Number(f[13]) + Number(f[14])) * tick
+    } catch {
+      /* exited */
+    }
+  }
   return out
 }
 

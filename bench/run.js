@@ -37,7 +37,7 @@ const CONFIG = quick
   ? {
       seq: { rounds: 2, iterations: 150, warmup: 20 },
       throughput: { rounds: 1, total: 1000, concurrency: 8 },
-      heap: { sizes: [0, 1], rounds: 1, iterations: 30, warmup: 10 },
+      heap: { sizes: [0, 1], rounds: 2, iterations: 30, warmup: 10 },
       eld: { rounds: 1 },
       rss: { rounds: 2 },
       output: { rounds: 1 },
@@ -275,7 +275,7 @@ async function phaseThroughput(haveNative) {
       ;(perRound[id] ||= []).push(res.throughputPerSec)
       // CPU per command: the probe's own per-thread split, or the native loop's own and its
       // children's (it has no Node thread).
-      const cpu = res.cpuUsPerCommand || (res.parentCpuUsPerRun !== undefined ? { main: res.parentCpuUsPerRun, addonThreads: 0, otherThreads: 0, children: res.childCpuUsPerRun } : null)
+      const cpu = res.cpuUsPerCommand || (res.parentCpuUsPerRun !== undefined ? { main: res.parentCpuUsPerRun, addonThreads: 0, otherThreads: 0, helpers: 0, children: res.childCpuUsPerRun } : null)
       if (cpu) (cpuRounds[id] ||= []).push(cpu)
       log(`  round ${r + 1} ${id.padEnd(9)} ${fmt(res.throughputPerSec, 0)} /s`)
     }

@@ -456,14 +456,15 @@ function markdown(res, files) {
   p()
   const withCpu = Object.entries(tp).filter(([, s]) => s.cpuUsPerCommand)
   if (withCpu.length) {
-    p('CPU per command during the same runs (µs, median of rounds; from /proc in 10 ms clock ticks, so good to about 10 µs over 1000 commands). Where it goes explains the throughput: on 2 cores, what the spawning process spends per command is taken from the children. The native loop has no Node thread: its own threads are in the first column. Threads that exit during a run (execa’s) drop out of the thread columns.')
+    p('CPU per command during the same runs (µs, median of rounds; from /proc in 10 ms clock ticks, so good to about 10 µs over 1000 commands). Where it goes explains the throughput: on 2 cores, what the spawning process spends per command is taken from the children. The native loop has no Node thread: its own threads are in the first column. The addon’s commands are started and reaped by its reapers: their CPU is in the children column through the reapers’ own counters, and the supervisor’s and reapers’ own CPU has its column. Threads that exit during a run (execa’s) drop out of the thread columns.')
     p()
     p(
       table(
-        ['contender', 'Node main thread / own threads', 'addon job threads', 'other threads', 'children', 'total'],
+        ['contender', 'Node main thread / own threads', 'addon job threads', 'other threads', 'supervisor + reapers', 'children', 'total'],
         withCpu.map(([id, s]) => {
           const c = s.cpuUsPerCommand
-          return [label(id), num(c.main, 0), num(c.addonThreads, 0), num(c.otherThreads, 0), num(c.children, 0), num(c.main + c.addonThreads + c.otherThreads + c.children, 0)]
+          const helpers = c.helpers || 0
+          return [label(id), num(c.main, 0), num(c.addonThreads, 0), num(c.otherThreads, 0), num(helpers, 0), num(c.children, 0), num(c.main + c.addonThreads + c.otherThreads + helpers + c.children, 0)]
         }),
       ),
     )
