@@ -27,7 +27,7 @@ const RESULTS = path.join(__dirname, 'results')
 const NATIVE_DIR = path.join(__dirname, 'native-limit')
 const NATIVE_BIN = path.join(NATIVE_DIR, 'target', 'release', 'native-limit')
 const quick = process.argv.includes('--quick')
-// --only hop,nodekill,...: just those phases (names as in `results`), for a look at a few aims;
+// --only hop,nodeKill,...: just those phases (the keys of `results`), for a look at a few aims;
 // writes bench/results/<date>-quick-only.json and prints the targets, never a page.
 const onlyArg = process.argv.indexOf('--only')
 const only = onlyArg > 0 ? new Set(String(process.argv[onlyArg + 1] || '').split(',')) : null
