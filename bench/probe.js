@@ -2,7 +2,9 @@
 // One measurement of one contender in a fresh Node process, started by run.js:
 //   node bench/probe.js throughput <contender> --total 1000 --concurrency 8
 //   node bench/probe.js eld <contender|idle|execFileSync> <burst|sleep>
-//   node --expose-gc bench/probe.js rss <bare|addon-created|addon-used|wt-created>
+//   node --expose-gc bench/probe.js rss <bare|addon-created|addon-used|addon-retired|wt-created>
+//   [FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off] node bench/probe.js hop <supervisor|direct> --jobs 1000
+//   node bench/probe.js nodekill --bound-ms 5000
 //   node bench/probe.js output <contender> <yes|drain>
 //   node bench/probe.js kill <contender> <obey|ignore> --timeout-ms 300 --bound-ms 3000 --grace-ms 200
 // Prints one BENCH_RESULT line. Every loop is bounded; every child it starts is gone (or
@@ -43,13 +45,14 @@ async function warm(c, n = 20) {
 
 /**
  * CPU time (ms) this process has used so far, by thread: Node's main thread, the addon's job
- * threads, every other thread (worker_threads, libuv's pool, V8), and the children it reaped.
+ * threads, every other thread (worker_threads, libuv's pool, V8), the pool's helper processes
+ * (supervisor and reapers), and the children reaped by this process or by those helpers.
  * From /proc (clock ticks, 10 ms each: meaningful over a few thousand commands).
  */
 function cpuByThread() {
   const tick = 1000 / 100
   const fields = (stat) => stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-  const out = { main: 0, addonThreads: 0, otherThreads: 0, children: 0 }
+  const out = { main: 0, addonThreads: 0, otherThreads: 0, children: 0, helpers: 0 }
   for (const tid of fs.readdirSync('/proc/self/task')) {
     let stat
     try {
@@ -66,6 +69,18 @@ function cpuByThread() {
   }
   const self = fields(fs.readFileSync('/proc/self/stat', 'utf8'))
   out.children = (Number(self[13]) + Number(self[14])) * tick
+  // The pool's supervisor and reapers (live all through a run: a reaper retires after 10 s
+  // idle): their own CPU, and that of the commands they reaped, which is not in Node's.
+  out.helpers = 0
+  for (const pid of descendants(process.pid)) {
+    try {
+      const f = fields(fs.readFileSync(`/proc/${pid}/stat`, 'utf8'))
+      out.helpers += (Number(f[11]) + Number(f[12])) * tick
+      out.children += (Number(f[13]) + Number(f[14])) * tick
+    } catch {
+      /* exited */
+    }
+  }
   return out
 }
 
@@ -153,6 +168,11 @@ async function rss(variant) {
   } else if (variant === 'addon-used') {
     c = await open('addon-2')
     await runMany(c, TRUE, 100, 8)
+  } else if (variant === 'addon-retired') {
+    // An idle reaper retires after 10 s without a job: what a pool idle for longer holds.
+    c = await open('addon-2')
+    await runMany(c, TRUE, 100, 8)
+    await sleep(10_500)
   } else if (variant === 'wt-created') {
     c = await open('wt-2')
     // Let the three worker threads boot.
@@ -166,9 +186,212 @@ async function rss(variant) {
   global.gc()
   await sleep(100)
   const mem = memKiB()
+  // The pool's supervisor and whatever reapers are still alive (idle ones retire after 10 s):
+  // their RSS counts toward the pool's. Summed RSS counts the pages a reaper shares with the
+  // supervisor it was forked from twice; PSS splits them, so both are reported.
+  const helpers = descendants(process.pid).map((pid) => ({ pid, comm: comm(pid), ...helperMem(pid) }))
+  const sum = (k) => helpers.reduce((a, h) => a + (h[k] || 0), 0)
   // Closing a pool after the reading; an idle addon pool would not keep the process alive.
   if (c && variant === 'wt-created') await c.close()
-  return { variant, rssKiB: mem.rss, anonKiB: mem.anon, fileKiB: mem.file }
+  return { variant, rssKiB: mem.rss, anonKiB: mem.anon, fileKiB: mem.file, helpers, helpersRssKiB: sum('rssKiB'), helpersPssKiB: sum('pssKiB') }
+}
+
+/** Every live descendant of `pid` (not `pid` itself), by the `children` files of its threads. */
+function descendants(pid) {
+  const out = []
+  const stack = [pid]
+  while (stack.length) {
+    const parent = stack.pop()
+    let tasks = []
+    try {
+      tasks = fs.readdirSync(`/proc/${parent}/task`)
+    } catch {
+      continue // exited
+    }
+    for (const tid of tasks) {
+      let kids = []
+      try {
+        kids = fs.readFileSync(`/proc/${parent}/task/${tid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number)
+      } catch {
+        /* the thread exited */
+      }
+      for (const k of kids) {
+        if (out.includes(k)) continue
+        out.push(k)
+        stack.push(k)
+      }
+    }
+  }
+  return out
+}
+
+function comm(pid) {
+  try {
+    return fs.readFileSync(`/proc/${pid}/comm`, 'utf8').trim()
+  } catch {
+    return null
+  }
+}
+
+/** VmRSS, and PSS from smaps_rollup, of another process, KiB (null when unreadable). */
+function helperMem(pid) {
+  const field = (text, name) => {
+    const m = new RegExp(`^${name}:\\s+(\\d+) kB`, 'm').exec(text)
+    return m ? Number(m[1]) : null
+  }
+  let rssKiB = null
+  let pssKiB = null
+  try {
+    rssKiB = field(fs.readFileSync(`/proc/${pid}/status`, 'utf8'), 'VmRSS')
+    pssKiB = field(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'), 'Pss')
+  } catch {
+    /* gone, or not ours to read */
+  }
+  return { rssKiB, pssKiB }
+}
+
+/** utime+stime (ms) and context switches of one process (all its threads), or zeros when gone. */
+function procCost(pid) {
+  const tick = 1000 / 100
+  let cpuMs = 0
+  let switches = 0
+  let tasks = []
+  try {
+    tasks = fs.readdirSync(`/proc/${pid}/task`)
+  } catch {
+    return { cpuMs, switches }
+  }
+  for (const tid of tasks) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8')
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+      cpuMs += (Number(f[11]) + Number(f[12])) * tick
+      const status = fs.readFileSync(`/proc/${pid}/task/${tid}/status`, 'utf8')
+      for (const m of status.matchAll(/^(?:non)?voluntary_ctxt_switches:\s+(\d+)/gm)) switches += Number(m[1])
+    } catch {
+      /* the thread exited */
+    }
+  }
+  return { cpuMs, switches }
+}
+
+/**
+ * The supervisor hop: sequential /bin/true through the 2-worker pool, the path chosen by the
+ * environment run.js sets (supervisor: the default; direct: FINN_SANDBOX_TEST_HOOKS=1
+ * FINN_SANDBOX_SUPERVISOR=off, posix_spawn from Node as before the supervisor). Per job: the
+ * wall time, and the own CPU and context switches (wake-ups) of Node plus the supervisor and
+ * its reapers, without the commands' own (the reapers' children are not counted in their
+ * utime/stime).
+ */
+async function hop(mode, flags) {
+  if (!['supervisor', 'direct'].includes(mode)) throw new Error(`hop mode must be supervisor or direct, not ${mode}`)
+  const direct = process.env.FINN_SANDBOX_SUPERVISOR === 'off'
+  if (direct !== (mode === 'direct')) throw new Error(`hop ${mode}: FINN_SANDBOX_SUPERVISOR is ${process.env.FINN_SANDBOX_SUPERVISOR ?? 'unset'}`)
+  const jobs = Math.min(Number(flags.jobs || 1000), 100_000)
+  const c = await open('addon-2')
+  await warm(c)
+  const helpers = descendants(process.pid)
+  if (direct ? helpers.length !== 0 : helpers.length === 0) throw new Error(`hop ${mode}: ${helpers.length} helper processes below Node`)
+  const cost = () => {
+    const own = [process.pid, ...descendants(process.pid)].map(procCost)
+    return { cpuMs: own.reduce((a, x) => a + x.cpuMs, 0), switches: own.reduce((a, x) => a + x.switches, 0) }
+  }
+  const before = cost()
+  const samplesMs = new Array(jobs)
+  let failures = 0
+  const t0 = performance.now()
+  for (let i = 0; i < jobs; i++) {
+    const t = performance.now()
+    const r = await c.run(TRUE)
+    samplesMs[i] = performance.now() - t
+    if (r.status !== 'ok' || r.exitCode !== 0) failures++
+  }
+  const elapsedMs = performance.now() - t0
+  const after = cost()
+  const helpersAfter = descendants(process.pid).length
+  await c.close()
+  return {
+    mode,
+    jobs,
+    failures,
+    helpers: helpersAfter,
+    msPerJob: elapsedMs / jobs,
+    samplesMs: samplesMs.map((x) => +x.toFixed(4)),
+    cpuMsPerJob: (after.cpuMs - before.cpuMs) / jobs,
+    switchesPerJob: (after.switches - before.switches) / jobs,
+  }
+}
+
+/** Non-zombie processes whose command line holds `token`. */
+function holders(token) {
+  const out = []
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8')
+      if (stat.slice(stat.lastIndexOf(')') + 2)[0] === 'Z') continue
+      if (fs.readFileSync(`/proc/${name}/cmdline`, 'latin1').includes(token)) out.push(Number(name))
+    } catch {
+      /* gone */
+    }
+  }
+  return out
+}
+
+/** A token for /proc scans that `sleep` still reads as a number: `<n>.<12 random digits>`. */
+const token = (n) => `${n}.${String(Math.floor(Math.random() * 1e12)).padStart(12, '0')}`
+
+/**
+ * `kill -9` of a Node running five escaping trees (18 processes: TERM-immune, setsid, double
+ * fork) on a pool: the time from the kill until /proc holds no process with the run's token,
+ * and until the dead Node is reaped by this process. Polled every millisecond (a busy loop
+ * would take a core from the processes being killed).
+ */
+async function nodekill(flags) {
+  const boundMs = Number(flags['bound-ms'] || 5000)
+  const tok = token(9999)
+  const scripts = [
+    `trap '' TERM; sleep ${tok} & wait; : ${tok}`,
+    `setsid sleep ${tok} & wait; : ${tok}`,
+    `(sleep ${tok} &); sh -c 'sleep ${tok}; :' & wait; : ${tok}`,
+    `trap '' TERM; setsid sleep ${tok} & (setsid sh -c 'sleep ${tok}; :' &); sh -c 'trap "" TERM; sleep ${tok}; :' & wait; : ${tok}`,
+    `(setsid sleep ${tok} &); sleep ${tok}; : ${tok}`,
+  ]
+  const expected = 18
+  const body = `
+    const { WorkerPool } = require(${JSON.stringify(path.join(__dirname, '..', 'index.js'))})
+    const pool = new WorkerPool({ interactiveWorkers: 5 })
+    for (const s of ${JSON.stringify(scripts)}) {
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: { PATH: '/usr/bin:/bin' }, timeoutMs: 600000 }).catch(() => {})
+    }
+    setInterval(() => {}, 1000)`
+  const child = require('node:child_process').spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
+  let exitedAt = null
+  child.on('exit', () => (exitedAt = performance.now()))
+  const cleanup = () => {
+    for (const pid of holders(tok)) try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
+  }
+  process.once('exit', cleanup)
+  const startBy = performance.now() + 20_000
+  let before = 0
+  while ((before = holders(tok).length) < expected) {
+    if (performance.now() > startBy) {
+      child.kill('SIGKILL')
+      cleanup()
+      throw new Error(`only ${before} of ${expected} processes started within 20 s`)
+    }
+    await sleep(5)
+  }
+  await sleep(20)
+  const start = performance.now()
+  child.kill('SIGKILL')
+  let left = expected
+  while ((left = holders(tok).length) > 0 && performance.now() - start < boundMs) await sleep(1)
+  const goneMs = left === 0 ? performance.now() - start : null
+  await within(new Promise((resolve) => (exitedAt !== null ? resolve() : child.once('exit', resolve))), 5000, null)
+  cleanup()
+  process.removeListener('exit', cleanup)
+  return { processes: before, goneMs, leftAtBound: left === 0 ? 0 : left, boundMs, nodeReapedMs: exitedAt === null ? null : exitedAt - start }
 }
 
 async function output(id, which) {
@@ -231,7 +454,10 @@ async function kill(id, which, flags) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'finn-bench-kill-'))
   const pidFile = path.join(dir, 'pids')
   const trap = which === 'ignore' ? 'trap "" TERM; ' : ''
-  const script = `${trap}echo $$ >> ${pidFile}; sleep 100 & echo $! >> ${pidFile}; sleep 100 & echo $! >> ${pidFile}; wait`
+  // Every process of the tree carries the token in its command line (the sleeps read it as
+  // 100.xxx seconds), so a /proc scan finds whatever is left of it, recorded or not.
+  const tok = token(100)
+  const script = `${trap}echo $$ >> ${pidFile}; sleep ${tok} & echo $! >> ${pidFile}; sleep ${tok} & echo $! >> ${pidFile}; wait; : ${tok}`
   const c = await open(id, { killGraceMs: graceMs })
   for (let i = 0; i < 3; i++) await c.run(TRUE)
   await sleep(20)
@@ -253,6 +479,9 @@ async function kill(id, which, flags) {
   const cleanup = () => {
     recordPids()
     for (const p of pids) if (alive(p)) try { process.kill(p.pid, 'SIGKILL') } catch { /* gone */ }
+    // Nothing of ours may outlive the probe, recorded or not (the contenders that leave trees behind).
+    if (id.startsWith('addon')) return
+    for (const pid of holders(tok)) try { process.kill(pid, 'SIGKILL') } catch { /* gone */ }
   }
   process.once('exit', cleanup)
 
@@ -260,11 +489,14 @@ async function kill(id, which, flags) {
   const deadline = started + timeoutMs
   let settledAt = null
   let aliveAtSettle = null
+  let scanAliveAtSettle = null
   const running = c.run(spec('/bin/sh', ['-c', script], { timeoutMs })).then((r) => {
     settledAt = performance.now()
     // Checked right when the promise settles: which recorded pids still exist?
     recordPids()
     aliveAtSettle = pids.filter(alive).length
+    // And by the /proc scan: any process still carrying the token (a zombie counts as gone).
+    scanAliveAtSettle = holders(tok).length
     return r
   })
   // The tree writes its pids at once; read them (and their start times) well before the deadline.
@@ -286,6 +518,7 @@ async function kill(id, which, flags) {
     r = await within(running, 15_000, { status: 'hung', message: 'still pending 15 s after its tree was SIGKILLed' })
     settledAfterCleanupMs = settledAt === null ? null : settledAt - deadline
     aliveAtSettle = null
+    scanAliveAtSettle = null
   }
   const deadToMs = settled ? settledAt - deadline : null
   cleanup()
@@ -302,6 +535,7 @@ async function kill(id, which, flags) {
     settled,
     settleAfterDeadlineMs: deadToMs,
     aliveAtSettle,
+    scanAliveAtSettle,
     aliveAtBound,
     settledAfterCleanupMs,
     status: r.status,
@@ -319,6 +553,8 @@ async function main() {
   else if (task === 'rss') result = await rss(a)
   else if (task === 'output') result = await output(a, b)
   else if (task === 'kill') result = await kill(a, b, flags)
+  else if (task === 'hop') result = await hop(a, flags)
+  else if (task === 'nodekill') result = await nodekill(flags)
   else throw new Error(`unknown task ${task}`)
   emit(result)
 }

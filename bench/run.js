@@ -20,22 +20,30 @@ const { spawn, spawnSync } = require('node:child_process')
 const { summarize } = require('./lib/stats.js')
 const { RESULT_PREFIX } = require('./lib/child-util.js')
 const report = require('./lib/report.js')
+const supervisor = require('./supervisor.js')
 
 const ROOT = path.resolve(__dirname, '..')
 const RESULTS = path.join(__dirname, 'results')
 const NATIVE_DIR = path.join(__dirname, 'native-limit')
 const NATIVE_BIN = path.join(NATIVE_DIR, 'target', 'release', 'native-limit')
 const quick = process.argv.includes('--quick')
+// --only hop,nodeKill,...: just those phases (the keys of `results`), for a look at a few aims;
+// writes bench/results/<date>-quick-only.json and prints the targets, never a page.
+const onlyArg = process.argv.indexOf('--only')
+const only = onlyArg > 0 ? new Set(String(process.argv[onlyArg + 1] || '').split(',')) : null
+const want = (phase) => !only || only.has(phase)
 
 const CONFIG = quick
   ? {
       seq: { rounds: 2, iterations: 150, warmup: 20 },
       throughput: { rounds: 1, total: 1000, concurrency: 8 },
-      heap: { sizes: [0, 1], rounds: 1, iterations: 30, warmup: 10 },
+      heap: { sizes: [0, 1], rounds: 2, iterations: 30, warmup: 10 },
       eld: { rounds: 1 },
       rss: { rounds: 2 },
       output: { rounds: 1 },
       kill: { rounds: 1, timeoutMs: 300, boundMs: 1500, graceMs: 200 },
+      hop: { rounds: 2, jobs: 500 },
+      nodeKill: { rounds: 2, boundMs: 5000 },
     }
   : {
       seq: { rounds: 8, iterations: 250, warmup: 20 },
@@ -45,6 +53,8 @@ const CONFIG = quick
       rss: { rounds: 5 },
       output: { rounds: 3 },
       kill: { rounds: 3, timeoutMs: 300, boundMs: 3000, graceMs: 200 },
+      hop: { rounds: 4, jobs: 1000 },
+      nodeKill: { rounds: 5, boundMs: 5000 },
     }
 
 const POOLS_AND_LIBS = ['addon-2', 'addon-4', 'wt-2', 'wt-4', 'execFile', 'spawn', 'execa']
@@ -81,9 +91,9 @@ for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP']) {
  * after RESULT_PREFIX, or the whole stdout when `json: 'stdout'`). Never hangs: the group is
  * SIGKILLed after `timeoutMs`. Resolves { error } on any failure.
  */
-function runChild(command, args, { timeoutMs, json = 'prefix' }) {
+function runChild(command, args, { timeoutMs, json = 'prefix', env = process.env }) {
   return new Promise((resolve) => {
-    const child = spawn(command, args, { cwd: ROOT, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
+    const child = spawn(command, args, { cwd: ROOT, env, detached: true, stdio: ['ignore', 'pipe', 'pipe'] })
     live.add(child)
     const out = []
     const err = []
@@ -125,8 +135,8 @@ function runChild(command, args, { timeoutMs, json = 'prefix' }) {
   })
 }
 
-const node = (script, args, { flags = [], timeoutMs = 300_000 } = {}) =>
-  runChild(process.execPath, [...flags, path.join(__dirname, script), ...args], { timeoutMs })
+const node = (script, args, { flags = [], timeoutMs = 300_000, env } = {}) =>
+  runChild(process.execPath, [...flags, path.join(__dirname, script), ...args], { timeoutMs, env })
 
 const rotate = (list, r) => list.map((_, i) => list[(i + r) % list.length])
 
@@ -211,6 +221,7 @@ function buildNativeLimit() {
 // ── phases ───────────────────────────────────────────────────────────────────
 
 async function phaseSequential(haveNative) {
+  if (!want('sequential')) return undefined
   const { rounds, iterations, warmup } = CONFIG.seq
   log(`\n[1/7] sequential latency of /bin/true: ${rounds} rounds x ${iterations} per contender`)
   const samples = {}
@@ -239,6 +250,7 @@ async function phaseSequential(haveNative) {
 }
 
 async function phaseThroughput(haveNative) {
+  if (!want('throughput')) return undefined
   const { rounds, total, concurrency } = CONFIG.throughput
   log(`\n[2/7] throughput: ${total} x /bin/true at concurrency ${concurrency}, ${rounds} round(s)`)
   const perRound = {}
@@ -263,7 +275,7 @@ async function phaseThroughput(haveNative) {
       ;(perRound[id] ||= []).push(res.throughputPerSec)
       // CPU per command: the probe's own per-thread split, or the native loop's own and its
       // children's (it has no Node thread).
-      const cpu = res.cpuUsPerCommand || (res.parentCpuUsPerRun !== undefined ? { main: res.parentCpuUsPerRun, addonThreads: 0, otherThreads: 0, children: res.childCpuUsPerRun } : null)
+      const cpu = res.cpuUsPerCommand || (res.parentCpuUsPerRun !== undefined ? { main: res.parentCpuUsPerRun, addonThreads: 0, otherThreads: 0, helpers: 0, children: res.childCpuUsPerRun } : null)
       if (cpu) (cpuRounds[id] ||= []).push(cpu)
       log(`  round ${r + 1} ${id.padEnd(9)} ${fmt(res.throughputPerSec, 0)} /s`)
     }
@@ -282,6 +294,7 @@ async function phaseThroughput(haveNative) {
 }
 
 async function phaseHeap() {
+  if (!want('heap')) return undefined
   const { sizes, rounds, iterations, warmup } = CONFIG.heap
   log(`\n[3/7] latency vs heap: ${sizes.join(', ')} GiB, ${rounds} round(s) x ${iterations} per contender and size`)
   const samples = {}
@@ -323,6 +336,7 @@ async function phaseHeap() {
 }
 
 async function phaseEld() {
+  if (!want('eld')) return undefined
   const { rounds } = CONFIG.eld
   const ids = ['idle', ...POOLS_AND_LIBS, 'execFileSync']
   log(`\n[4/7] event-loop delay: 200 x /bin/true at concurrency 8, and 4 x sleep 1; ${rounds} round(s)`)
@@ -354,33 +368,43 @@ async function phaseEld() {
 }
 
 async function phaseRss() {
+  if (!want('rss')) return undefined
   const { rounds } = CONFIG.rss
-  const variants = ['bare', 'addon-created', 'addon-used', 'wt-created']
+  const variants = ['bare', 'addon-created', 'addon-used', 'addon-retired', 'wt-created']
   log(`\n[5/7] idle RSS: ${variants.join(', ')}; ${rounds} round(s)`)
   const kib = {}
+  const helperKib = {}
   const errors = {}
   for (let r = 0; r < rounds; r++) {
     for (const v of rotate(variants, r)) {
-      const res = await node('probe.js', ['rss', v], { flags: ['--expose-gc'], timeoutMs: 60_000 })
+      const res = await node('probe.js', ['rss', v], { flags: ['--expose-gc'], timeoutMs: 90_000 })
       if (res.error) {
         errors[v] = res.error
         log(`  ${v}: ERROR ${res.error}`)
         continue
       }
       ;(kib[v] ||= []).push(res.rssKiB)
-      log(`  round ${r + 1} ${v.padEnd(13)} RSS ${fmt(res.rssKiB / 1024, 1)} MiB`)
+      ;(helperKib[v] ||= []).push({ rss: res.helpersRssKiB || 0, pss: res.helpersPssKiB || 0, n: (res.helpers || []).length })
+      const helpers = res.helpers && res.helpers.length ? `, + ${res.helpers.length} helper process(es) RSS ${fmt(res.helpersRssKiB / 1024, 1)} MiB (PSS ${fmt(res.helpersPssKiB / 1024, 1)})` : ''
+      log(`  round ${r + 1} ${v.padEnd(13)} RSS ${fmt(res.rssKiB / 1024, 1)} MiB${helpers}`)
     }
   }
   const out = {}
   const bare = summarize((kib.bare || []).map((k) => k / 1024)).median
   for (const v of variants) {
     const s = summarize((kib[v] || []).map((k) => k / 1024))
-    out[v] = { summaryMiB: s, addedMiB: s.median - bare, error: errors[v] }
+    // The pool's helper processes (supervisor, live reapers): their summed RSS, and their PSS.
+    const h = helperKib[v] || []
+    const helpersRssMiB = summarize(h.map((x) => x.rss / 1024)).median
+    const helpersPssMiB = summarize(h.map((x) => x.pss / 1024)).median
+    const helpers = h.length ? Math.max(...h.map((x) => x.n)) : 0
+    out[v] = { summaryMiB: s, addedMiB: s.median - bare, helpers, helpersRssMiB, helpersPssMiB, addedWithHelpersMiB: s.median - bare + (helpers ? helpersRssMiB : 0), error: errors[v] }
   }
   return out
 }
 
 async function phaseOutput() {
+  if (!want('output')) return undefined
   const { rounds } = CONFIG.output
   log(`\n[6/7] output: yes with a 1 MiB cap, head -c 100 MiB /dev/zero with a 200 MiB cap; ${rounds} round(s)`)
   const out = { yes: {}, drain: {} }
@@ -410,6 +434,7 @@ async function phaseOutput() {
 }
 
 async function phaseKill() {
+  if (!want('kill')) return undefined
   const { rounds, timeoutMs, boundMs, graceMs } = CONFIG.kill
   log(`\n[7/7] kill: timeout ${timeoutMs} ms on a TERM-obeying and a TERM-ignoring tree; ${rounds} round(s), bound ${boundMs} ms`)
   const out = { timeoutMs, boundMs, addonKillGraceMs: graceMs, obey: {}, ignore: {} }
@@ -436,6 +461,7 @@ async function phaseKill() {
       slot.settleMs = summarize(settled.map((x) => x.settleAfterDeadlineMs))
       slot.settledRounds = settled.length
       slot.maxAliveAtSettle = settled.length ? Math.max(...settled.map((x) => x.aliveAtSettle)) : null
+      slot.maxScanAliveAtSettle = settled.length ? Math.max(...settled.map((x) => x.scanAliveAtSettle ?? Infinity)) : null
       slot.maxAliveAtBound = slot.rounds.some((x) => !x.settled) ? Math.max(...slot.rounds.filter((x) => !x.settled).map((x) => x.aliveAtBound)) : null
     }
   }
@@ -448,20 +474,21 @@ async function main() {
   const started = Date.now()
   const date = new Date(started).toISOString().slice(0, 10)
   // A full run never overwrites an earlier one: a second run on the same day is <date>-2.
-  let base = quick ? `${date}-quick` : date
+  let base = only ? `${date}-quick-only` : quick ? `${date}-quick` : date
   for (let n = 2; !quick && fs.existsSync(path.join(RESULTS, `${base}.json`)); n++) base = `${date}-${n}`
   // The page: BENCHMARKS.md for a full run; a quick run's page stays next to its data.
   const page = quick ? path.join(RESULTS, `${base}.md`) : path.join(ROOT, 'BENCHMARKS.md')
   const pageName = path.relative(ROOT, page)
   log(`finn-sandbox bench (${quick ? 'quick' : 'full'}), results -> bench/results/${base}.json, ${pageName}`)
 
-  const haveNative = buildNativeLimit()
+  const haveNative = (want('sequential') || want('throughput')) && buildNativeLimit()
   const loadStart = os.loadavg()
   const results = {
     meta: {
       date,
       mode: quick ? 'quick' : 'full',
-      command: quick ? 'npm run bench -- --quick' : 'npm run bench',
+      command: `npm run bench${process.argv.length > 2 ? ` -- ${process.argv.slice(2).join(' ')}` : ''}`,
+      only: only ? [...only] : null,
       startedAt: new Date(started).toISOString(),
       machine: machine(),
       versions: versions(),
@@ -476,6 +503,9 @@ async function main() {
   results.sequential = await phaseSequential(haveNative)
   results.throughput = await phaseThroughput(haveNative)
   results.heap = await phaseHeap()
+  const ctx = (config) => ({ node, log, rotate, fmt, summarize, config })
+  if (want('hop')) results.hop = await supervisor.phaseHop(ctx(CONFIG.hop))
+  if (want('nodeKill')) results.nodeKill = await supervisor.phaseNodeKill(ctx(CONFIG.nodeKill))
   results.eld = await phaseEld()
   results.rss = await phaseRss()
   results.output = await phaseOutput()
@@ -497,6 +527,12 @@ async function main() {
     const tmp = `${file}.${process.pid}.tmp`
     fs.writeFileSync(tmp, text)
     fs.renameSync(tmp, file)
+  }
+  if (only) {
+    write(path.join(RESULTS, `${base}.json`), `${JSON.stringify(results, null, 1)}\n`)
+    log(`\n${report.targetsText(results, { measuredOnly: true })}`)
+    log(`\ndone in ${fmt(results.meta.durationS, 0)} s: bench/results/${base}.json (--only ${[...only].join(',')}: no page)`)
+    return
   }
   const charts = { heap: `${base}-heap.svg`, throughput: `${base}-throughput.svg` }
   write(path.join(RESULTS, charts.heap), report.heapSvg(results))

@@ -5,6 +5,8 @@
 //! Addon -> reaper: [`ToReaper::Run`] (stdout and stderr write ends attached), then any number
 //! of [`ToReaper::Terminate`]. Reaper -> addon, per job: `Spawned` or `SpawnFailed`; then
 //! `Exited` once the leader is reaped and `TreeGone` once the reaper has no child left.
+//! `Spawned` waits up to 1 ms to go out in the same write as those two (a short command then
+//! wakes the addon's worker thread once); `Terminate` is only sent after it.
 
 use std::ffi::CString;
 use std::io;
