@@ -28,9 +28,10 @@ export interface ExecSpec {
 
 /**
  * Kernel-enforced isolation of a command, applied by the supervisor's job reaper between fork
- * and exec. Landlock, seccomp, no_new_privs and rlimits need no privilege; cgroups and
- * namespaces apply where the host permits (root), and `ExecResult.isolation.degraded` says
- * what did not, and why.
+ * and exec. Landlock, seccomp, no_new_privs and rlimits need no privilege; cgroups apply where
+ * the host permits (root), namespaces as root or, for other users, inside a user namespace where
+ * the host allows one (`applied` then lists `userns`); `ExecResult.isolation.degraded` says what
+ * did not, and why.
  */
 export interface IsolationOptions {
   /** `off` (default for a WorkerPool job), `auto` (the strongest layers this host allows), `native` (fails without landlock and seccomp). `bwrap` is not implemented and is refused. */
@@ -76,6 +77,7 @@ export interface IsolationProbe {
   /** The landlock ABI version, or false. */
   landlock: number | false
   seccomp: boolean
+  /** User namespaces can be made (without root, the mount, pid and net namespaces are made inside one). */
   userns: boolean
   cgroup: string | false
   bwrap: string | false

@@ -21,6 +21,11 @@ fn is_root() -> bool {
   probe().uid == 0
 }
 
+/// Mount, pid and net namespaces can be made: directly (CAP_SYS_ADMIN) or inside a user namespace.
+fn can_ns() -> bool {
+  probe().sys_admin || probe().userns
+}
+
 /// `<base>/jail` (the writable cwd), `<base>/jail-evil`, `<base>/outside`.
 struct Jail {
   _dir: tempfile::TempDir,
@@ -107,7 +112,7 @@ fn auto() -> Value {
 fn settings(extra: Value) -> Vec<(Value, bool)> {
   let mut on = auto();
   // The network namespace is opt-in; ask for it where the host can make one, so it is tested.
-  merge(&mut on, &json!({"namespaces": {"net": probe().sys_admin}}));
+  merge(&mut on, &json!({"namespaces": {"net": can_ns()}}));
   merge(&mut on, &extra);
   let mut no_ns = on.clone();
   merge(
@@ -187,7 +192,7 @@ fn writes_outside_the_jail() {
 
 #[test]
 fn protected_paths_stay_read_only() {
-  if !probe().sys_admin {
+  if !can_ns() {
     let p = prepared(&auto(), Path::new("/tmp")).unwrap();
     assert!(
       p.report()
@@ -251,7 +256,7 @@ fn denied_reads() {
       None => off(),
       Some(mount) => {
         json!({"mode": "auto", "fs": {"denyRead": [secret_dir, j.out.join("netrc"), "/etc/shadow"]},
-        "namespaces": {"mount": mount && probe().sys_admin}})
+        "namespaces": {"mount": mount && can_ns()}})
       }
     };
     let o = j.out.display();
@@ -771,21 +776,22 @@ fn only_fds_0_to_2_are_inherited() {
 
 #[test]
 fn the_report_says_what_applied_and_what_degraded() {
-  let asked =
-    json!({"mode": "auto", "namespaces": {"net": probe().sys_admin, "pid": probe().sys_admin}});
+  let asked = json!({"mode": "auto", "namespaces": {"net": can_ns(), "pid": can_ns()}});
   let p = prepared(&asked, Path::new("/tmp")).unwrap();
   let r = p.report();
   assert!(
     r.applied.contains(&"landlock") && r.applied.contains(&"seccomp"),
     "{r:?}"
   );
-  if probe().sys_admin {
+  if can_ns() {
     assert!(
-      ["netns", "mountns", "pidns", "protect", "cgroup"]
+      ["netns", "mountns", "pidns", "protect"]
         .iter()
         .all(|l| r.applied.contains(l)),
       "{r:?}"
     );
+    // As nobody, inside a user namespace; root makes them directly.
+    assert_eq!(r.applied.contains(&"userns"), !probe().sys_admin, "{r:?}");
   } else {
     for layer in ["mountns", "protect"] {
       assert!(
@@ -838,7 +844,7 @@ fn sh_with_layers(cwd: &Path, layers: finn_sandbox::core::isolate::Layers, scrip
 fn pid_namespace_ends_setsid_children_and_hides_outside_processes() {
   use finn_sandbox::core::isolate::Layers;
   use std::os::unix::process::ExitStatusExt;
-  if !probe().sys_admin {
+  if !can_ns() {
     let opts =
       IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
     assert!(
@@ -850,6 +856,7 @@ fn pid_namespace_ends_setsid_children_and_hides_outside_processes() {
   let only_pidns = Layers {
     mountns: true,
     pidns: true,
+    userns: !probe().sys_admin,
     ..Layers::default()
   };
   for pidns in [false, true] {

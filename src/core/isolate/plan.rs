@@ -31,6 +31,10 @@ pub struct Layers {
   pub mountns: bool,
   /// A fresh pid namespace with its own /proc (needs the mount namespace).
   pub pidns: bool,
+  /// Without CAP_SYS_ADMIN: the namespaces above are made inside a fresh user namespace (our
+  /// uid and gid mapped to themselves, setgroups denied).
+  #[serde(default)]
+  pub userns: bool,
 }
 
 /// Serializable: the addon resolves it (probes are cached there) and the job's reaper prepares it.
@@ -60,6 +64,7 @@ impl Plan {
     let mut applied = vec!["rlimits", "privileges"];
     for (on, name) in [
       (l.cgroup, "cgroup"),
+      (l.userns, "userns"),
       (l.netns, "netns"),
       (l.pidns, "pidns"),
       (l.mountns, "mountns"),
@@ -183,11 +188,16 @@ impl Plan {
       }
     }
     let ns = opts.namespaces;
+    // Without CAP_SYS_ADMIN, namespaces are made inside a user namespace where one can be.
+    let can_ns = probe.sys_admin || probe.userns;
     // `None` means: where the host permits and where it adds something.
     let mut want_ns = |name: &str, asked: Option<bool>, useful: bool, why_useful: &str| -> bool {
       let want = asked.unwrap_or(useful);
-      if want && !probe.sys_admin {
-        degraded.push(format!("{name}: no CAP_SYS_ADMIN ({why_useful})"));
+      if want && !can_ns {
+        let why = probe.userns_reason.as_deref().unwrap_or("unknown");
+        degraded.push(format!(
+          "{name}: no CAP_SYS_ADMIN and no user namespace ({why}; {why_useful})"
+        ));
         if asked == Some(true) {
           missing_required.push(name.to_string());
         }
@@ -230,6 +240,7 @@ impl Plan {
         missing_required.push("pidns".to_string());
       }
     }
+    layers.userns = !probe.sys_admin && (layers.mountns || layers.netns || layers.pidns);
     if !missing_required.is_empty()
       && (strict || ns.pid == Some(true) || ns.net == Some(true) || ns.mount == Some(true))
     {
@@ -245,7 +256,8 @@ impl Plan {
       limits,
       layers,
       degraded,
-      drop_bounding: probe.uid == 0,
+      // Root holds CAP_SETPCAP; so does anyone inside their own user namespace.
+      drop_bounding: probe.uid == 0 || layers.userns,
       cap_last_cap: probe.cap_last_cap,
     }))
   }
@@ -262,6 +274,7 @@ mod tests {
       landlock: Some(7),
       seccomp: true,
       userns: false,
+      userns_reason: Some("user.max_user_namespaces is 0".into()),
       sys_admin: root,
       cgroup: root.then_some(CgroupKind::V1),
       cgroup_reason: (!root).then(|| "no writable cgroup".into()),
@@ -302,6 +315,7 @@ mod tests {
         netns: false,
         mountns: true,
         pidns: false,
+        userns: false,
       }
     );
     assert!(p.degraded.is_empty(), "{:?}", p.degraded);
@@ -332,6 +346,58 @@ mod tests {
         p.degraded
       );
     }
+    // Says why user namespaces could not stand in.
+    let mountns = p
+      .degraded
+      .iter()
+      .find(|d| d.starts_with("mountns:"))
+      .unwrap();
+    assert!(
+      mountns.contains("user.max_user_namespaces is 0"),
+      "{mountns}"
+    );
+    assert!(!p.layers.userns && !p.drop_bounding);
+  }
+
+  #[test]
+  fn unprivileged_with_user_namespaces_gets_the_namespaces_inside_one() {
+    let mut h = host(false);
+    h.userns = true;
+    h.userns_reason = None;
+    let o =
+      opts(json!({"mode": "auto", "required": true, "namespaces": {"pid": true, "net": true}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
+    assert_eq!(
+      p.layers,
+      Layers {
+        cgroup: false,
+        landlock: true,
+        seccomp: true,
+        netns: true,
+        mountns: true,
+        pidns: true,
+        userns: true,
+      }
+    );
+    assert!(p.drop_bounding, "CAP_SETPCAP inside the user namespace");
+    assert!(p.report().applied.contains(&"userns"));
+    assert!(p.report().applied.contains(&"protect"));
+    assert!(
+      !p.degraded
+        .iter()
+        .any(|d| d.starts_with("mountns") || d.starts_with("protect"))
+    );
+    // No namespace asked for or useful: no user namespace either.
+    let o = opts(json!({"mode": "auto", "fs": {"protect": [], "denyRead": []}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
+    assert!(!p.layers.userns && !p.layers.mountns);
+    // Root never needs one.
+    let mut r = host(true);
+    r.userns = true;
+    let p = Plan::resolve(&opts(json!({"mode": "auto"})), Path::new("/tmp"), &r)
+      .unwrap()
+      .unwrap();
+    assert!(p.layers.mountns && !p.layers.userns);
   }
 
   #[test]
