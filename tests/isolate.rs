@@ -1020,3 +1020,107 @@ fn find_git() -> Option<PathBuf> {
     .map(PathBuf::from)
     .find(|p| p.exists())
 }
+
+/// The bind's own race (issue 17: "the jail is bound from the checked fd, not by path"): a host
+/// thread swaps the protected `.git/hooks` with a symlink to outside while isolated commands
+/// start and write into `.git/hooks/`. A bind made by path could follow the symlink, protect the
+/// outside directory instead, and leave the real hooks directory writable once it is swapped
+/// back. Bound from the checked object, the real directory is read-only in every command that
+/// starts (a start that meets the symlink is refused: ELOOP, or the symlink at prepare). Judged
+/// from the host: files in the real hooks directory (whatever its name at the end) or outside.
+#[test]
+fn the_protect_swap_race_never_leaves_hooks_writable() {
+  use std::sync::atomic::{AtomicBool, Ordering};
+  if !can_ns() {
+    return; // protect needs the mount namespace (see protected_paths_stay_read_only).
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let git = j.root.join(".git");
+    std::fs::create_dir_all(git.join("hooks")).unwrap();
+    // The real hooks directory, wherever the swapper will put it: through an fd opened now.
+    let hooks = std::fs::File::open(git.join("hooks")).unwrap();
+    let real_hooks = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&hooks));
+    std::os::unix::fs::symlink(&j.out, git.join("alt")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+      let (stop, git) = (stop.clone(), git.clone());
+      std::thread::spawn(move || {
+        let a = std::ffi::CString::new(git.join("hooks").to_str().unwrap()).unwrap();
+        let b = std::ffi::CString::new(git.join("alt").to_str().unwrap()).unwrap();
+        let swap = || {
+          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
+          unsafe {
+            libc::renameat2(
+              libc::AT_FDCWD,
+              a.as_ptr(),
+              libc::AT_FDCWD,
+              b.as_ptr(),
+              libc::RENAME_EXCHANGE,
+            )
+          }
+        };
+        while !stop.load(Ordering::Relaxed) {
+          // To the symlink and straight back: the symlink is there for moments only, so most
+          // checks pass and the starts reach the window this test is about (between the check
+          // and the mount); the yield lets them run on a 2-core machine.
+          swap();
+          swap();
+          std::thread::yield_now();
+        }
+      })
+    };
+    let landed = || {
+      std::fs::read_dir(&real_hooks).unwrap().count() + std::fs::read_dir(&j.out).unwrap().count()
+    };
+    let (mut tries, mut started) = (0, 0);
+    // Isolated: 150 commands that start (a start refused because it met the symlink writes
+    // nothing), none may write. Off: stop at the first write that lands: the attack must be
+    // able to land at all.
+    while tries < 20_000 && started < 150 && (stopped || landed() == 0) {
+      tries += 1;
+      let script = "for i in $(seq 1 20); do echo pwn > .git/hooks/f$i$RANDOM; done 2>/dev/null";
+      let opts = IsolationOptions::from_json(opts.clone()).unwrap();
+      let prepared = match Plan::resolve(&opts, &j.root, probe()).unwrap() {
+        None => None,
+        // A symlink at the protected path when the plan is made: refused (ProtectSymlink).
+        Some(plan) => match prepare(&plan) {
+          Ok(p) => Some(Arc::new(p)),
+          Err(_) => continue,
+        },
+      };
+      let mut cmd = Command::new("/bin/bash");
+      cmd
+        .args(["-c", script])
+        .current_dir(&j.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+      if let Some(p) = prepared {
+        // SAFETY: apply_in_child is async-signal-safe.
+        unsafe {
+          cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+        }
+      }
+      // A start that meets the swapped path fails (fail closed) and writes nothing.
+      if cmd.status().is_ok() {
+        started += 1;
+      }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let n = landed();
+    if stopped {
+      assert_eq!(
+        n, 0,
+        "{opts}: {n} writes landed in {started} started of {tries}"
+      );
+      assert_eq!(
+        started, 150,
+        "{opts}: only {started} started in {tries} tries"
+      );
+    } else {
+      assert!(n > 0, "off: no write landed in {tries} commands");
+    }
+  }
+}

@@ -25,6 +25,8 @@ use nix::errno::Errno;
 pub enum MountPlanError {
   #[error("protect path {0} is a symlink; refusing to protect its target instead of it")]
   ProtectSymlink(PathBuf),
+  #[error("denyRead path {0} became a symlink while it was checked")]
+  DenySwapped(PathBuf),
 }
 
 /// What one step mounts onto its target.
@@ -55,8 +57,9 @@ fn c(p: &Path) -> CString {
   CString::new(p.as_os_str().as_bytes()).expect("paths from the filesystem have no NUL")
 }
 
-/// The check: opens `path` without following a final symlink and records what it is.
-fn checked(kind: MountKind, path: &Path) -> Option<MountOp> {
+/// The check: opens `path` without following a final symlink; what it is (and so which step
+/// applies) is decided from the fd, not from an earlier lookup by path. `None`: nothing there.
+fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
   use std::os::unix::fs::OpenOptionsExt;
   let fd = std::fs::OpenOptions::new()
     .read(true)
@@ -64,12 +67,15 @@ fn checked(kind: MountKind, path: &Path) -> Option<MountOp> {
     .open(path)
     .ok()?;
   let m = fd.metadata().ok()?;
-  Some(MountOp {
-    kind,
-    target: c(path),
-    dev: m.dev(),
-    ino: m.ino(),
-  })
+  Some((
+    m.file_type(),
+    MountOp {
+      kind: MountKind::Private,
+      target: c(path),
+      dev: m.dev(),
+      ino: m.ino(),
+    },
+  ))
 }
 
 /// The steps, in order. `protect` entries are absolute (already joined with each writable root).
@@ -86,30 +92,44 @@ pub fn plan(
   }];
   // `.git` first: a later non-recursive bind of it would hide the protect binds inside it.
   for w in writable {
-    let git = w.join(".git");
-    let kind = match std::fs::symlink_metadata(&git) {
-      Ok(m) if m.is_dir() => MountKind::SelfBind,
-      // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
-      Ok(m) if m.is_file() => MountKind::SelfBindReadOnly,
-      _ => continue,
+    let Some((t, op)) = checked(&w.join(".git")) else {
+      continue;
     };
-    out.extend(checked(kind, &git));
+    let kind = if t.is_dir() {
+      MountKind::SelfBind
+    } else if t.is_file() {
+      // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
+      MountKind::SelfBindReadOnly
+    } else {
+      // A symlink: the protect steps below cannot pass it (RESOLVE_NO_SYMLINKS) and fail the start.
+      continue;
+    };
+    out.push(MountOp { kind, ..op });
   }
   for p in protect {
-    match std::fs::symlink_metadata(p) {
-      Ok(m) if m.file_type().is_symlink() => return Err(MountPlanError::ProtectSymlink(p.clone())),
-      Ok(_) => out.extend(checked(MountKind::SelfBindReadOnly, p)),
-      Err(_) => {}
+    let Some((t, op)) = checked(p) else { continue };
+    if t.is_symlink() {
+      return Err(MountPlanError::ProtectSymlink(p.clone()));
     }
+    out.push(MountOp {
+      kind: MountKind::SelfBindReadOnly,
+      ..op
+    });
   }
   for d in deny_read {
     let Ok(real) = d.canonicalize() else { continue };
-    let kind = match std::fs::metadata(&real) {
-      Ok(m) if m.is_dir() => MountKind::EmptyOver,
-      Ok(_) => MountKind::NullOver,
-      Err(_) => continue,
+    let Some((t, op)) = checked(&real) else {
+      continue;
     };
-    out.extend(checked(kind, &real));
+    let kind = if t.is_symlink() {
+      // Canonical a moment ago: swapped since. Refuse rather than leave it readable.
+      return Err(MountPlanError::DenySwapped(real));
+    } else if t.is_dir() {
+      MountKind::EmptyOver
+    } else {
+      MountKind::NullOver
+    };
+    out.push(MountOp { kind, ..op });
   }
   Ok(out)
 }
