@@ -252,6 +252,8 @@ fn denied_reads() {
     std::fs::write(secret_dir.join("id_ed25519"), "KEY-TOKEN").unwrap();
     std::fs::write(j.out.join("netrc"), "NETRC-TOKEN").unwrap();
     std::fs::write(j.out.join("public"), "PUBLIC").unwrap();
+    // A sibling symlink into the denied directory: carving must not grant it (and so its target).
+    std::os::unix::fs::symlink(&secret_dir, j.out.join("link")).unwrap();
     let opts = match extra_ns {
       None => off(),
       Some(mount) => {
@@ -264,7 +266,7 @@ fn denied_reads() {
       &opts,
       &j.root,
       &format!(
-        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3; cat {o}/public > pub"
+        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3; cat {o}/public > pub; cat {o}/link/id_ed25519 > leak4"
       ),
     );
     let read = |f: &str| std::fs::read_to_string(j.root.join(f)).unwrap_or_default();
@@ -277,12 +279,13 @@ fn denied_reads() {
     let leaks = [
       read("leak1").contains("KEY-TOKEN"),
       read("leak2").contains("NETRC-TOKEN"),
+      read("leak4").contains("KEY-TOKEN"),
     ];
     if stopped {
-      assert_eq!(leaks, [false, false], "{opts}: {}", r.stderr);
+      assert_eq!(leaks, [false; 3], "{opts}: {}", r.stderr);
       assert_eq!(read("leak3"), "", "{opts}: /etc/shadow leaked");
     } else {
-      assert_eq!(leaks, [true, true], "off: {}", r.stderr);
+      assert_eq!(leaks, [true; 3], "off: {}", r.stderr);
       if is_root() {
         assert!(!read("leak3").is_empty(), "off: root reads /etc/shadow");
       }

@@ -13,7 +13,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-  ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
+  ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, Ruleset, RulesetAttr,
   RulesetCreatedAttr, Scope,
 };
 
@@ -99,12 +99,32 @@ pub fn build(rules: &FsRules) -> Result<OwnedFd, LandlockError> {
     ));
   }
   for (path, access) in grants {
-    // A path that vanished between the check and here grants nothing: fail closed.
-    let Ok(fd) = PathFd::new(&path) else { continue };
+    // Every path here is canonical (or a child of one, symlinks skipped): opened with no
+    // symlink allowed on the way, so a path swapped for a symlink since it was checked grants
+    // nothing rather than its target. A path that vanished grants nothing either: fail closed.
+    let Ok(fd) = open_no_symlinks(&path) else {
+      continue;
+    };
     created = created.add_rule(PathBeneath::new(fd, access))?;
   }
   let fd: Option<OwnedFd> = created.into();
   fd.ok_or(LandlockError::NoFd)
+}
+
+fn open_no_symlinks(path: &Path) -> Result<OwnedFd, nix::errno::Errno> {
+  use std::os::fd::FromRawFd;
+  use std::os::unix::ffi::OsStrExt;
+  let c =
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| nix::errno::Errno::EINVAL)?;
+  let fd = super::mounts::open_no_symlinks(&c)?;
+  // SAFETY: a fresh fd that nothing else owns.
+  let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+  // O_NOFOLLOW opened a final symlink itself: it is not the object that was checked.
+  match nix::sys::stat::fstat(&fd) {
+    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => Err(nix::errno::Errno::ELOOP),
+    Ok(_) => Ok(fd),
+    Err(e) => Err(e),
+  }
 }
 
 /// Denied paths as a tree of components below `root`.
@@ -163,6 +183,10 @@ fn carve_dir(
       // Only a real directory is descended; a symlink named like an ancestor is just not granted.
       Some(sub) if e.file_type().is_ok_and(|t| t.is_dir()) => carve_dir(&e.path(), sub, out)?,
       Some(_) => {}
+      // A symlink sibling is not granted: a grant would open it, follow it and allow its
+      // target, which may be the denied path itself (`~/link -> ~/.ssh`). Its target stays
+      // readable where a rule of its own allows it.
+      None if e.file_type().is_ok_and(|t| t.is_symlink()) => {}
       None => out.push((e.path(), read_access())),
     }
   }

@@ -187,24 +187,36 @@ fn ok(r: libc::c_long) -> Result<(), Errno> {
   if r < 0 { Err(Errno::last()) } else { Ok(()) }
 }
 
-/// Opens the checked target again, with no symlink anywhere on the way, and makes sure it is the
-/// same object the check saw.
-fn open_target(op: &MountOp) -> Result<Fd, Errno> {
+/// `open(path, O_PATH | O_NOFOLLOW)` with no symlink anywhere on the way (`RESOLVE_NO_SYMLINKS`):
+/// for canonical paths, a symlink met means the path was swapped since it was made canonical.
+/// Async-signal-safe. The caller owns the returned fd.
+pub(super) fn open_no_symlinks(path: &std::ffi::CStr) -> Result<libc::c_int, Errno> {
   let how = OpenHow {
     flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
     mode: 0,
     resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
   };
   // SAFETY: a NUL-terminated path and an open_how on our stack, with its size.
-  let target = fd(unsafe {
+  let r = unsafe {
     libc::syscall(
       libc::SYS_openat2,
       libc::AT_FDCWD,
-      op.target.as_ptr(),
+      path.as_ptr(),
       &how,
       std::mem::size_of::<OpenHow>(),
     )
-  })?;
+  };
+  if r < 0 {
+    Err(Errno::last())
+  } else {
+    Ok(r as libc::c_int)
+  }
+}
+
+/// Opens the checked target again, with no symlink anywhere on the way, and makes sure it is the
+/// same object the check saw.
+fn open_target(op: &MountOp) -> Result<Fd, Errno> {
+  let target = Fd(open_no_symlinks(&op.target)?);
   // SAFETY: fstat writes into a stat buffer on our stack.
   let mut st: libc::stat = unsafe { std::mem::zeroed() };
   ok(unsafe { libc::fstat(target.0, &mut st) }.into())?;

@@ -256,8 +256,7 @@ impl Plan {
       limits,
       layers,
       degraded,
-      // Root holds CAP_SETPCAP; so does anyone inside their own user namespace.
-      drop_bounding: probe.uid == 0 || layers.userns,
+      drop_bounding: probe.uid == 0,
       cap_last_cap: probe.cap_last_cap,
     }))
   }
@@ -356,7 +355,7 @@ mod tests {
       mountns.contains("user.max_user_namespaces is 0"),
       "{mountns}"
     );
-    assert!(!p.layers.userns && !p.drop_bounding);
+    assert!(!p.layers.userns);
   }
 
   #[test]
@@ -379,7 +378,6 @@ mod tests {
         userns: true,
       }
     );
-    assert!(p.drop_bounding, "CAP_SETPCAP inside the user namespace");
     assert!(p.report().applied.contains(&"userns"));
     assert!(p.report().applied.contains(&"protect"));
     assert!(

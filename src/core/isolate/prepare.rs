@@ -157,7 +157,8 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     id_maps,
     mounts,
     pidns: plan.layers.pidns,
-    drop_bounding: plan.drop_bounding,
+    // Root holds CAP_SETPCAP; so does anyone inside their own user namespace.
+    drop_bounding: plan.drop_bounding || plan.layers.userns,
     cap_last_cap: plan.cap_last_cap,
     landlock_fd,
     seccomp,
