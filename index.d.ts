@@ -61,7 +61,7 @@ export interface IsolationOptions {
     maxFileBytes?: number
     maxOpenFiles?: number
   }
-  /** Default: mount where useful and permitted; net and pid only when asked (they cost 1-4 ms per exec). */
+  /** Default: mount where useful and permitted (as non-root, inside a user namespace); net and pid only when asked (each adds a few tenths of a ms per exec, README's cost table). */
   namespaces?: { pid?: boolean; net?: boolean; mount?: boolean }
 }
 

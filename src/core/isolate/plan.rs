@@ -206,7 +206,7 @@ impl Plan {
       want
     };
     // Not by default: seccomp (every non-Unix socket) and landlock (TCP) already deny the
-    // network, and a fresh network namespace costs 1-4 ms per exec (see tests/isolate_cost.rs).
+    // network, and a fresh network namespace costs 0.3-0.6 ms more per exec (README).
     layers.netns = want_ns(
       "netns",
       ns.net,

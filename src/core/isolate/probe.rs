@@ -282,7 +282,7 @@ pub fn doctor() -> Doctor {
      --security-opt seccomp=<profile>); or run the supervisor as root",
   );
   let ns = p.sys_admin || p.userns;
-  add("userns", p.userns, ns_reason(), ns_remedy);
+  add("userns", p.userns, p.userns_reason.clone(), ns_remedy);
   add("netns", ns, ns_reason(), ns_remedy);
   add("mountns", ns, ns_reason(), ns_remedy);
   add("pidns", ns, ns_reason(), ns_remedy);
