@@ -3,6 +3,7 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use seccompiler::BpfProgram;
 
@@ -34,7 +35,8 @@ pub struct Prepared {
   pub(super) pidns: bool,
   pub(super) drop_bounding: bool,
   pub(super) cap_last_cap: u32,
-  pub(super) landlock_fd: Option<OwnedFd>,
+  /// Shared with the reaper's cache of carved rulesets (`landlock::build`).
+  pub(super) landlock_fd: Option<Arc<OwnedFd>>,
   pub(super) seccomp: Vec<BpfProgram>,
   report: IsolationReport,
 }
