@@ -28,9 +28,10 @@ export interface ExecSpec {
 
 /**
  * Kernel-enforced isolation of a command, applied by the supervisor's job reaper between fork
- * and exec. Landlock, seccomp, no_new_privs and rlimits need no privilege; cgroups and
- * namespaces apply where the host permits (root), and `ExecResult.isolation.degraded` says
- * what did not, and why.
+ * and exec. Landlock, seccomp, no_new_privs and rlimits need no privilege; cgroups apply where
+ * the host permits (root), namespaces as root or, for other users, inside a user namespace where
+ * the host allows one (`applied` then lists `userns`); `ExecResult.isolation.degraded` says what
+ * did not, and why.
  */
 export interface IsolationOptions {
   /** `off` (default for a WorkerPool job), `auto` (the strongest layers this host allows), `native` (fails without landlock and seccomp), `bwrap` (bubblewrap: the same options as mounts, namespaces and the same seccomp filter; fails without a usable `bwrap`). `auto` takes bwrap only where landlock or seccomp is missing and bwrap can run. */
@@ -60,7 +61,7 @@ export interface IsolationOptions {
     maxFileBytes?: number
     maxOpenFiles?: number
   }
-  /** Default: mount where useful and permitted; net and pid only when asked (they cost 1-4 ms per exec). */
+  /** Default: mount where useful and permitted (as non-root, inside a user namespace); net and pid only when asked (each adds a few tenths of a ms per exec, README's cost table). */
   namespaces?: { pid?: boolean; net?: boolean; mount?: boolean }
 }
 
@@ -77,6 +78,7 @@ export interface IsolationProbe {
   /** The landlock ABI version, or false. */
   landlock: number | false
   seccomp: boolean
+  /** User namespaces can be made (without root, the mount, pid and net namespaces are made inside one). */
   userns: boolean
   cgroup: string | false
   /** The path of an executable `bwrap` in PATH, or false. */

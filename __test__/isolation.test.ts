@@ -91,14 +91,28 @@ describe.each([
       isolation,
     )
     // Sentinels from Node itself, after the command settled: once they have arrived, anything
-    // the command sent (which was queued before them) has arrived too.
-    const sentinelTcp = new Promise<void>((ok) => server.once('connection', () => ok()))
-    connect(tcpPort, '127.0.0.1').end()
-    await sentinelTcp
+    // the command sent (which was queued before them) has arrived too. The TCP sentinel is told
+    // apart by its port: the command's own connection may still be the next one Node accepts.
+    const sentinelPort = await new Promise<number>((ok) => {
+      const c = connect(tcpPort, '127.0.0.1', () => {
+        const port = c.localPort as number
+        const seen = () => {
+          if (!tcp.some((s) => s.remotePort === port)) return
+          server.off('connection', seen)
+          ok(port)
+        }
+        server.on('connection', seen)
+        seen()
+        c.end()
+      })
+    })
     const sentinelUdp = new Promise<void>((ok) => udp.on('message', (m) => m.toString() === 'sentinel' && ok()))
     udp.send('sentinel', udpPort, '127.0.0.1')
     await sentinelUdp
-    const fromCommand = { tcp: tcp.length - 1, udp: datagrams.filter((m) => m !== 'sentinel').length }
+    const fromCommand = {
+      tcp: tcp.filter((s) => s.remotePort !== sentinelPort).length,
+      udp: datagrams.filter((m) => m !== 'sentinel').length,
+    }
     expect(fromCommand, r.stderr).toEqual(stopped ? { tcp: 0, udp: 0 } : { tcp: 1, udp: 1 })
     for (const s of tcp) s.destroy()
     server.close()

@@ -510,6 +510,8 @@ async function main() {
   results.rss = await phaseRss()
   results.output = await phaseOutput()
   results.kill = await phaseKill()
+  // Issue 17's cost of isolation per exec, at 0 and 2 GiB (bench/isolation.js).
+  results.isolation = await require('./isolation.js').phase({ node, log, rotate, quick })
 
   results.meta.loadAvgEnd = os.loadavg()
   // Someone rebuilding the addon during the run means later rounds measured another binary.

@@ -21,6 +21,11 @@ fn is_root() -> bool {
   probe().uid == 0
 }
 
+/// Mount, pid and net namespaces can be made: directly (CAP_SYS_ADMIN) or inside a user namespace.
+fn can_ns() -> bool {
+  probe().sys_admin || probe().userns
+}
+
 /// `<base>/jail` (the writable cwd), `<base>/jail-evil`, `<base>/outside`.
 struct Jail {
   _dir: tempfile::TempDir,
@@ -107,7 +112,7 @@ fn auto() -> Value {
 fn settings(extra: Value) -> Vec<(Value, bool)> {
   let mut on = auto();
   // The network namespace is opt-in; ask for it where the host can make one, so it is tested.
-  merge(&mut on, &json!({"namespaces": {"net": probe().sys_admin}}));
+  merge(&mut on, &json!({"namespaces": {"net": can_ns()}}));
   merge(&mut on, &extra);
   let mut no_ns = on.clone();
   merge(
@@ -187,7 +192,7 @@ fn writes_outside_the_jail() {
 
 #[test]
 fn protected_paths_stay_read_only() {
-  if !probe().sys_admin {
+  if !can_ns() {
     let p = prepared(&auto(), Path::new("/tmp")).unwrap();
     assert!(
       p.report()
@@ -247,11 +252,13 @@ fn denied_reads() {
     std::fs::write(secret_dir.join("id_ed25519"), "KEY-TOKEN").unwrap();
     std::fs::write(j.out.join("netrc"), "NETRC-TOKEN").unwrap();
     std::fs::write(j.out.join("public"), "PUBLIC").unwrap();
+    // A sibling symlink into the denied directory: carving must not grant it (and so its target).
+    std::os::unix::fs::symlink(&secret_dir, j.out.join("link")).unwrap();
     let opts = match extra_ns {
       None => off(),
       Some(mount) => {
         json!({"mode": "auto", "fs": {"denyRead": [secret_dir, j.out.join("netrc"), "/etc/shadow"]},
-        "namespaces": {"mount": mount && probe().sys_admin}})
+        "namespaces": {"mount": mount && can_ns()}})
       }
     };
     let o = j.out.display();
@@ -259,7 +266,7 @@ fn denied_reads() {
       &opts,
       &j.root,
       &format!(
-        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3; cat {o}/public > pub"
+        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3; cat {o}/public > pub; cat {o}/link/id_ed25519 > leak4"
       ),
     );
     let read = |f: &str| std::fs::read_to_string(j.root.join(f)).unwrap_or_default();
@@ -272,12 +279,13 @@ fn denied_reads() {
     let leaks = [
       read("leak1").contains("KEY-TOKEN"),
       read("leak2").contains("NETRC-TOKEN"),
+      read("leak4").contains("KEY-TOKEN"),
     ];
     if stopped {
-      assert_eq!(leaks, [false, false], "{opts}: {}", r.stderr);
+      assert_eq!(leaks, [false; 3], "{opts}: {}", r.stderr);
       assert_eq!(read("leak3"), "", "{opts}: /etc/shadow leaked");
     } else {
-      assert_eq!(leaks, [true, true], "off: {}", r.stderr);
+      assert_eq!(leaks, [true; 3], "off: {}", r.stderr);
       if is_root() {
         assert!(!read("leak3").is_empty(), "off: root reads /etc/shadow");
       }
@@ -771,21 +779,22 @@ fn only_fds_0_to_2_are_inherited() {
 
 #[test]
 fn the_report_says_what_applied_and_what_degraded() {
-  let asked =
-    json!({"mode": "auto", "namespaces": {"net": probe().sys_admin, "pid": probe().sys_admin}});
+  let asked = json!({"mode": "auto", "namespaces": {"net": can_ns(), "pid": can_ns()}});
   let p = prepared(&asked, Path::new("/tmp")).unwrap();
   let r = p.report();
   assert!(
     r.applied.contains(&"landlock") && r.applied.contains(&"seccomp"),
     "{r:?}"
   );
-  if probe().sys_admin {
+  if can_ns() {
     assert!(
-      ["netns", "mountns", "pidns", "protect", "cgroup"]
+      ["netns", "mountns", "pidns", "protect"]
         .iter()
         .all(|l| r.applied.contains(l)),
       "{r:?}"
     );
+    // As nobody, inside a user namespace; root makes them directly.
+    assert_eq!(r.applied.contains(&"userns"), !probe().sys_admin, "{r:?}");
   } else {
     for layer in ["mountns", "protect"] {
       assert!(
@@ -838,7 +847,7 @@ fn sh_with_layers(cwd: &Path, layers: finn_sandbox::core::isolate::Layers, scrip
 fn pid_namespace_ends_setsid_children_and_hides_outside_processes() {
   use finn_sandbox::core::isolate::Layers;
   use std::os::unix::process::ExitStatusExt;
-  if !probe().sys_admin {
+  if !can_ns() {
     let opts =
       IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}})).unwrap();
     assert!(
@@ -850,6 +859,7 @@ fn pid_namespace_ends_setsid_children_and_hides_outside_processes() {
   let only_pidns = Layers {
     mountns: true,
     pidns: true,
+    userns: !probe().sys_admin,
     ..Layers::default()
   };
   for pidns in [false, true] {
@@ -1012,4 +1022,108 @@ fn find_git() -> Option<PathBuf> {
     .iter()
     .map(PathBuf::from)
     .find(|p| p.exists())
+}
+
+/// The bind's own race (issue 17: "the jail is bound from the checked fd, not by path"): a host
+/// thread swaps the protected `.git/hooks` with a symlink to outside while isolated commands
+/// start and write into `.git/hooks/`. A bind made by path could follow the symlink, protect the
+/// outside directory instead, and leave the real hooks directory writable once it is swapped
+/// back. Bound from the checked object, the real directory is read-only in every command that
+/// starts (a start that meets the symlink is refused: ELOOP, or the symlink at prepare). Judged
+/// from the host: files in the real hooks directory (whatever its name at the end) or outside.
+#[test]
+fn the_protect_swap_race_never_leaves_hooks_writable() {
+  use std::sync::atomic::{AtomicBool, Ordering};
+  if !can_ns() {
+    return; // protect needs the mount namespace (see protected_paths_stay_read_only).
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let git = j.root.join(".git");
+    std::fs::create_dir_all(git.join("hooks")).unwrap();
+    // The real hooks directory, wherever the swapper will put it: through an fd opened now.
+    let hooks = std::fs::File::open(git.join("hooks")).unwrap();
+    let real_hooks = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&hooks));
+    std::os::unix::fs::symlink(&j.out, git.join("alt")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+      let (stop, git) = (stop.clone(), git.clone());
+      std::thread::spawn(move || {
+        let a = std::ffi::CString::new(git.join("hooks").to_str().unwrap()).unwrap();
+        let b = std::ffi::CString::new(git.join("alt").to_str().unwrap()).unwrap();
+        let swap = || {
+          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
+          unsafe {
+            libc::renameat2(
+              libc::AT_FDCWD,
+              a.as_ptr(),
+              libc::AT_FDCWD,
+              b.as_ptr(),
+              libc::RENAME_EXCHANGE,
+            )
+          }
+        };
+        while !stop.load(Ordering::Relaxed) {
+          // To the symlink and straight back: the symlink is there for moments only, so most
+          // checks pass and the starts reach the window this test is about (between the check
+          // and the mount); the yield lets them run on a 2-core machine.
+          swap();
+          swap();
+          std::thread::yield_now();
+        }
+      })
+    };
+    let landed = || {
+      std::fs::read_dir(&real_hooks).unwrap().count() + std::fs::read_dir(&j.out).unwrap().count()
+    };
+    let (mut tries, mut started) = (0, 0);
+    // Isolated: 150 commands that start (a start refused because it met the symlink writes
+    // nothing), none may write. Off: stop at the first write that lands: the attack must be
+    // able to land at all.
+    while tries < 20_000 && started < 150 && (stopped || landed() == 0) {
+      tries += 1;
+      let script = "for i in $(seq 1 20); do echo pwn > .git/hooks/f$i$RANDOM; done 2>/dev/null";
+      let opts = IsolationOptions::from_json(opts.clone()).unwrap();
+      let prepared = match Plan::resolve(&opts, &j.root, probe()).unwrap() {
+        None => None,
+        // A symlink at the protected path when the plan is made: refused (ProtectSymlink).
+        Some(plan) => match prepare(&plan) {
+          Ok(p) => Some(Arc::new(p)),
+          Err(_) => continue,
+        },
+      };
+      let mut cmd = Command::new("/bin/bash");
+      cmd
+        .args(["-c", script])
+        .current_dir(&j.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+      if let Some(p) = prepared {
+        // SAFETY: apply_in_child is async-signal-safe.
+        unsafe {
+          cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+        }
+      }
+      // A start that meets the swapped path fails (fail closed) and writes nothing.
+      if cmd.status().is_ok() {
+        started += 1;
+      }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let n = landed();
+    if stopped {
+      assert_eq!(
+        n, 0,
+        "{opts}: {n} writes landed in {started} started of {tries}"
+      );
+      assert_eq!(
+        started, 150,
+        "{opts}: only {started} started in {tries} tries"
+      );
+    } else {
+      assert!(n > 0, "off: no write landed in {tries} commands");
+    }
+  }
 }

@@ -22,8 +22,9 @@ fn cost_per_layer() {
     .and_then(|s| s.parse().ok())
     .unwrap_or(300);
   let dir = tempfile::tempdir().unwrap();
+  let ns = probe().sys_admin || probe().userns;
   let opts = IsolationOptions::from_json(
-    serde_json::json!({"mode": "auto", "namespaces": {"net": probe().sys_admin, "pid": probe().sys_admin}}),
+    serde_json::json!({"mode": "auto", "namespaces": {"net": ns, "pid": ns}}),
   )
   .unwrap();
   let full = Plan::resolve(&opts, dir.path(), probe()).unwrap().unwrap();
@@ -103,13 +104,20 @@ fn cost_per_layer() {
   for (name, layers) in steps {
     // Only what this host can apply (as nobody: no cgroup, no namespaces).
     let f = full.layers;
+    let (mountns, netns, pidns) = (
+      layers.mountns && f.mountns,
+      layers.netns && f.netns,
+      layers.pidns && f.pidns,
+    );
     let layers = &Layers {
       cgroup: layers.cgroup && f.cgroup,
       landlock: layers.landlock && f.landlock,
       seccomp: layers.seccomp && f.seccomp,
-      mountns: layers.mountns && f.mountns,
-      netns: layers.netns && f.netns,
-      pidns: layers.pidns && f.pidns,
+      mountns,
+      netns,
+      pidns,
+      // As nobody, the namespaces are made inside a user namespace.
+      userns: f.userns && (mountns || netns || pidns),
     };
     if (name.contains("cgroup") && !f.cgroup) || (name.ends_with("ns") && !(f.mountns || f.netns)) {
       println!("| {name} | not on this host | | | |");

@@ -162,6 +162,7 @@ function targets(res) {
     if (k && !allDead) out[out.length - 1].pass = false
   }
   aims(res, add, out)
+  if (res.isolation) require('../isolation.js').targets(res.isolation, add)
   return out
 }
 
@@ -670,6 +671,7 @@ function markdown(res, files) {
     p()
   }
 
+  if (res.isolation) lines.push(...require('../isolation.js').markdown(res.isolation))
   p('## Method')
   p()
   p('- One run measures everything. Every measurement runs in fresh child processes, one contender per process, in rounds; each round visits the contenders in a rotated order, so slow periods of the machine fall on all contenders.')

@@ -124,6 +124,8 @@ pub(super) fn plan(
     },
     mountns: true,
     pidns: ns.pid != Some(false),
+    // bwrap makes its own user namespace where it needs one; the child does not.
+    userns: false,
   };
   if probe.landlock.is_none() {
     degraded.push(
@@ -494,6 +496,7 @@ mod tests {
       landlock: landlock.then_some(7),
       seccomp,
       userns,
+      userns_reason: (!userns).then(|| "user.max_user_namespaces is 0".into()),
       sys_admin: root,
       cgroup: root.then_some(CgroupKind::V1),
       cgroup_reason: (!root).then(|| "no writable cgroup".into()),

@@ -1,9 +1,11 @@
 //! The child side: applies a `Prepared` between fork and exec. Async-signal-safe: raw syscalls on
 //! data built before the fork, no allocation, no locks (so libc rather than nix where nix would
 //! build a path or an error string). Order matters:
-//! cgroup and rlimits first (they bound everything after), namespaces and mounts while we still
-//! hold CAP_SYS_ADMIN, then fds, capabilities, no_new_privs, landlock, and seccomp last (it
+//! cgroup and rlimits first (they bound everything after), namespaces (inside a fresh user
+//! namespace when we are not root) and mounts while we still hold CAP_SYS_ADMIN, then fds, capabilities, no_new_privs, landlock, and seccomp last (it
 //! denies `mount`, `unshare` and the other calls made above).
+
+use std::ffi::CStr;
 
 use nix::errno::Errno;
 
@@ -34,6 +36,14 @@ impl Prepared {
     if self.unshare_flags != 0 {
       // SAFETY: unshare takes flags only.
       check(unsafe { libc::unshare(self.unshare_flags) }.into())?;
+    }
+    if let Some((uid_map, gid_map)) = &self.id_maps {
+      // Without CAP_SYS_ADMIN: the namespaces were made inside a fresh user namespace, where we
+      // hold every capability until they are dropped below. Map our own ids to themselves;
+      // setgroups must be denied before an unprivileged gid_map is accepted.
+      write_file(c"/proc/self/setgroups", c"deny")?;
+      write_file(c"/proc/self/uid_map", uid_map)?;
+      write_file(c"/proc/self/gid_map", gid_map)?;
     }
     mounts::apply(&self.mounts)?;
     if self.pidns {
@@ -135,17 +145,23 @@ fn enter_pid_namespace() -> Result<(), Errno> {
 }
 
 /// Moves the calling process into the group: writing "0" means "the writer".
-fn join_cgroup(procs: &std::ffi::CStr) -> Result<(), Errno> {
-  // SAFETY: `procs` is a NUL-terminated path; open/write/close touch only our stack.
+fn join_cgroup(procs: &CStr) -> Result<(), Errno> {
+  write_file(procs, c"0")
+}
+
+/// Writes `text` to the file at `path` in one `write`.
+fn write_file(path: &CStr, text: &CStr) -> Result<(), Errno> {
+  let bytes = text.to_bytes();
+  // SAFETY: NUL-terminated path, a buffer of `bytes.len()` bytes; open/write/close only.
   unsafe {
-    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
     if fd < 0 {
       return Err(Errno::last());
     }
-    let r = libc::write(fd, c"0".as_ptr().cast(), 1);
+    let r = libc::write(fd, bytes.as_ptr().cast(), bytes.len());
     let err = Errno::last();
     libc::close(fd);
-    if r != 1 {
+    if r != bytes.len() as isize {
       return Err(err);
     }
   }

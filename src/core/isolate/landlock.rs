@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use landlock::{
-  ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, PathFd, Ruleset, RulesetAttr,
+  ABI, Access, AccessFs, AccessNet, BitFlags, PathBeneath, Ruleset, RulesetAttr,
   RulesetCreatedAttr, Scope,
 };
 
@@ -53,7 +54,127 @@ fn write_access() -> BitFlags<AccessFs> {
 
 /// Builds the ruleset and returns its fd. Paths that do not exist are skipped (a missing
 /// writable root grants nothing; a missing denied path stays unreadable once created).
-pub fn build(rules: &FsRules) -> Result<OwnedFd, LandlockError> {
+///
+/// A ruleset that carves `denyRead` out of big directories costs one rule per sibling (hundreds,
+/// milliseconds). The job's reaper runs job after job with the same options, so such a ruleset is
+/// kept and handed out again while nothing it was built from has changed: the same denied paths
+/// resolving the same way, every listed directory with the same inode, mtime and ctime (an entry
+/// added, removed or renamed changes both), and every other granted path the same inode. What
+/// could still differ fails closed: a rule follows its inode, so a moved entry keeps its grant
+/// exactly as it would have between a fresh build and the exec.
+pub fn build(rules: &FsRules) -> Result<Arc<OwnedFd>, LandlockError> {
+  let trees: Vec<DenyTree> = rules
+    .read_roots
+    .iter()
+    .map(|root| deny_tree(root, rules.deny_read))
+    .collect();
+  let key = CacheKey {
+    read_roots: rules.read_roots.to_vec(),
+    writable: rules.writable.to_vec(),
+    deny_network: rules.deny_network,
+    deny_unix: rules.deny_unix,
+    trees: trees.clone(),
+  };
+  let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
+  if let Some(i) = cache.iter().position(|e| e.key == key) {
+    if cache[i].stamps.iter().all(Stamp::still_holds) {
+      return Ok(cache[i].fd.clone());
+    }
+    cache.remove(i);
+  }
+  let mut stamps = Vec::new();
+  let fd = Arc::new(build_now(rules, &trees, &mut stamps)?);
+  // Only a carve is worth keeping: without one, checking costs what building does.
+  if stamps.iter().any(|s| matches!(s, Stamp::Listed { .. })) {
+    if cache.len() >= CACHE_ENTRIES {
+      cache.remove(0);
+    }
+    cache.push(CacheEntry {
+      key,
+      stamps,
+      fd: fd.clone(),
+    });
+  }
+  Ok(fd)
+}
+
+const CACHE_ENTRIES: usize = 4;
+static CACHE: Mutex<Vec<CacheEntry>> = Mutex::new(Vec::new());
+
+#[derive(PartialEq)]
+struct CacheKey {
+  read_roots: Vec<PathBuf>,
+  writable: Vec<PathBuf>,
+  deny_network: bool,
+  deny_unix: bool,
+  /// The denied paths as they resolve now (existence, symlinks, our own permissions).
+  trees: Vec<DenyTree>,
+}
+
+struct CacheEntry {
+  key: CacheKey,
+  stamps: Vec<Stamp>,
+  fd: Arc<OwnedFd>,
+}
+
+/// What a kept ruleset was built from.
+enum Stamp {
+  /// A directory whose entries were listed to carve it.
+  Listed {
+    path: PathBuf,
+    ino: (u64, u64),
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+  },
+  /// Any other granted path: the inode its rule is on (`None`: it did not exist).
+  Granted {
+    path: PathBuf,
+    ino: Option<(u64, u64)>,
+  },
+}
+
+fn identity(m: &std::fs::Metadata) -> (u64, u64) {
+  use std::os::unix::fs::MetadataExt;
+  (m.dev(), m.ino())
+}
+
+impl Stamp {
+  fn listed(path: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::symlink_metadata(path).ok()?;
+    Some(Stamp::Listed {
+      path: path.to_owned(),
+      ino: identity(&m),
+      mtime: (m.mtime(), m.mtime_nsec()),
+      ctime: (m.ctime(), m.ctime_nsec()),
+    })
+  }
+
+  fn still_holds(&self) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match self {
+      Stamp::Listed {
+        path,
+        ino,
+        mtime,
+        ctime,
+      } => std::fs::symlink_metadata(path).is_ok_and(|m| {
+        identity(&m) == *ino
+          && (m.mtime(), m.mtime_nsec()) == *mtime
+          && (m.ctime(), m.ctime_nsec()) == *ctime
+      }),
+      Stamp::Granted { path, ino } => {
+        std::fs::symlink_metadata(path).ok().map(|m| identity(&m)) == *ino
+      }
+    }
+  }
+}
+
+fn build_now(
+  rules: &FsRules,
+  trees: &[DenyTree],
+  stamps: &mut Vec<Stamp>,
+) -> Result<OwnedFd, LandlockError> {
   let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(ABI_TARGET))?;
   if rules.deny_network {
     ruleset = ruleset.handle_access(AccessNet::from_all(ABI_TARGET))?;
@@ -68,8 +189,12 @@ pub fn build(rules: &FsRules) -> Result<OwnedFd, LandlockError> {
   let mut created = ruleset.scope(scopes)?.create()?;
 
   let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
-  for root in rules.read_roots {
-    carve(root, rules.deny_read, &mut grants)?;
+  // Grants inside a listed directory are covered by its stamp.
+  let mut listed: Vec<PathBuf> = Vec::new();
+  for (root, tree) in rules.read_roots.iter().zip(trees) {
+    if !tree.leaf {
+      carve_dir(root, tree, &mut grants, &mut listed)?;
+    }
   }
   let unix = if rules.deny_unix {
     BitFlags::empty()
@@ -98,28 +223,54 @@ pub fn build(rules: &FsRules) -> Result<OwnedFd, LandlockError> {
       read_access() | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,
     ));
   }
+  stamps.extend(listed.iter().filter_map(|d| Stamp::listed(d)));
   for (path, access) in grants {
-    // A path that vanished between the check and here grants nothing: fail closed.
-    let Ok(fd) = PathFd::new(&path) else { continue };
+    let in_listed = path.parent().is_some_and(|p| listed.iter().any(|d| d == p));
+    // Every path here is canonical (or a child of one, symlinks skipped): opened with no
+    // symlink allowed on the way, so a path swapped for a symlink since it was checked grants
+    // nothing rather than its target. A path that vanished grants nothing either: fail closed.
+    let fd = open_no_symlinks(&path).ok();
+    if !in_listed && !listed.contains(&path) {
+      stamps.push(Stamp::Granted {
+        path: path.clone(),
+        ino: fd
+          .as_ref()
+          .and_then(|f| nix::sys::stat::fstat(f).ok())
+          .map(|st| (st.st_dev, st.st_ino)),
+      });
+    }
+    let Some(fd) = fd else { continue };
     created = created.add_rule(PathBeneath::new(fd, access))?;
   }
   let fd: Option<OwnedFd> = created.into();
   fd.ok_or(LandlockError::NoFd)
 }
 
+fn open_no_symlinks(path: &Path) -> Result<OwnedFd, nix::errno::Errno> {
+  use std::os::fd::FromRawFd;
+  use std::os::unix::ffi::OsStrExt;
+  let c =
+    std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(|_| nix::errno::Errno::EINVAL)?;
+  let fd = super::mounts::open_no_symlinks(&c)?;
+  // SAFETY: a fresh fd that nothing else owns.
+  let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+  // O_NOFOLLOW opened a final symlink itself: it is not the object that was checked.
+  match nix::sys::stat::fstat(&fd) {
+    Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFLNK => Err(nix::errno::Errno::ELOOP),
+    Ok(_) => Ok(fd),
+    Err(e) => Err(e),
+  }
+}
+
 /// Denied paths as a tree of components below `root`.
-#[derive(Default)]
+#[derive(Default, Clone, PartialEq)]
 struct DenyTree {
   leaf: bool,
   children: BTreeMap<OsString, DenyTree>,
 }
 
-/// Adds read grants for `root` with every path of `deny` below it cut out.
-fn carve(
-  root: &Path,
-  deny: &[PathBuf],
-  out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>,
-) -> Result<(), LandlockError> {
+/// The paths of `deny` below `root`, as a tree (a leaf at the root: all of it is denied).
+fn deny_tree(root: &Path, deny: &[PathBuf]) -> DenyTree {
   let mut tree = DenyTree::default();
   for d in deny.iter().filter(|d| !dac_already_denies(d)) {
     let d = resolve_existing_prefix(d);
@@ -132,22 +283,37 @@ fn carve(
     }
     node.leaf = true;
   }
+  tree
+}
+
+/// Adds read grants for `root` with every path of `deny` below it cut out.
+#[cfg(test)]
+fn carve(
+  root: &Path,
+  deny: &[PathBuf],
+  out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>,
+) -> Result<(), LandlockError> {
+  let tree = deny_tree(root, deny);
   if tree.leaf {
     return Ok(()); // The whole root is denied.
   }
-  carve_dir(root, &tree, out)
+  carve_dir(root, &tree, out, &mut Vec::new())
 }
 
+/// Grants for `dir` with the denied paths of `tree` cut out; `listed` gets every directory whose
+/// entries were listed for that.
 fn carve_dir(
   dir: &Path,
   tree: &DenyTree,
   out: &mut Vec<(PathBuf, BitFlags<AccessFs>)>,
+  listed: &mut Vec<PathBuf>,
 ) -> Result<(), LandlockError> {
   if tree.children.is_empty() {
     out.push((dir.to_owned(), read_access()));
     return Ok(());
   }
   out.push((dir.to_owned(), AccessFs::ReadDir.into()));
+  listed.push(dir.to_owned());
   let entries = std::fs::read_dir(dir).map_err(|source| LandlockError::List {
     path: dir.to_owned(),
     source,
@@ -161,8 +327,14 @@ fn carve_dir(
     match tree.children.get(&name) {
       Some(sub) if sub.leaf => {}
       // Only a real directory is descended; a symlink named like an ancestor is just not granted.
-      Some(sub) if e.file_type().is_ok_and(|t| t.is_dir()) => carve_dir(&e.path(), sub, out)?,
+      Some(sub) if e.file_type().is_ok_and(|t| t.is_dir()) => {
+        carve_dir(&e.path(), sub, out, listed)?
+      }
       Some(_) => {}
+      // A symlink sibling is not granted: a grant would open it, follow it and allow its
+      // target, which may be the denied path itself (`~/link -> ~/.ssh`). Its target stays
+      // readable where a rule of its own allows it.
+      None if e.file_type().is_ok_and(|t| t.is_symlink()) => {}
       None => out.push((e.path(), read_access())),
     }
   }
@@ -248,6 +420,49 @@ mod tests {
     assert_eq!(got[&r.join("etc-passwd")], read_access());
     assert!(!got.contains_key(&r.join("home/.ssh")));
     assert!(!got.contains_key(&r.join("etc-shadow")));
+  }
+
+  #[test]
+  fn a_carved_ruleset_is_kept_until_what_it_was_built_from_changes() {
+    let t = tempfile::tempdir().unwrap();
+    let r = t.path().canonicalize().unwrap();
+    for d in ["home/.ssh", "home/src", "w"] {
+      std::fs::create_dir_all(r.join(d)).unwrap();
+    }
+    let (roots, deny, writable) = (
+      vec![r.clone()],
+      vec![r.join("home/.ssh")],
+      vec![r.join("w")],
+    );
+    let rules = FsRules {
+      read_roots: &roots,
+      deny_read: &deny,
+      writable: &writable,
+      deny_network: true,
+      deny_unix: true,
+    };
+    let first = build(&rules).unwrap();
+    assert!(Arc::ptr_eq(&first, &build(&rules).unwrap()), "kept");
+    // An entry added to a listed directory: built again (the new entry gets its grant).
+    std::fs::write(r.join("home/new"), "").unwrap();
+    let second = build(&rules).unwrap();
+    assert!(!Arc::ptr_eq(&first, &second));
+    assert!(Arc::ptr_eq(&second, &build(&rules).unwrap()));
+    // The writable root replaced by another directory of the same name.
+    std::fs::rename(r.join("w"), r.join("w-old")).unwrap();
+    std::fs::create_dir(r.join("w")).unwrap();
+    let third = build(&rules).unwrap();
+    assert!(!Arc::ptr_eq(&second, &third));
+    // A denied path that did not exist, created: it resolves differently (and HOME changed).
+    let deny2 = vec![r.join("home/.ssh"), r.join("home/src/.aws")];
+    let rules2 = FsRules {
+      deny_read: &deny2,
+      ..rules
+    };
+    let fourth = build(&rules2).unwrap();
+    assert!(Arc::ptr_eq(&fourth, &build(&rules2).unwrap()));
+    std::fs::create_dir(r.join("home/src/.aws")).unwrap();
+    assert!(!Arc::ptr_eq(&fourth, &build(&rules2).unwrap()));
   }
 
   #[test]

@@ -1,122 +1,347 @@
-//! The mount namespace's plan, as C strings made before the fork: read-only binds over `protect`,
-//! `.git` made a mount point (a rename of `.git` then fails with EBUSY, so read-only binds on
-//! `.git/hooks` cannot be defeated by moving `.git` away and recreating it), and empty read-only
-//! mounts over `denyRead`.
+//! The mount namespace's plan, made before the fork: read-only binds over `protect`, `.git` made
+//! a mount point (a rename of `.git` then fails with EBUSY, so read-only binds on `.git/hooks`
+//! cannot be defeated by moving `.git` away and recreating it), and empty read-only mounts over
+//! `denyRead`.
 //!
-//! Targets are canonical paths checked here; a concurrent swap between this check and the mount
-//! is a remaining window (the fd-based `open_tree`/`move_mount` API would close it).
+//! Bound from the checked object, not by path: `plan` opens each path `O_PATH | O_NOFOLLOW` (the
+//! check) and records its device and inode. In the child, inside the new namespace, each target
+//! is opened again with `openat2(RESOLVE_NO_SYMLINKS)` (the paths are canonical, so a symlink
+//! anywhere on the way means a swap) and must be the same object; the mount is then made with the
+//! fd-based API (`open_tree` + `mount_setattr` + `move_mount`, `fsopen`/`fsmount` for tmpfs),
+//! onto that fd. A directory swapped for a symlink after the check fails the start (ELOOP, or
+//! ESTALE for another object at the path) instead of redirecting a bind.
+//!
+//! The fds are opened in the child because a mount of the old namespace (where `prepare` runs)
+//! cannot be cloned or mounted onto from the new one (EINVAL).
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
 
 #[derive(Debug, thiserror::Error)]
 pub enum MountPlanError {
   #[error("protect path {0} is a symlink; refusing to protect its target instead of it")]
   ProtectSymlink(PathBuf),
+  #[error("denyRead path {0} became a symlink while it was checked")]
+  DenySwapped(PathBuf),
 }
 
-/// One `mount(2)` call.
+/// What one step mounts onto its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MountKind {
+  /// `mount --make-rprivate /`: nothing we mount propagates back to the host.
+  Private,
+  /// The target bound onto itself (a mount point, still writable: `.git`).
+  SelfBind,
+  /// The target bound onto itself, read-only, nosuid, nodev (`protect`, a `.git` file).
+  SelfBindReadOnly,
+  /// `/dev/null` bound read-only over the target (a denied file).
+  NullOver,
+  /// An empty read-only tmpfs over the target (a denied directory).
+  EmptyOver,
+}
+
+/// One step, with the identity the target had when it was checked.
 #[derive(Debug)]
 pub struct MountOp {
-  pub source: Option<CString>,
+  pub kind: MountKind,
   pub target: CString,
-  pub fstype: Option<CString>,
-  pub flags: libc::c_ulong,
-  pub data: Option<CString>,
+  pub dev: u64,
+  pub ino: u64,
 }
 
 fn c(p: &Path) -> CString {
   CString::new(p.as_os_str().as_bytes()).expect("paths from the filesystem have no NUL")
 }
 
-fn bind_ro(out: &mut Vec<MountOp>, source: &Path, target: &Path) {
-  out.push(MountOp {
-    source: Some(c(source)),
-    target: c(target),
-    fstype: None,
-    flags: libc::MS_BIND,
-    data: None,
-  });
-  // A bind ignores MS_RDONLY; a second, remounting call applies it.
-  out.push(MountOp {
-    source: None,
-    target: c(target),
-    fstype: None,
-    flags: libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
-    data: None,
-  });
+/// The check: opens `path` without following a final symlink; what it is (and so which step
+/// applies) is decided from the fd, not from an earlier lookup by path. `None`: nothing there.
+fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
+  use std::os::unix::fs::OpenOptionsExt;
+  let fd = std::fs::OpenOptions::new()
+    .read(true)
+    .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+    .open(path)
+    .ok()?;
+  let m = fd.metadata().ok()?;
+  Some((
+    m.file_type(),
+    MountOp {
+      kind: MountKind::Private,
+      target: c(path),
+      dev: m.dev(),
+      ino: m.ino(),
+    },
+  ))
 }
 
-/// The calls, in order. `protect` entries are absolute (already joined with each writable root).
+/// The steps, in order. `protect` entries are absolute (already joined with each writable root).
 pub fn plan(
   writable: &[PathBuf],
   protect: &[PathBuf],
   deny_read: &[PathBuf],
 ) -> Result<Vec<MountOp>, MountPlanError> {
   let mut out = vec![MountOp {
-    source: None,
-    target: c(Path::new("/")),
-    fstype: None,
-    flags: libc::MS_REC | libc::MS_PRIVATE,
-    data: None,
+    kind: MountKind::Private,
+    target: CString::from(c"/"),
+    dev: 0,
+    ino: 0,
   }];
   // `.git` first: a later non-recursive bind of it would hide the protect binds inside it.
   for w in writable {
-    let git = w.join(".git");
-    match std::fs::symlink_metadata(&git) {
-      Ok(m) if m.is_dir() => out.push(MountOp {
-        source: Some(c(&git)),
-        target: c(&git),
-        fstype: None,
-        flags: libc::MS_BIND,
-        data: None,
-      }),
+    let Some((t, op)) = checked(&w.join(".git")) else {
+      continue;
+    };
+    let kind = if t.is_dir() {
+      MountKind::SelfBind
+    } else if t.is_file() {
       // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
-      Ok(m) if m.is_file() => bind_ro(&mut out, &git, &git),
-      _ => {}
-    }
+      MountKind::SelfBindReadOnly
+    } else {
+      // A symlink: the protect steps below cannot pass it (RESOLVE_NO_SYMLINKS) and fail the start.
+      continue;
+    };
+    out.push(MountOp { kind, ..op });
   }
   for p in protect {
-    match std::fs::symlink_metadata(p) {
-      Ok(m) if m.file_type().is_symlink() => return Err(MountPlanError::ProtectSymlink(p.clone())),
-      Ok(_) => bind_ro(&mut out, p, p),
-      Err(_) => {}
+    let Some((t, op)) = checked(p) else { continue };
+    if t.is_symlink() {
+      return Err(MountPlanError::ProtectSymlink(p.clone()));
     }
+    out.push(MountOp {
+      kind: MountKind::SelfBindReadOnly,
+      ..op
+    });
   }
   for d in deny_read {
     let Ok(real) = d.canonicalize() else { continue };
-    match std::fs::metadata(&real) {
-      Ok(m) if m.is_dir() => out.push(MountOp {
-        source: Some(CString::from(c"tmpfs")),
-        target: c(&real),
-        fstype: Some(CString::from(c"tmpfs")),
-        flags: libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-        data: Some(CString::from(c"size=0,mode=000")),
-      }),
-      Ok(_) => bind_ro(&mut out, Path::new("/dev/null"), &real),
-      Err(_) => {}
-    }
+    let Some((t, op)) = checked(&real) else {
+      continue;
+    };
+    let kind = if t.is_symlink() {
+      // Canonical a moment ago: swapped since. Refuse rather than leave it readable.
+      return Err(MountPlanError::DenySwapped(real));
+    } else if t.is_dir() {
+      MountKind::EmptyOver
+    } else {
+      MountKind::NullOver
+    };
+    out.push(MountOp { kind, ..op });
   }
   Ok(out)
 }
 
-/// Runs the calls. Async-signal-safe: only `mount(2)` on prepared strings.
-pub fn apply(ops: &[MountOp]) -> Result<(), nix::errno::Errno> {
-  let ptr = |o: &Option<CString>| o.as_ref().map_or(std::ptr::null(), |s| s.as_ptr());
+// The fd-based mount API (Linux 5.2; mount_setattr 5.12, below landlock's 5.13). Values from
+// include/uapi/linux/mount.h and openat2.h; libc has the syscall numbers only.
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
+const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
+const MOUNT_ATTR_RDONLY: u64 = 0x01;
+const MOUNT_ATTR_NOSUID: u64 = 0x02;
+const MOUNT_ATTR_NODEV: u64 = 0x04;
+const MOUNT_ATTR_NOEXEC: u64 = 0x08;
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+
+#[repr(C)]
+struct MountAttr {
+  attr_set: u64,
+  attr_clr: u64,
+  propagation: u64,
+  userns_fd: u64,
+}
+
+#[repr(C)]
+struct OpenHow {
+  flags: u64,
+  mode: u64,
+  resolve: u64,
+}
+
+/// An fd closed on drop (close is async-signal-safe; no allocation).
+struct Fd(libc::c_int);
+
+impl Drop for Fd {
+  fn drop(&mut self) {
+    // SAFETY: closes an fd this guard owns.
+    unsafe { libc::close(self.0) };
+  }
+}
+
+fn fd(r: libc::c_long) -> Result<Fd, Errno> {
+  if r < 0 {
+    Err(Errno::last())
+  } else {
+    Ok(Fd(r as libc::c_int))
+  }
+}
+
+fn ok(r: libc::c_long) -> Result<(), Errno> {
+  if r < 0 { Err(Errno::last()) } else { Ok(()) }
+}
+
+/// `open(path, O_PATH | O_NOFOLLOW)` with no symlink anywhere on the way (`RESOLVE_NO_SYMLINKS`):
+/// for canonical paths, a symlink met means the path was swapped since it was made canonical.
+/// Async-signal-safe. The caller owns the returned fd.
+pub(super) fn open_no_symlinks(path: &std::ffi::CStr) -> Result<libc::c_int, Errno> {
+  let how = OpenHow {
+    flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+    mode: 0,
+    resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+  };
+  // SAFETY: a NUL-terminated path and an open_how on our stack, with its size.
+  let r = unsafe {
+    libc::syscall(
+      libc::SYS_openat2,
+      libc::AT_FDCWD,
+      path.as_ptr(),
+      &how,
+      std::mem::size_of::<OpenHow>(),
+    )
+  };
+  if r < 0 {
+    Err(Errno::last())
+  } else {
+    Ok(r as libc::c_int)
+  }
+}
+
+/// Opens the checked target again, with no symlink anywhere on the way, and makes sure it is the
+/// same object the check saw.
+fn open_target(op: &MountOp) -> Result<Fd, Errno> {
+  let target = Fd(open_no_symlinks(&op.target)?);
+  // SAFETY: fstat writes into a stat buffer on our stack.
+  let mut st: libc::stat = unsafe { std::mem::zeroed() };
+  ok(unsafe { libc::fstat(target.0, &mut st) }.into())?;
+  if st.st_dev != op.dev || st.st_ino != op.ino {
+    return Err(Errno::ESTALE);
+  }
+  Ok(target)
+}
+
+/// A detached, non-recursive copy of what `path` (relative to `dirfd`; empty: `dirfd` itself) names.
+fn clone_tree(dirfd: libc::c_int, path: &std::ffi::CStr) -> Result<Fd, Errno> {
+  let flags =
+    OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
+  // SAFETY: an fd and a NUL-terminated path (empty with AT_EMPTY_PATH).
+  fd(unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) })
+}
+
+fn set_attr(tree: &Fd, attr_set: u64) -> Result<(), Errno> {
+  let attr = MountAttr {
+    attr_set,
+    attr_clr: 0,
+    propagation: 0,
+    userns_fd: 0,
+  };
+  // SAFETY: a detached mount fd, an empty path with AT_EMPTY_PATH, a mount_attr on our stack.
+  ok(unsafe {
+    libc::syscall(
+      libc::SYS_mount_setattr,
+      tree.0,
+      c"".as_ptr(),
+      libc::AT_EMPTY_PATH as libc::c_uint,
+      &attr,
+      std::mem::size_of::<MountAttr>(),
+    )
+  })
+}
+
+fn move_onto(tree: &Fd, target: &Fd) -> Result<(), Errno> {
+  // SAFETY: two fds and empty paths with the EMPTY_PATH flags.
+  ok(unsafe {
+    libc::syscall(
+      libc::SYS_move_mount,
+      tree.0,
+      c"".as_ptr(),
+      target.0,
+      c"".as_ptr(),
+      MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH,
+    )
+  })
+}
+
+fn empty_tmpfs() -> Result<Fd, Errno> {
+  // SAFETY: static NUL-terminated strings and integers.
+  unsafe {
+    let ctx = fd(libc::syscall(
+      libc::SYS_fsopen,
+      c"tmpfs".as_ptr(),
+      FSOPEN_CLOEXEC,
+    ))?;
+    ok(libc::syscall(
+      libc::SYS_fsconfig,
+      ctx.0,
+      FSCONFIG_SET_STRING,
+      c"mode".as_ptr(),
+      c"000".as_ptr(),
+      0,
+    ))?;
+    ok(libc::syscall(
+      libc::SYS_fsconfig,
+      ctx.0,
+      FSCONFIG_CMD_CREATE,
+      std::ptr::null::<libc::c_char>(),
+      std::ptr::null::<libc::c_void>(),
+      0,
+    ))?;
+    let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC;
+    fd(libc::syscall(
+      libc::SYS_fsmount,
+      ctx.0,
+      FSMOUNT_CLOEXEC,
+      attrs as libc::c_uint,
+    ))
+  }
+}
+
+/// Runs the steps. Async-signal-safe: syscalls on prepared strings and stack structs only.
+pub fn apply(ops: &[MountOp]) -> Result<(), Errno> {
+  let read_only = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
   for op in ops {
-    // SAFETY: every pointer is null or a NUL-terminated string owned by `ops`, alive for the call.
-    let r = unsafe {
-      libc::mount(
-        ptr(&op.source),
-        op.target.as_ptr(),
-        ptr(&op.fstype),
-        op.flags,
-        ptr(&op.data).cast(),
-      )
-    };
-    if r != 0 {
-      return Err(nix::errno::Errno::last());
+    match op.kind {
+      MountKind::Private => {
+        // SAFETY: a NUL-terminated target; no source, type or data.
+        ok(
+          unsafe {
+            libc::mount(
+              std::ptr::null(),
+              op.target.as_ptr(),
+              std::ptr::null(),
+              libc::MS_REC | libc::MS_PRIVATE,
+              std::ptr::null(),
+            )
+          }
+          .into(),
+        )?;
+      }
+      MountKind::SelfBind | MountKind::SelfBindReadOnly => {
+        let target = open_target(op)?;
+        let tree = clone_tree(target.0, c"")?;
+        if op.kind == MountKind::SelfBindReadOnly {
+          // Only adds flags: whatever the mount had (noexec, atime, locked flags in a user
+          // namespace) stays.
+          set_attr(&tree, read_only)?;
+        }
+        move_onto(&tree, &target)?;
+      }
+      MountKind::NullOver => {
+        let target = open_target(op)?;
+        let tree = clone_tree(libc::AT_FDCWD, c"/dev/null")?;
+        set_attr(&tree, read_only)?;
+        move_onto(&tree, &target)?;
+      }
+      MountKind::EmptyOver => {
+        let target = open_target(op)?;
+        move_onto(&empty_tmpfs()?, &target)?;
+      }
     }
   }
   Ok(())

@@ -31,6 +31,10 @@ pub struct Layers {
   pub mountns: bool,
   /// A fresh pid namespace with its own /proc (needs the mount namespace).
   pub pidns: bool,
+  /// Without CAP_SYS_ADMIN: the namespaces above are made inside a fresh user namespace (our
+  /// uid and gid mapped to themselves, setgroups denied).
+  #[serde(default)]
+  pub userns: bool,
 }
 
 /// Serializable: the addon resolves it (probes are cached there) and the job's reaper prepares it.
@@ -63,6 +67,7 @@ impl Plan {
     let mut applied = vec!["rlimits", "privileges"];
     for (on, name) in [
       (l.cgroup, "cgroup"),
+      (l.userns, "userns"),
       (l.netns, "netns"),
       (l.pidns, "pidns"),
       (l.mountns, "mountns"),
@@ -207,11 +212,16 @@ impl Plan {
       }
     }
     let ns = opts.namespaces;
+    // Without CAP_SYS_ADMIN, namespaces are made inside a user namespace where one can be.
+    let can_ns = probe.sys_admin || probe.userns;
     // `None` means: where the host permits and where it adds something.
     let mut want_ns = |name: &str, asked: Option<bool>, useful: bool, why_useful: &str| -> bool {
       let want = asked.unwrap_or(useful);
-      if want && !probe.sys_admin {
-        degraded.push(format!("{name}: no CAP_SYS_ADMIN ({why_useful})"));
+      if want && !can_ns {
+        let why = probe.userns_reason.as_deref().unwrap_or("unknown");
+        degraded.push(format!(
+          "{name}: no CAP_SYS_ADMIN and no user namespace ({why}; {why_useful})"
+        ));
         if asked == Some(true) {
           missing_required.push(name.to_string());
         }
@@ -220,7 +230,7 @@ impl Plan {
       want
     };
     // Not by default: seccomp (every non-Unix socket) and landlock (TCP) already deny the
-    // network, and a fresh network namespace costs 1-4 ms per exec (see tests/isolate_cost.rs).
+    // network, and a fresh network namespace costs 0.3-0.6 ms more per exec (README).
     layers.netns = want_ns(
       "netns",
       ns.net,
@@ -257,6 +267,7 @@ impl Plan {
     if let Some(why) = super::bwrap::no_fallback(opts, probe) {
       degraded.push(why);
     }
+    layers.userns = !probe.sys_admin && (layers.mountns || layers.netns || layers.pidns);
     if !missing_required.is_empty()
       && (strict || ns.pid == Some(true) || ns.net == Some(true) || ns.mount == Some(true))
     {
@@ -290,6 +301,7 @@ mod tests {
       landlock: Some(7),
       seccomp: true,
       userns: false,
+      userns_reason: Some("user.max_user_namespaces is 0".into()),
       sys_admin: root,
       cgroup: root.then_some(CgroupKind::V1),
       cgroup_reason: (!root).then(|| "no writable cgroup".into()),
@@ -330,6 +342,7 @@ mod tests {
         netns: false,
         mountns: true,
         pidns: false,
+        userns: false,
       }
     );
     assert!(p.degraded.is_empty(), "{:?}", p.degraded);
@@ -360,6 +373,57 @@ mod tests {
         p.degraded
       );
     }
+    // Says why user namespaces could not stand in.
+    let mountns = p
+      .degraded
+      .iter()
+      .find(|d| d.starts_with("mountns:"))
+      .unwrap();
+    assert!(
+      mountns.contains("user.max_user_namespaces is 0"),
+      "{mountns}"
+    );
+    assert!(!p.layers.userns);
+  }
+
+  #[test]
+  fn unprivileged_with_user_namespaces_gets_the_namespaces_inside_one() {
+    let mut h = host(false);
+    h.userns = true;
+    h.userns_reason = None;
+    let o =
+      opts(json!({"mode": "auto", "required": true, "namespaces": {"pid": true, "net": true}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
+    assert_eq!(
+      p.layers,
+      Layers {
+        cgroup: false,
+        landlock: true,
+        seccomp: true,
+        netns: true,
+        mountns: true,
+        pidns: true,
+        userns: true,
+      }
+    );
+    assert!(p.report().applied.contains(&"userns"));
+    assert!(p.report().applied.contains(&"protect"));
+    assert!(
+      !p.degraded
+        .iter()
+        .any(|d| d.starts_with("mountns") || d.starts_with("protect"))
+    );
+    // No namespace asked for or useful: no user namespace either.
+    let o = opts(json!({"mode": "auto", "fs": {"protect": [], "denyRead": []}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
+    assert!(!p.layers.userns && !p.layers.mountns);
+    // Root never needs one.
+    let mut r = host(true);
+    r.userns = true;
+    let p = Plan::resolve(&opts(json!({"mode": "auto"})), Path::new("/tmp"), &r)
+      .unwrap()
+      .unwrap();
+    assert!(p.layers.mountns && !p.layers.userns);
   }
 
   #[test]

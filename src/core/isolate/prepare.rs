@@ -1,7 +1,9 @@
 //! Every allocation and every path lookup isolation needs, done before the fork, so the child
 //! side (`child.rs`) only makes syscalls on what is built here.
 
+use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::sync::Arc;
 
 use seccompiler::BpfProgram;
 
@@ -25,13 +27,16 @@ pub struct Prepared {
   pub(super) rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
   pub(super) cgroup: Option<JobCgroup>,
   pub(super) unshare_flags: libc::c_int,
+  /// `uid_map` and `gid_map` lines for a user namespace: our ids mapped to themselves.
+  pub(super) id_maps: Option<(CString, CString)>,
   pub(super) mounts: Vec<MountOp>,
   /// Fork once more after `unshare(CLONE_NEWPID)`: the command runs as pid 1 of the namespace,
   /// its parent stays behind to pass on the exit status.
   pub(super) pidns: bool,
   pub(super) drop_bounding: bool,
   pub(super) cap_last_cap: u32,
-  pub(super) landlock_fd: Option<OwnedFd>,
+  /// Shared with the reaper's cache of carved rulesets (`landlock::build`).
+  pub(super) landlock_fd: Option<Arc<OwnedFd>>,
   pub(super) seccomp: Vec<BpfProgram>,
   report: IsolationReport,
 }
@@ -95,6 +100,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   };
 
   let mut unshare_flags = 0;
+  let id_maps = plan.layers.userns.then(|| {
+    unshare_flags |= libc::CLONE_NEWUSER;
+    // SAFETY: geteuid/getegid cannot fail and touch no memory of ours.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let line = |id: u32| CString::new(format!("{id} {id} 1\n")).expect("digits have no NUL");
+    (line(uid), line(gid))
+  });
   if plan.layers.netns {
     unshare_flags |= libc::CLONE_NEWNET;
   }
@@ -144,9 +156,11 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     rlimits,
     cgroup,
     unshare_flags,
+    id_maps,
     mounts,
     pidns: plan.layers.pidns,
-    drop_bounding: plan.drop_bounding,
+    // Root holds CAP_SETPCAP; so does anyone inside their own user namespace.
+    drop_bounding: plan.drop_bounding || plan.layers.userns,
     cap_last_cap: plan.cap_last_cap,
     landlock_fd,
     seccomp,

@@ -11,8 +11,11 @@ pub struct Probe {
   pub landlock: Option<i32>,
   /// seccomp filter mode available.
   pub seccomp: bool,
-  /// Unprivileged user namespaces can be created (reported; the native backend does not use them yet).
+  /// User namespaces can be made here, with a mount namespace inside: without CAP_SYS_ADMIN,
+  /// the mount, pid and net namespaces are made inside one.
   pub userns: bool,
+  /// Why user namespaces cannot be used, for `degraded` and `doctor()`.
+  pub userns_reason: Option<String>,
   /// CAP_SYS_ADMIN in the effective set: mount, net and pid namespaces can be made directly.
   pub sys_admin: bool,
   /// A cgroup hierarchy we can make child groups in: `"v1"` (pids + memory controllers).
@@ -52,10 +55,12 @@ fn probe_now() -> Probe {
     Ok(k) => (Some(k), None),
     Err(r) => (None, Some(r)),
   };
+  let userns_reason = userns_available().err();
   Probe {
     landlock: landlock_abi(),
     seccomp: seccomp_available(),
-    userns: userns_available(),
+    userns: userns_reason.is_none(),
+    userns_reason,
     sys_admin: has_effective_cap(21),
     cgroup,
     cgroup_reason,
@@ -96,25 +101,42 @@ fn read_num(path: &str) -> Option<i64> {
   std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-fn userns_available() -> bool {
-  if read_num("/proc/sys/user/max_user_namespaces") == Some(0)
-    || read_num("/proc/sys/kernel/unprivileged_userns_clone") == Some(0)
-    || read_num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1)
-  {
-    return false;
+/// `Err(why)` when user namespaces cannot be used. The sysctls name the usual blocks; the real
+/// test (a user namespace with a mount namespace inside, as the child makes them) also catches a
+/// container's seccomp profile and an LSM that only refuses what is done inside.
+fn userns_available() -> Result<(), String> {
+  if read_num("/proc/sys/user/max_user_namespaces") == Some(0) {
+    return Err("user.max_user_namespaces is 0".into());
   }
-  // The sysctls do not show a container's seccomp profile: try for real, in a child we spawn
-  // without a pre_exec hook (posix_spawn path, no fork of the caller).
-  match find_in_path("unshare") {
-    Some(u) => std::process::Command::new(u)
-      .args(["--user", "--map-root-user", "true"])
-      .stdin(std::process::Stdio::null())
-      .stdout(std::process::Stdio::null())
-      .stderr(std::process::Stdio::null())
-      .status()
-      .is_ok_and(|s| s.success()),
-    None => false,
+  if read_num("/proc/sys/kernel/unprivileged_userns_clone") == Some(0) {
+    return Err("kernel.unprivileged_userns_clone is 0".into());
   }
+  if read_num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
+    return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns is 1)".into());
+  }
+  // Spawned without a pre_exec hook (posix_spawn path, no fork of the caller).
+  let Some(u) = find_in_path("unshare") else {
+    return Err("`unshare` (util-linux) is not installed, so they could not be tried".into());
+  };
+  let out = std::process::Command::new(u)
+    .args(["--user", "--map-root-user", "--mount", "true"])
+    .stdin(std::process::Stdio::null())
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::piped())
+    .output()
+    .map_err(|e| format!("could not run `unshare`: {e}"))?;
+  if out.status.success() {
+    return Ok(());
+  }
+  let err = String::from_utf8_lossy(&out.stderr);
+  let err = err.trim();
+  Err(if err.contains("Operation not permitted") {
+    format!(
+      "unshare(CLONE_NEWUSER | CLONE_NEWNS) fails with EPERM (a container's seccomp profile, or an LSM): {err}"
+    )
+  } else {
+    format!("unshare(CLONE_NEWUSER | CLONE_NEWNS) fails: {err}")
+  })
 }
 
 fn has_effective_cap(cap: u32) -> bool {
@@ -252,19 +274,22 @@ pub fn doctor() -> Doctor {
     Some("CONFIG_SECCOMP_FILTER=y"),
   );
   let ns_reason = || {
-    Some(if p.userns {
-      "no CAP_SYS_ADMIN; unprivileged user namespaces exist but the native backend does not use them yet".to_string()
-    } else {
-      "no CAP_SYS_ADMIN and user namespaces are blocked (container seccomp profile, AppArmor, or sysctl)".to_string()
-    })
+    Some(format!(
+      "no CAP_SYS_ADMIN, and user namespaces cannot be used: {}",
+      p.userns_reason.as_deref().unwrap_or("unknown")
+    ))
   };
   let ns_remedy = Some(
-    "run the supervisor as root with CAP_SYS_ADMIN, or allow user namespaces (sysctl user.max_user_namespaces, \
-     kernel.apparmor_restrict_unprivileged_userns=0, a seccomp profile permitting unshare/clone with CLONE_NEWUSER)",
+    "allow user namespaces: sysctl user.max_user_namespaces > 0, kernel.unprivileged_userns_clone=1 (Debian/Ubuntu \
+     kernels), kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile granting `userns`, and a \
+     container seccomp profile permitting unshare/clone with CLONE_NEWUSER (Docker's default refuses it: \
+     --security-opt seccomp=<profile>); or run the supervisor as root",
   );
-  add("netns", p.sys_admin, ns_reason(), ns_remedy);
-  add("mountns", p.sys_admin, ns_reason(), ns_remedy);
-  add("pidns", p.sys_admin, ns_reason(), ns_remedy);
+  let ns = p.sys_admin || p.userns;
+  add("userns", p.userns, p.userns_reason.clone(), ns_remedy);
+  add("netns", ns, ns_reason(), ns_remedy);
+  add("mountns", ns, ns_reason(), ns_remedy);
+  add("pidns", ns, ns_reason(), ns_remedy);
   layers.push(super::bwrap::doctor_layer(p));
   Doctor {
     backend: super::bwrap::auto_backend(p),
