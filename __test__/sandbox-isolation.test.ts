@@ -28,7 +28,10 @@ afterAll(() => pool.shutdown())
 
 const NODE = realpathSync(process.execPath)
 const GIT = realpathSync(execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim())
-const root = probeIsolation().uid === 0
+const host = probeIsolation()
+const root = host.uid === 0
+/** Namespaces (mount, net, pid) apply: as root, or as non-root inside a user namespace. */
+const ns = host.sysAdmin || host.userns
 
 type Isolation = SandboxConfig['isolation']
 
@@ -115,7 +118,7 @@ async function listener() {
 }
 
 /** The layers this host applies by default, as the pool reports them. */
-const EXPECTED_DEGRADED = root ? [] : ['cgroup', 'mountns']
+const EXPECTED_DEGRADED = [...(root ? [] : ['cgroup']), ...(ns ? [] : ['mountns'])]
 
 describe.each([
   ['auto', undefined],
@@ -219,7 +222,7 @@ describe('git topology', () => {
     const [add, commit] = audit(auditLog).filter((e) => e.exitCode !== undefined)
     for (const e of [add, commit]) {
       expect(e.isolation?.applied).toEqual(expect.arrayContaining(['landlock', 'seccomp']))
-      expect(e.isolation?.applied.includes('protect')).toBe(root)
+      expect(e.isolation?.applied.includes('protect')).toBe(ns)
     }
     // Paths to commit would read work tree files past `add`'s exclusions: refused.
     const err = await rejectionOf(sandbox.execute('git commit -m x b.txt'), SandboxError)
@@ -287,7 +290,7 @@ describe.each([
   ['auto', undefined],
   ['off', { mode: 'off' } as const],
 ])('protected paths, isolation %s', (mode, isolation) => {
-  test('a program that may write the jail cannot write .git/hooks or .git/config (root: mount namespace)', async () => {
+  test('a program that may write the jail cannot write .git/hooks or .git/config (mount namespace: root, or a user namespace)', async () => {
     const { sandbox, jail, auditLog } = nodeSandbox(isolation)
     git(jail, 'init', '-q')
     const hook = join(jail, '.git/hooks/pre-commit')
@@ -301,13 +304,14 @@ for (const [p, s] of [[${JSON.stringify(hook)}, '#!/bin/sh\\ntouch /tmp/pwned\\n
     const r = await sandbox.execute(`node ${evil}`)
     expect(r.exitCode).toBe(0)
     const outcome = audit(auditLog).at(-1)!
-    // Without the mount namespace (non-root) `protect` is degraded and says so: the writes land.
-    const held = mode === 'auto' && root
+    // Without a mount namespace (non-root where user namespaces are blocked) `protect` is
+    // degraded and says so: the writes land.
+    const held = mode === 'auto' && ns
     expect(existsSync(hook)).toBe(!held)
     expect(readFileSync(config, 'utf8') === before).toBe(held)
     if (mode === 'auto') {
-      expect(outcome.isolation?.applied.includes('protect')).toBe(root)
-      if (!root) expect(outcome.isolation?.degraded.some((d) => d.startsWith('protect:'))).toBe(true)
+      expect(outcome.isolation?.applied.includes('protect')).toBe(ns)
+      if (!ns) expect(outcome.isolation?.degraded.some((d) => d.startsWith('protect:'))).toBe(true)
     } else {
       expect(outcome.isolation).toEqual({ backend: 'off', applied: [], degraded: [] })
     }
@@ -318,7 +322,7 @@ describe.each([
   ['auto', undefined],
   ['off', { mode: 'off' } as const],
 ])('the audit log inside the jail, isolation %s', (mode, isolation) => {
-  test('a program that may write the jail cannot write its audit log (root: mount namespace)', async () => {
+  test('a program that may write the jail cannot write its audit log (mount namespace: root, or a user namespace)', async () => {
     const { jail } = dirs()
     const auditLog = new AuditLog(jail) // loa-finn's default: <jail>/audit/audit.log
     const config: SandboxConfig = {
@@ -335,9 +339,9 @@ describe.each([
     const evil = script(jail, 'a.js', `try { require('fs').appendFileSync(${JSON.stringify(log)}, 'FORGED\\n') } catch (e) { process.stdout.write(e.code) }\n`)
     const r = await sandbox.execute(`node ${evil}`)
     expect(r.exitCode).toBe(0)
-    const held = mode === 'auto' && root
+    const held = mode === 'auto' && ns
     expect(readFileSync(log, 'utf8').includes('FORGED')).toBe(!held)
-    if (mode === 'auto' && !root) {
+    if (mode === 'auto' && !ns) {
       // The forged line is in the log: only the outcome entry (the last line) is read.
       const outcome = JSON.parse(readFileSync(log, 'utf8').trim().split('\n').at(-1)!) as AuditEntry
       expect(outcome.isolation?.degraded.some((d) => d.startsWith('hidden:'))).toBe(true)
@@ -392,11 +396,12 @@ describe('configuration and executors', () => {
   })
 
   test('a required layer the host lacks refuses the command: ISOLATION_UNAVAILABLE, audited', async () => {
-    // A network namespace needs CAP_SYS_ADMIN: root has it, nobody does not.
+    // A network namespace needs CAP_SYS_ADMIN or a user namespace: where neither exists (non-root
+    // in a container that blocks user namespaces) the command is refused.
     const { sandbox, jail, auditLog } = nodeSandbox({ required: true, namespaces: { net: true } })
     const marker = join(jail, 'ran')
     const run = sandbox.execute(`node ${script(jail, 'r.js', `require('fs').writeFileSync(${JSON.stringify(marker)}, '')\n`)}`)
-    if (root) {
+    if (ns) {
       expect((await run).exitCode).toBe(0)
       expect(audit(auditLog).at(-1)!.isolation?.applied).toContain('netns')
     } else {
@@ -404,7 +409,7 @@ describe('configuration and executors', () => {
       expect(err.code).toBe('ISOLATION_UNAVAILABLE')
       expect(audit(auditLog).at(-1)).toMatchObject({ action: 'allow', reason: 'execution_failed: ISOLATION_UNAVAILABLE' })
     }
-    expect(existsSync(marker)).toBe(root)
+    expect(existsSync(marker)).toBe(ns)
   })
 
   test('required isolation refuses a JS executor at construction, and accepts the pool', () => {

@@ -219,6 +219,13 @@ mod tests {
     ] {
       assert!(check(bad).is_err(), "{bad}");
     }
+    // A bare repository inside the jail whose name has a colon: git reads `evil:x.git` as
+    // scp-like ssh (host `evil`), so it is refused although the directory checks out.
+    git(&jail, &["init", "-q", "--bare", "evil:x.git"]);
+    assert_eq!(
+      check("evil:x.git").unwrap_err(),
+      "Repository config rejected: remote r is neither https:// nor a repository inside the jail"
+    );
     // The local remote is checked like the jail's repository: alternates pointing out refused.
     git(
       &jail,

@@ -66,10 +66,6 @@ impl SandboxIsolation {
     self.options.mode
   }
 
-  pub fn required(&self) -> bool {
-    self.options.required
-  }
-
   /// The options for one command; `None` when isolation is off. `hidden` (the audit directory)
   /// is added to the denied reads.
   pub fn for_command(

@@ -108,7 +108,12 @@ pub fn run_blocking<R>(
       supervisor.checkin(reaper);
       return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
     }
-    other => return Err(crashed(&reaper, &format!("unexpected {other:?}"))),
+    other => {
+      return Err(crashed(
+        &reaper,
+        &format!("unexpected {other:?} after {retired} retired reaper(s)"),
+      ));
+    }
   }
   on_spawn(reaper.pid);
   let mut job = Job {
@@ -223,7 +228,7 @@ impl Job {
           other => {
             return Err(io::Error::new(
               io::ErrorKind::InvalidData,
-              format!("unexpected {other:?}"),
+              format!("unexpected {other:?} while the job ran"),
             ));
           }
         }
