@@ -122,6 +122,7 @@ pub fn run_blocking<R>(
     buf: Vec::new(),
     status: None,
     tree_gone: false,
+    retired: false,
   };
   let outcome = job.supervise(&mut reaper, limits, stop, stop_fd, started);
   let ended_by = match outcome {
@@ -130,7 +131,9 @@ pub fn run_blocking<R>(
   };
   let mut survivors = Vec::new();
   if job.tree_gone {
-    supervisor.checkin(reaper);
+    if !job.retired {
+      supervisor.checkin(reaper);
+    }
   } else {
     // Past the reap bound: list what is left, and let this reaper go (it keeps killing and
     // exits; the supervisor inherits anything it leaves).
@@ -185,6 +188,8 @@ struct Job {
   buf: Vec<u8>,
   status: Option<ExitStatus>,
   tree_gone: bool,
+  /// The reaper retired after the job (idle past its limit before we read the end).
+  retired: bool,
 }
 
 /// What the addon has asked the reaper for.
@@ -225,6 +230,9 @@ impl Job {
         match FromReaper::decode(&frame)? {
           FromReaper::Exited(status) => self.status = Some(status),
           FromReaper::TreeGone => self.tree_gone = true,
+          // The reaper went idle after this job and retired before the addon read the
+          // `TreeGone` in front of it: the job is over, and the reaper is not checked in.
+          FromReaper::Retired if self.tree_gone => self.retired = true,
           other => {
             return Err(io::Error::new(
               io::ErrorKind::InvalidData,
