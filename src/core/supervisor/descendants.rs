@@ -253,4 +253,36 @@ mod tests {
     assert_eq!(found, vec![11, 12]);
     assert!(descendants(&procs, 20, &|_| false).is_empty());
   }
+
+  /// The fast path (the `children` files) is the one taken on this kernel, and it sees a
+  /// grandchild with its parent link and skips a spared subtree. (Were it to give up, the full
+  /// `/proc` scan would still find the tree: only a test of the walk itself tells them apart.)
+  #[test]
+  fn the_children_files_walk_finds_grandchildren_with_their_parents() {
+    use std::process::{Command, Stdio};
+    // A shell whose child is a sleep (grandchild of this test process), and a second shell.
+    let mut a = Command::new("sh")
+      .args(["-c", "sleep 30 & echo $!; wait"])
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let mut b = Command::new("sleep").arg("30").spawn().unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+      &mut std::io::BufReader::new(a.stdout.as_mut().unwrap()),
+      &mut line,
+    )
+    .unwrap();
+    let sleep: i32 = line.trim().parse().unwrap();
+    let me = std::process::id() as i32;
+    let (a_pid, b_pid) = (a.id() as i32, b.id() as i32);
+    assert!(children_of(me).unwrap().contains(&a_pid));
+    let found = walk_children(me, &|pid| pid == b_pid).unwrap();
+    let _ = (a.kill(), b.kill());
+    let _ = (a.wait(), b.wait());
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(sleep), Signal::SIGKILL);
+    assert!(found.contains(&(a_pid, me)), "{found:?}");
+    assert!(found.contains(&(sleep, a_pid)), "{found:?}");
+    assert!(!found.iter().any(|(p, _)| *p == b_pid), "{found:?}");
+  }
 }
