@@ -284,5 +284,74 @@ mod tests {
     assert!(found.contains(&(a_pid, me)), "{found:?}");
     assert!(found.contains(&(sleep, a_pid)), "{found:?}");
     assert!(!found.iter().any(|(p, _)| *p == b_pid), "{found:?}");
+    // A root without the files (gone, or a kernel without them) sends callers to the full scan.
+    assert_eq!(walk_children(i32::MAX, &|_| false), None);
+  }
+
+  /// `sh -c <script>` whose first output line is a pid it prints; returns (child, that pid).
+  fn shell(script: &str) -> (std::process::Child, i32) {
+    use std::process::{Command, Stdio};
+    let mut c = Command::new("sh")
+      .args(["-c", script])
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+      &mut std::io::BufReader::new(c.stdout.as_mut().unwrap()),
+      &mut line,
+    )
+    .unwrap();
+    (c, line.trim().parse().unwrap())
+  }
+
+  fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(") ").next()?.chars().next()
+  }
+
+  /// Waits (for a real state change, with a deadline) until `pid` is in `want` or gone.
+  fn wait_state(pid: i32, want: &[Option<char>]) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !want.contains(&state(pid)) {
+      assert!(std::time::Instant::now() < until, "{pid}: {:?}", state(pid));
+      std::thread::yield_now();
+    }
+  }
+
+  #[test]
+  fn freeze_stops_the_tree_and_counts_only_the_living() {
+    let (mut root, first) = shell("sleep 30 & echo $!; sleep 30 & wait");
+    let root_pid = root.id() as i32;
+    let mut tree = Tree::new(root_pid);
+    // Both sleeps (the second may still be starting: freeze walks until nothing new shows).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tree.freeze(&|_| false) < 2 {
+      assert!(std::time::Instant::now() < until);
+    }
+    for pid in tree.alive() {
+      wait_state(pid, &[Some('T')]);
+    }
+    // One dies and is reaped by its (running) shell: the next freeze holds only the other.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+    tree.signal(Signal::SIGCONT, &|_| false);
+    wait_state(first, &[None]);
+    assert_eq!(tree.freeze(&|_| false), 1);
+    assert_eq!(tree.alive().len(), 1);
+    tree.signal(Signal::SIGKILL, &|_| false);
+    let _ = root.kill();
+    let _ = root.wait();
+  }
+
+  #[test]
+  fn a_zombie_is_not_held() {
+    // The child exits and is never reaped: its parent sleeps without waiting (a shell would
+    // reap it between commands).
+    let (mut root, zombie) =
+      shell("exec perl -e '$| = 1; my $p = fork; exit 0 if $p == 0; print \"$p\\n\"; sleep 30'");
+    wait_state(zombie, &[Some('Z')]);
+    assert_eq!(Tree::new(root.id() as i32).freeze(&|_| false), 0);
+    let _ = root.kill();
+    let _ = root.wait();
   }
 }
