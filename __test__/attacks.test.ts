@@ -4,7 +4,7 @@
 // loa-finn ran it (its environment, the arguments passed as written, `appendFileSync` for the
 // audit log): that run must show the escape, which proves the probe can see it.
 import { execFileSync } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { appendFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, linkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
@@ -222,6 +222,46 @@ describe('reads outside the jail, with no code execution', () => {
     expect(plain.refused).toBeUndefined()
     expect(plain.text).toContain('link')
     expect(leaks(plain.text, out.name)).toBe(false)
+  })
+})
+
+/** Renames the entry `from` of the jail's index to `to` (same length), as an agent writing
+ * `.git/index` itself can: git add refuses such names, git reads them. */
+function renameIndexEntry(jail: string, from: string, to: string) {
+  expect(to.length).toBe(from.length)
+  const file = join(jail, '.git', 'index')
+  const body = readFileSync(file).subarray(0, -20)
+  const at = body.indexOf(from)
+  expect(at).toBeGreaterThan(0)
+  body.write(to, at, 'latin1')
+  writeFileSync(file, Buffer.concat([body, createHash('sha1').update(body).digest()]))
+}
+
+describe('index entries outside the work tree (the agent writes .git/index)', () => {
+  test('an entry ../<outside file>: git diff shows its content; ./audit/audit.log: the audit log', async () => {
+    const { sandbox, jail } = repoJail()
+    const out = outside()
+    const token = `TOKEN${randomBytes(8).toString('hex')}`
+    await attempt(sandbox, `cat ${token}`)
+    const index = readFileSync(join(jail, '.git', 'index'))
+    for (const [to, probe] of [
+      [`../${basename(out.dir)}/${out.name}.txt`, out.secret],
+      ['./audit/audit.log', token],
+    ]) {
+      const from = `zz${to.slice(2)}`
+      mkdirSync(join(jail, from, '..'), { recursive: true })
+      writeFileSync(join(jail, from), 'decoy\n')
+      git(jail, 'add', '-f', from)
+      rmSync(join(jail, from.split('/')[0]), { recursive: true })
+      renameIndexEntry(jail, from, to)
+      expect(leaks(loaFinn(jail, 'git diff'), probe), to).toBe(true)
+      for (const command of ['git diff', 'git status']) {
+        const r = await attempt(sandbox, command)
+        expect(r.refused, `${to}: ${command}`).toBe(`Repository config rejected: index entry outside the work tree: ${to}`)
+        expect(leaks(r.text, probe)).toBe(false)
+      }
+      writeFileSync(join(jail, '.git', 'index'), index)
+    }
   })
 })
 
