@@ -270,6 +270,41 @@ describe('git topology', () => {
     ])
   })
 
+  test('a remote URL git reads as another repository than the one checked: never fetched', async () => {
+    const { jail, data, base } = dirs()
+    git(jail, 'init', '-q', '-b', 'main')
+    // A private repository outside the jail.
+    const secret = `SECRET${Date.now()}`
+    const other = join(base, 'private')
+    mkdirSync(other)
+    git(other, 'init', '-q', '-b', 'main')
+    writeFileSync(join(other, 's.txt'), `${secret}\n`)
+    git(other, 'add', 's.txt')
+    git(other, 'commit', '-qm', 'private')
+    // The checked repository is a decoy inside the jail; git reads `other` (file://host/path is
+    // /path to git) or, past a directory git does not take for a repository, `<path>.git`.
+    const decoy = join(jail, 'x', other)
+    mkdirSync(decoy, { recursive: true })
+    git(decoy, 'init', '-q', '--bare')
+    mkdirSync(join(jail, 'fake', 'objects'), { recursive: true })
+    mkdirSync(join(jail, 'fake', 'refs'))
+    writeFileSync(join(jail, 'fake', 'HEAD'), 'garbage\n')
+    git(jail, 'clone', '-q', '--bare', '--no-local', other, 'fake.git')
+    const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['log', 'fetch', 'push'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+    const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy } }, new AuditLog(data), pool)
+    for (const url of [`file://x${other}`, 'fake']) {
+      git(jail, 'config', 'remote.origin.url', url)
+      git(jail, 'config', 'remote.origin.fetch', '+refs/heads/*:refs/remotes/origin/*')
+      // The probe: git itself, run from the jail, fetches the private repository's commit.
+      git(jail, 'fetch', '-q', 'origin')
+      expect(git(jail, 'show', 'origin/main'), url).toContain(secret)
+      git(jail, 'update-ref', '-d', 'refs/remotes/origin/main')
+      const err = await rejectionOf(sandbox.execute('git fetch origin'), SandboxError)
+      expect(err.message, url).toMatch(/^Repository config rejected: (remote origin is neither|git could not read it)/)
+      expect(() => git(jail, 'rev-parse', '-q', '--verify', 'refs/remotes/origin/main')).toThrow()
+    }
+  })
+
   test('a .git file pointing at another repository is refused, never run', async () => {
     const { sandbox, jail, base, auditLog } = repoSandbox(undefined)
     const other = join(base, 'other')
