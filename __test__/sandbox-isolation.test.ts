@@ -270,6 +270,37 @@ describe('git topology', () => {
     ])
   })
 
+  test("a hook in the local remote: git push would run it, with push's network", async () => {
+    const { jail, data } = dirs()
+    git(jail, 'init', '-q', '-b', 'main')
+    git(jail, 'commit', '-q', '--allow-empty', '-m', 'local')
+    git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
+    git(jail, 'config', 'remote.origin.url', 'remote.git')
+    const l = await listener()
+    try {
+      const ran = join(jail, 'hook-ran')
+      const hook = join(jail, 'remote.git', 'hooks', 'pre-receive')
+      writeFileSync(hook, `#!/bin/sh\ntouch ${ran}\nexec ${NODE} -e "require('net').connect(${l.port}, '127.0.0.1').on('connect', () => process.exit(0))"\n`)
+      execFileSync('chmod', ['+x', hook])
+      // The probe: a push from the host runs the hook, which reaches the listener.
+      git(jail, 'push', '-q', 'origin', 'main:refs/heads/probe')
+      expect(existsSync(ran)).toBe(true)
+      expect(await l.acceptedBeforeProbe()).toBe(1)
+      execFileSync('rm', [ran])
+      const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['log', 'fetch', 'push'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+      const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy } }, new AuditLog(data), pool)
+      for (const command of ['git push origin main', 'git fetch origin']) {
+        const err = await rejectionOf(sandbox.execute(command), SandboxError)
+        expect(err.message).toBe('Repository config rejected: remote origin has a hook (receive-pack would run it): hooks/pre-receive')
+      }
+      expect(existsSync(ran)).toBe(false)
+      // Only the probe's first connection and the check's own.
+      expect(await l.acceptedBeforeProbe()).toBe(2)
+    } finally {
+      l.server.close()
+    }
+  })
+
   test('a remote URL git reads as another repository than the one checked: never fetched', async () => {
     const { jail, data, base } = dirs()
     git(jail, 'init', '-q', '-b', 'main')

@@ -102,6 +102,31 @@ fn urls(git_bin: &str, repo: &Repository, name: &str) -> Result<Vec<String>, Den
   Ok(urls)
 }
 
+/// A local remote's `hooks/` holds only git's `*.sample` files. `receive-pack` runs the remote's
+/// hooks (pre-receive, update, post-receive, ...) with the pushing git's `GIT_CONFIG_*`
+/// overrides removed (git clears them for a local transport), so `core.hooksPath` cannot switch
+/// them off: a hook there ran any program, with the network push is given.
+fn no_hooks(remote: &Repository, name: &str) -> Result<(), Denial> {
+  for dir in [&remote.git_dir, &remote.common_dir] {
+    let entries = match std::fs::read_dir(dir.join("hooks")) {
+      Ok(entries) => entries,
+      Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+      Err(_) => return Err(refuse(format!("remote {name}: hooks/ cannot be read"))),
+    };
+    for entry in entries {
+      let entry = entry.map_err(|_| refuse(format!("remote {name}: hooks/ cannot be read")))?;
+      let file = entry.file_name();
+      if !file.to_string_lossy().ends_with(".sample") {
+        return Err(refuse(format!(
+          "remote {name} has a hook (receive-pack would run it): hooks/{}",
+          file.to_string_lossy()
+        )));
+      }
+    }
+  }
+  Ok(())
+}
+
 /// The `GIT_ALLOW_PROTOCOL` for contacting remote `name` of `repo`: `https` and/or `file`, each
 /// URL checked; anything else refused.
 pub fn protocols(
@@ -140,7 +165,7 @@ pub fn protocols(
       .ok_or_else(|| refuse(format!("remote {name} points outside the jail")))?;
     // The remote as a repository of its own: a bare one at `dir`, checked like the jail's.
     match git::check_repository(&dir, git_bin)? {
-      Some(r) if r.work_tree.is_none() => {}
+      Some(r) if r.work_tree.is_none() => no_hooks(&r, name)?,
       _ => {
         return Err(refuse(format!(
           "remote {name} is not a bare repository inside the jail"
@@ -249,6 +274,15 @@ mod tests {
     std::fs::create_dir_all(jail.join("fake/refs")).unwrap();
     std::fs::write(jail.join("fake/HEAD"), "garbage\n").unwrap();
     assert!(check("fake").is_err());
+    // A hook in the remote: receive-pack would run it. git init's samples pass.
+    assert_eq!(check("remote.git").unwrap(), "file");
+    std::fs::write(jail.join("remote.git/hooks/pre-receive"), "#!/bin/sh\n").unwrap();
+    assert!(
+      check("remote.git")
+        .unwrap_err()
+        .contains("has a hook (receive-pack would run it): hooks/pre-receive")
+    );
+    std::fs::remove_file(jail.join("remote.git/hooks/pre-receive")).unwrap();
     // The local remote is checked like the jail's repository: alternates pointing out refused.
     git(
       &jail,
