@@ -265,6 +265,24 @@ describe('index entries outside the work tree (the agent writes .git/index)', ()
   })
 })
 
+describe('the host is never blocked by the repository check', () => {
+  test('a FIFO as .git/commondir, .git/config, .git/HEAD or .git/index is refused at once', async () => {
+    for (const name of ['commondir', 'config', 'HEAD', 'index']) {
+      const { sandbox, jail } = repoJail()
+      const fifo = join(jail, '.git', name)
+      rmSync(fifo, { force: true })
+      execFileSync('mkfifo', [fifo])
+      // Unblocks a reader after 3 s, again and again for 10 s, so that an unfixed check (which
+      // blocks Node's thread: no timer can fire) returns and the test can fail instead of hang.
+      execFileSync('sh', ['-c', `timeout 10 sh -c 'sleep 3; while :; do : > ${fifo}; done' >/dev/null 2>&1 &`])
+      const started = Date.now()
+      const r = await attempt(sandbox, 'git log')
+      expect(Date.now() - started, name).toBeLessThan(2500)
+      expect(r.refused, name).toMatch(/^Repository config rejected: (commondir is not a regular file|special file in the git directory: \.git\/)/)
+    }
+  })
+})
+
 describe('program execution from repository files (a marker must not appear)', () => {
   const filterCases: [string, (jail: string, script: string) => void][] = [
     ['after \\r-only line breaks', (jail, script) => appendFileSync(join(jail, '.git', 'config'), `[x]\r[filter "evil"]\r\tclean = ${script}\r`)],

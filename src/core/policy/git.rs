@@ -135,7 +135,12 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     }
     Err(_) => return Err(refuse(".git cannot be inspected")),
   };
-  let common_dir = match std::fs::read_to_string(git_dir.join("commondir")) {
+  // Read only as a regular file: a FIFO would block this thread (the host's) until written.
+  let commondir = git_dir.join("commondir");
+  if std::fs::symlink_metadata(&commondir).is_ok_and(|m| !m.is_file()) {
+    return Err(refuse("commondir is not a regular file"));
+  }
+  let common_dir = match std::fs::read_to_string(&commondir) {
     Ok(text) => {
       let resolved = resolve_lexically(&git_dir, text.trim());
       canonical_inside(jail_root, &resolved, "commondir points outside the jail")?
@@ -164,6 +169,14 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
       };
       if meta.file_type().is_symlink() {
         return Err(refuse(format!("symlink in the git directory: {}", shown())));
+      }
+      // A FIFO, socket or device: the checks' own git (config, HEAD, index) would block on a
+      // FIFO, and they run on the host's thread.
+      if !meta.is_file() && !meta.is_dir() {
+        return Err(refuse(format!(
+          "special file in the git directory: {}",
+          shown()
+        )));
       }
       if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
         return Err(refuse(format!(
