@@ -146,6 +146,20 @@ try { fs.writeFileSync(${JSON.stringify(outside)}, 'escaped') } catch (e) { proc
     if (!lands) expect(r.stdout).toMatch(/^E(ACCES|PERM|ROFS)$/)
   })
 
+  test('a program cannot read the audit log kept outside the jail', async () => {
+    const { sandbox, jail, auditLog } = nodeSandbox(isolation)
+    const token = `TOKEN${Date.now()}`
+    await expect(sandbox.execute(`curl ${token}`)).rejects.toThrow('Command not allowed: curl')
+    const log = join(auditLog.getLogDir(), 'audit.log')
+    expect(readFileSync(log, 'utf8')).toContain(token)
+    for (const name of ['node', 'cat']) {
+      const evil = script(jail, `l-${name}.js`, `try { process.stdout.write(require('fs').readFileSync(${JSON.stringify(log)}, 'utf8')) } catch (e) { process.stdout.write(e.code) }\n`)
+      const r = await sandbox.execute(`${name} ${evil}`)
+      expect(r.stdout.includes(token), name).toBe(lands)
+      if (!lands) expect(r.stdout, name).toMatch(/^E(ACCES|PERM|NOENT)$/)
+    }
+  })
+
   test('a command gets no network: TCP to a listener the test starts on 127.0.0.1', async () => {
     const l = await listener()
     try {

@@ -43,6 +43,9 @@ pub struct ToolSandbox {
   audit: AuditLog,
   env: Vec<(String, String)>,
   policies: BTreeMap<String, CommandPolicy>,
+  /// Added to every command's `denyRead`: the audit directory, wherever it lies (the jail hides
+  /// it only when it lies inside).
+  deny_read: Vec<std::path::PathBuf>,
 }
 
 impl ToolSandbox {
@@ -55,6 +58,11 @@ impl ToolSandbox {
   ) -> io::Result<Self> {
     let mut jail = FilesystemJail::new(&config.jail_root)?;
     jail.hide(audit.log_dir());
+    let mut deny_read = jail.hidden().to_vec();
+    let audit_dir = policy::jail::host_path(audit.log_dir());
+    if !deny_read.contains(&audit_dir) {
+      deny_read.push(audit_dir);
+    }
     let env = policy::env::sandbox_env(jail.root());
     let policies = config
       .policies
@@ -67,6 +75,7 @@ impl ToolSandbox {
       audit,
       env,
       policies,
+      deny_read,
     })
   }
 
@@ -188,7 +197,7 @@ impl ToolSandbox {
       isolation: self
         .config
         .isolation
-        .for_command(topology, self.jail.root(), self.jail.hidden()),
+        .for_command(topology, self.jail.root(), &self.deny_read),
     };
     let pending = Pending {
       allow,
@@ -431,6 +440,13 @@ mod tests {
     // ls is a read-only program: no writable root.
     assert_eq!(iso.fs.writable, Some(Vec::new()));
     assert_eq!(iso.network, crate::core::isolate::Access::Deny);
+    // The audit directory lies outside the jail here: denied to the command all the same.
+    let audit_dir = f.audit_file.parent().unwrap().to_path_buf();
+    assert!(
+      iso.fs.deny_read.as_ref().unwrap().contains(&audit_dir),
+      "{:?}",
+      iso.fs.deny_read
+    );
     let audit = f.audit();
     assert!(audit[0].get("isolation").is_none(), "{:?}", audit[0]);
     assert_eq!(
