@@ -276,10 +276,14 @@ describe('git topology', () => {
     const specs: ExecSpec[] = []
     const recorder = { exec: async (spec: ExecSpec) => (specs.push(spec), { stdout: '', stderr: '', exitCode: 0, truncated: false, durationMs: 0 }) }
     const recorded = new ToolSandbox(config, new AuditLog(data), recorder)
-    for (const c of ['git fetch origin', 'git push origin main', 'git log']) await recorded.execute(c)
+    git(jail, 'config', 'remote.web.url', 'https://example.invalid/x.git')
+    for (const c of ['git fetch web', 'git push web main', 'git fetch origin', 'git push origin main', 'git log']) await recorded.execute(c)
     expect(specs.map((s) => [s.args[0], s.isolation?.network, s.isolation?.fs?.writable])).toEqual([
       ['fetch', 'allow', [jail]],
       ['push', 'allow', [jail]],
+      // A remote inside the jail needs no network.
+      ['fetch', 'deny', [jail]],
+      ['push', 'deny', [jail]],
       ['log', 'deny', []],
     ])
   })
@@ -312,6 +316,38 @@ describe('git topology', () => {
       expect(await l.acceptedBeforeProbe()).toBe(2)
     } finally {
       l.server.close()
+    }
+  })
+
+  test('a hook planted in the local remote between the check and the run reaches no network', async () => {
+    for (const mode of ['auto', 'off'] as const) {
+      const { jail, data } = dirs()
+      git(jail, 'init', '-q', '-b', 'main')
+      git(jail, 'commit', '-q', '--allow-empty', '-m', 'local')
+      git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
+      git(jail, 'config', 'remote.origin.url', 'remote.git')
+      const l = await listener()
+      try {
+        const ran = join(jail, 'hook-ran')
+        const hook = join(jail, 'remote.git', 'hooks', 'pre-receive')
+        // The race, made deterministic: an executor that lets the agent write the hook once the
+        // command has passed its checks, then runs it on the pool.
+        const racing = {
+          exec(spec: ExecSpec) {
+            writeFileSync(hook, `#!/bin/sh\ntouch ${ran}\nexec ${NODE} -e "require('net').connect(${l.port}, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(0))"\n`)
+            execFileSync('chmod', ['+x', hook])
+            return pool.exec(spec)
+          },
+        }
+        const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['push'], deniedFlags: ['-c'], validatePaths: false }
+        const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy }, ...(mode === 'off' ? { isolation: { mode: 'off' } } : {}) }
+        const sandbox = new ToolSandbox(config, new AuditLog(data), racing)
+        await sandbox.execute('git push origin main')
+        expect(existsSync(ran), mode).toBe(true)
+        expect(await l.acceptedBeforeProbe(), mode).toBe(mode === 'off' ? 1 : 0)
+      } finally {
+        l.server.close()
+      }
     }
   })
 

@@ -164,7 +164,7 @@ impl ToolSandbox {
     // 6b. The isolation this command gets, from what it runs (`policy/topology.rs`). git's
     // optional index refresh is already off in the sandbox env (`GIT_OPTIONAL_LOCKS=0`), so
     // read-only git needs no write access to the repository.
-    let topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
+    let mut topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
       let sub = cmd.args.first().map_or("", String::as_str);
       let denial = Denial::audited(
         format!("Subcommand not allowed: {} {sub}", cmd.binary),
@@ -172,6 +172,12 @@ impl ToolSandbox {
       );
       self.deny(&cmd.binary, &cmd.args, denial, "topology")
     })?;
+    // A fetch or push whose remote is inside the jail needs no network: without it, what the
+    // remote's `receive-pack` runs (a hook planted between the check and the run) reaches
+    // nothing.
+    if jailed.offline {
+      topology.network = topology::Network::Deny;
+    }
     // 7. Audit before execution; only the read-only commands run when that fails.
     let allow = AuditEntry::new(Action::Allow, &cmd.binary, &cmd.args);
     if !self.audit.append(&allow) {
