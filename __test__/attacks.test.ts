@@ -263,6 +263,32 @@ describe('index entries outside the work tree (the agent writes .git/index)', ()
       writeFileSync(join(jail, '.git', 'index'), index)
     }
   })
+
+  test('a bare layout at the jail root with core.bare = false: its index and work tree went unchecked', async () => {
+    const { sandbox, jail } = repoJail()
+    const out = outside()
+    const to = `../${basename(out.dir)}/${out.name}.txt`
+    const from = `zz${to.slice(2)}`
+    mkdirSync(join(jail, from, '..'), { recursive: true })
+    writeFileSync(join(jail, from), 'decoy\n')
+    git(jail, 'add', '-f', from)
+    rmSync(join(jail, 'zz'), { recursive: true })
+    renameIndexEntry(jail, from, to)
+    // The repository moved to the jail root: git's test for a bare repository (HEAD, objects/,
+    // refs/) holds, and core.bare = false makes git take its cwd for the work tree.
+    for (const f of readdirSync(join(jail, '.git'))) execFileSync('mv', [join(jail, '.git', f), jail])
+    rmSync(join(jail, '.git'), { recursive: true })
+    git(jail, 'config', 'core.bare', 'false')
+    // The probe: git as the sandbox pinned it (GIT_DIR the jail, no work tree named).
+    const pinned = (...args: string[]) => execFileSync(GIT, args, { cwd: jail, env: { ...loaFinnEnv(jail), GIT_DIR: jail }, encoding: 'utf8' })
+    expect(leaks(pinned('diff'), out.secret)).toBe(true)
+    for (const command of ['git diff', 'git status', 'git log -p']) {
+      const r = await attempt(sandbox, command)
+      expect(leaks(r.text, out.secret), command).toBe(false)
+      expect(leaks(r.text, out.name), command).toBe(false)
+    }
+    expect((await attempt(sandbox, 'git diff')).text).toContain('must be run in a work tree')
+  })
 })
 
 describe('the host is never blocked by the repository check', () => {

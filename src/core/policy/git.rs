@@ -37,8 +37,11 @@ impl Repository {
         s(&self.common_dir.join("objects")),
       ),
     ];
-    if let Some(work_tree) = &self.work_tree {
-      env.push(("GIT_WORK_TREE".to_owned(), s(work_tree)));
+    match &self.work_tree {
+      Some(work_tree) => env.push(("GIT_WORK_TREE".to_owned(), s(work_tree))),
+      // Bare, as checked: no work tree. With `core.bare = false` git would otherwise take its
+      // cwd (the jail) for one, whose files and index were never checked.
+      None => env.push(("GIT_IMPLICIT_WORK_TREE".to_owned(), "0".to_owned())),
     }
     env
   }
@@ -568,6 +571,11 @@ mod tests {
     let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
     assert_eq!(repo.git_dir, root);
     assert_eq!(repo.work_tree, None);
+    assert!(
+      repo
+        .env()
+        .contains(&("GIT_IMPLICIT_WORK_TREE".into(), "0".into()))
+    );
     std::fs::write(
       root.join("config"),
       "[core]\n\tbare = true\n[filter \"x\"]\n\tclean = evil\n",
