@@ -300,9 +300,11 @@ describe('the host is never blocked by the repository check', () => {
       execFileSync('mkfifo', [fifo])
       // Unblocks a reader after 3 s, again and again for 10 s, so that an unfixed check (which
       // blocks Node's thread: no timer can fire) returns and the test can fail instead of hang.
-      execFileSync('sh', ['-c', `timeout 10 sh -c 'sleep 3; while :; do : > ${fifo}; done' >/dev/null 2>&1 &`])
+      // Once the FIFO is gone (the test removes it), the writer stops.
+      execFileSync('sh', ['-c', `timeout 10 sh -c 'sleep 3; while [ -p ${fifo} ]; do : > ${fifo}; done' >/dev/null 2>&1 &`])
       const started = Date.now()
       const r = await attempt(sandbox, 'git log')
+      rmSync(fifo)
       expect(Date.now() - started, name).toBeLessThan(2500)
       expect(r.refused, name).toMatch(/^Repository config rejected: (commondir is not a regular file|special file in the git directory: \.git\/)/)
     }
