@@ -160,6 +160,29 @@ try { fs.writeFileSync(${JSON.stringify(outside)}, 'escaped') } catch (e) { proc
     }
   })
 
+  test('cat of a file swapped for a symlink to an outside file after the jail checked it', async () => {
+    const { jail, data, base } = dirs()
+    const secret = join(base, 'secret.txt')
+    writeFileSync(secret, 'OUTSIDE-SECRET\n')
+    writeFileSync(join(jail, 'notes.txt'), 'notes\n')
+    // The race, made deterministic: the agent swaps the file once the command passed its checks.
+    const racing = {
+      exec(spec: ExecSpec) {
+        execFileSync('ln', ['-sfn', secret, join(jail, 'notes.txt')])
+        return pool.exec(spec)
+      },
+    }
+    const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, ...(isolation === undefined ? {} : { isolation }) }
+    const sandbox = new ToolSandbox(config, new AuditLog(data), racing)
+    const r = await sandbox.execute('cat notes.txt')
+    expect(r.stdout.includes('OUTSIDE-SECRET')).toBe(lands)
+    if (!lands) expect(r.stderr).toMatch(/Permission denied/)
+    // Inside the jail, cat still reads.
+    writeFileSync(join(jail, 'other.txt'), 'inside\n')
+    const plain = new ToolSandbox(config, new AuditLog(data), pool)
+    expect((await plain.execute('cat other.txt')).stdout).toBe('inside\n')
+  })
+
   test('a command gets no network: TCP to a listener the test starts on 127.0.0.1', async () => {
     const l = await listener()
     try {

@@ -25,19 +25,31 @@ pub enum Network {
 pub struct Topology {
   pub writes: Writes,
   pub network: Network,
+  /// Reads only the jail and the system directories (when the caller left `fs.readable` at
+  /// all): a program whose every operand the jail checked (`cat notes.txt`), so that a symlink
+  /// swapped in after that check reads nothing outside.
+  pub reads_jail: bool,
 }
 
 const READ_ONLY: Topology = Topology {
   writes: Writes::Nothing,
   network: Network::Deny,
+  reads_jail: false,
+};
+const READ_ONLY_PROGRAM: Topology = Topology {
+  writes: Writes::Nothing,
+  network: Network::Deny,
+  reads_jail: true,
 };
 const LOCAL_WRITE: Topology = Topology {
   writes: Writes::Jail,
   network: Network::Deny,
+  reads_jail: false,
 };
 const REMOTE: Topology = Topology {
   writes: Writes::Jail,
   network: Network::Allow,
+  reads_jail: false,
 };
 
 /// git subcommands that only read the repository. `status` may try to refresh the index (an
@@ -124,7 +136,7 @@ fn lists_only(sub: &str, rest: &[String]) -> bool {
 pub fn topology(binary: &str, args: &[String]) -> Option<Topology> {
   if binary != "git" {
     return Some(if READ_ONLY_PROGRAMS.contains(&binary) {
-      READ_ONLY
+      READ_ONLY_PROGRAM
     } else {
       LOCAL_WRITE
     });
@@ -237,7 +249,7 @@ mod tests {
   #[test]
   fn other_programs_by_name_read_only_tools_or_the_jail() {
     for c in ["ls -la", "cat f", "wc -l f", "rg x", "find . -delete"] {
-      assert_eq!(of(c), Some(READ_ONLY), "{c}");
+      assert_eq!(of(c), Some(READ_ONLY_PROGRAM), "{c}");
     }
     for c in ["br sync", "node x.js", "sed -i s/a/b/ f"] {
       assert_eq!(of(c), Some(LOCAL_WRITE), "{c}");
