@@ -183,6 +183,27 @@ try { fs.writeFileSync(${JSON.stringify(outside)}, 'escaped') } catch (e) { proc
     expect((await plain.execute('cat other.txt')).stdout).toBe('inside\n')
   })
 
+  test("git log after .git was swapped for a symlink to another repository's, once checked", async () => {
+    const { jail, data, base } = dirs()
+    git(jail, 'init', '-q')
+    git(jail, 'commit', '-q', '--allow-empty', '-m', 'mine')
+    const other = join(base, 'other')
+    mkdirSync(other)
+    git(other, 'init', '-q')
+    git(other, 'commit', '-q', '--allow-empty', '-m', 'OUTSIDE-SECRET')
+    const racing = {
+      exec(spec: ExecSpec) {
+        execFileSync('mv', [join(jail, '.git'), join(jail, 'moved')])
+        execFileSync('ln', ['-s', join(other, '.git'), join(jail, '.git')])
+        return pool.exec(spec)
+      },
+    }
+    const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, ...(isolation === undefined ? {} : { isolation }) }
+    const sandbox = new ToolSandbox(config, new AuditLog(data), racing)
+    const r = await sandbox.execute('git log --format=%s')
+    expect(`${r.stdout}${r.stderr}`.includes('OUTSIDE-SECRET')).toBe(lands)
+  })
+
   test('a command gets no network: TCP to a listener the test starts on 127.0.0.1', async () => {
     const l = await listener()
     try {

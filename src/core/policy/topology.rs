@@ -143,15 +143,22 @@ pub fn topology(binary: &str, args: &[String]) -> Option<Topology> {
   }
   let sub = args.first()?.as_str();
   let rest = &args[1..];
-  if GIT_READ_ONLY.contains(&sub) || lists_only(sub, rest) {
-    Some(READ_ONLY)
+  let row = if GIT_READ_ONLY.contains(&sub) || lists_only(sub, rest) {
+    READ_ONLY
   } else if GIT_LOCAL_WRITE.contains(&sub) {
-    Some(LOCAL_WRITE)
+    LOCAL_WRITE
   } else if GIT_REMOTE.contains(&sub) {
-    Some(REMOTE)
+    REMOTE
   } else {
-    None
-  }
+    return None;
+  };
+  // git's repository was checked inside the jail and pinned: it reads nothing else. A fetch
+  // or push keeps its reads (certificates, resolver files wherever they lie) unless its remote
+  // is inside the jail (`JailedArgs::offline`).
+  Some(Topology {
+    reads_jail: row.network == Network::Deny,
+    ..row
+  })
 }
 
 #[cfg(test)]
@@ -163,6 +170,14 @@ mod tests {
     let binary = words.next().unwrap();
     let args: Vec<String> = words.map(str::to_owned).collect();
     topology(binary, &args)
+  }
+
+  /// `row` as git gets it: reading only the jail.
+  fn git(row: Topology) -> Option<Topology> {
+    Some(Topology {
+      reads_jail: true,
+      ..row
+    })
   }
 
   #[test]
@@ -181,7 +196,7 @@ mod tests {
       "git stash list",
       "git worktree list",
     ] {
-      assert_eq!(of(c), Some(READ_ONLY), "{c}");
+      assert_eq!(of(c), git(READ_ONLY), "{c}");
     }
   }
 
@@ -201,7 +216,7 @@ mod tests {
       "git tag v1",
       "git worktree add ../x",
     ] {
-      assert_eq!(of(c), Some(LOCAL_WRITE), "{c}");
+      assert_eq!(of(c), git(LOCAL_WRITE), "{c}");
     }
   }
 

@@ -177,6 +177,7 @@ impl ToolSandbox {
     // nothing.
     if jailed.offline {
       topology.network = topology::Network::Deny;
+      topology.reads_jail = true;
     }
     // 7. Audit before execution; only the read-only commands run when that fails.
     let allow = AuditEntry::new(Action::Allow, &cmd.binary, &cmd.args);
