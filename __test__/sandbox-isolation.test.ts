@@ -177,6 +177,16 @@ try { fs.writeFileSync(${JSON.stringify(outside)}, 'escaped') } catch (e) { proc
     const r = await sandbox.execute('cat notes.txt')
     expect(r.stdout.includes('OUTSIDE-SECRET')).toBe(lands)
     if (!lands) expect(r.stderr).toMatch(/Permission denied/)
+    // Another process's file in /dev/shm is outside too.
+    const shm = join('/dev/shm', `finn-${Date.now()}-${process.pid}`)
+    writeFileSync(shm, 'SHM-SECRET\n')
+    try {
+      writeFileSync(join(jail, 'n2.txt'), 'n2\n')
+      const viaShm = new ToolSandbox(config, new AuditLog(data), { exec: (spec: ExecSpec) => (execFileSync('ln', ['-sfn', shm, join(jail, 'n2.txt')]), pool.exec(spec)) })
+      expect((await viaShm.execute('cat n2.txt')).stdout.includes('SHM-SECRET')).toBe(lands)
+    } finally {
+      execFileSync('rm', ['-f', shm])
+    }
     // Inside the jail, cat still reads.
     writeFileSync(join(jail, 'other.txt'), 'inside\n')
     const plain = new ToolSandbox(config, new AuditLog(data), pool)

@@ -27,9 +27,22 @@ const PER_COMMAND: [(&str, &str); 2] = [
 
 /// What a program that reads only the jail (`Topology::reads_jail`) may read besides it: its
 /// binary and libraries, locale, `/etc` (user names, time zone; the denied reads stay denied)
-/// and `/dev/null`. Missing ones are skipped.
+/// and the character devices every program may use (not `/dev` itself: `/dev/shm` holds other
+/// processes' files). Missing ones are skipped.
 const SYSTEM_READABLE: &[&str] = &[
-  "/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/dev",
+  "/usr",
+  "/bin",
+  "/sbin",
+  "/lib",
+  "/lib32",
+  "/lib64",
+  "/libx32",
+  "/etc",
+  "/dev/null",
+  "/dev/zero",
+  "/dev/full",
+  "/dev/random",
+  "/dev/urandom",
 ];
 
 #[derive(Debug, Clone, PartialEq)]
