@@ -4,7 +4,7 @@
 // loa-finn ran it (its environment, the arguments passed as written, `appendFileSync` for the
 // audit log): that run must show the escape, which proves the probe can see it.
 import { execFileSync } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { appendFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, realpathSync, rmSync, symlinkSync, linkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
@@ -222,6 +222,92 @@ describe('reads outside the jail, with no code execution', () => {
     expect(plain.refused).toBeUndefined()
     expect(plain.text).toContain('link')
     expect(leaks(plain.text, out.name)).toBe(false)
+  })
+})
+
+/** Renames the entry `from` of the jail's index to `to` (same length), as an agent writing
+ * `.git/index` itself can: git add refuses such names, git reads them. */
+function renameIndexEntry(jail: string, from: string, to: string) {
+  expect(to.length).toBe(from.length)
+  const file = join(jail, '.git', 'index')
+  const body = readFileSync(file).subarray(0, -20)
+  const at = body.indexOf(from)
+  expect(at).toBeGreaterThan(0)
+  body.write(to, at, 'latin1')
+  writeFileSync(file, Buffer.concat([body, createHash('sha1').update(body).digest()]))
+}
+
+describe('index entries outside the work tree (the agent writes .git/index)', () => {
+  test('an entry ../<outside file>: git diff shows its content; ./audit/audit.log: the audit log', async () => {
+    const { sandbox, jail } = repoJail()
+    const out = outside()
+    const token = `TOKEN${randomBytes(8).toString('hex')}`
+    await attempt(sandbox, `cat ${token}`)
+    const index = readFileSync(join(jail, '.git', 'index'))
+    for (const [to, probe] of [
+      [`../${basename(out.dir)}/${out.name}.txt`, out.secret],
+      ['./audit/audit.log', token],
+    ]) {
+      const from = `zz${to.slice(2)}`
+      mkdirSync(join(jail, from, '..'), { recursive: true })
+      writeFileSync(join(jail, from), 'decoy\n')
+      git(jail, 'add', '-f', from)
+      rmSync(join(jail, from.split('/')[0]), { recursive: true })
+      renameIndexEntry(jail, from, to)
+      expect(leaks(loaFinn(jail, 'git diff'), probe), to).toBe(true)
+      for (const command of ['git diff', 'git status']) {
+        const r = await attempt(sandbox, command)
+        expect(r.refused, `${to}: ${command}`).toBe(`Repository config rejected: index entry outside the work tree: ${to}`)
+        expect(leaks(r.text, probe)).toBe(false)
+      }
+      writeFileSync(join(jail, '.git', 'index'), index)
+    }
+  })
+
+  test('a bare layout at the jail root with core.bare = false: its index and work tree went unchecked', async () => {
+    const { sandbox, jail } = repoJail()
+    const out = outside()
+    const to = `../${basename(out.dir)}/${out.name}.txt`
+    const from = `zz${to.slice(2)}`
+    mkdirSync(join(jail, from, '..'), { recursive: true })
+    writeFileSync(join(jail, from), 'decoy\n')
+    git(jail, 'add', '-f', from)
+    rmSync(join(jail, 'zz'), { recursive: true })
+    renameIndexEntry(jail, from, to)
+    // The repository moved to the jail root: git's test for a bare repository (HEAD, objects/,
+    // refs/) holds, and core.bare = false makes git take its cwd for the work tree.
+    for (const f of readdirSync(join(jail, '.git'))) execFileSync('mv', [join(jail, '.git', f), jail])
+    rmSync(join(jail, '.git'), { recursive: true })
+    git(jail, 'config', 'core.bare', 'false')
+    // The probe: git as the sandbox pinned it (GIT_DIR the jail, no work tree named).
+    const pinned = (...args: string[]) => execFileSync(GIT, args, { cwd: jail, env: { ...loaFinnEnv(jail), GIT_DIR: jail }, encoding: 'utf8' })
+    expect(leaks(pinned('diff'), out.secret)).toBe(true)
+    for (const command of ['git diff', 'git status', 'git log -p']) {
+      const r = await attempt(sandbox, command)
+      expect(leaks(r.text, out.secret), command).toBe(false)
+      expect(leaks(r.text, out.name), command).toBe(false)
+    }
+    expect((await attempt(sandbox, 'git diff')).text).toContain('must be run in a work tree')
+  })
+})
+
+describe('the host is never blocked by the repository check', () => {
+  test('a FIFO as .git/commondir, .git/config, .git/HEAD or .git/index is refused at once', async () => {
+    for (const name of ['commondir', 'config', 'HEAD', 'index']) {
+      const { sandbox, jail } = repoJail()
+      const fifo = join(jail, '.git', name)
+      rmSync(fifo, { force: true })
+      execFileSync('mkfifo', [fifo])
+      // Unblocks a reader after 3 s, again and again for 10 s, so that an unfixed check (which
+      // blocks Node's thread: no timer can fire) returns and the test can fail instead of hang.
+      // Once the FIFO is gone (the test removes it), the writer stops.
+      execFileSync('sh', ['-c', `timeout 10 sh -c 'sleep 3; while [ -p ${fifo} ]; do : > ${fifo}; done' >/dev/null 2>&1 &`])
+      const started = Date.now()
+      const r = await attempt(sandbox, 'git log')
+      rmSync(fifo)
+      expect(Date.now() - started, name).toBeLessThan(2500)
+      expect(r.refused, name).toMatch(/^Repository config rejected: (commondir is not a regular file|special file in the git directory: \.git\/)/)
+    }
   })
 })
 

@@ -149,6 +149,74 @@ try { fs.writeFileSync(${JSON.stringify(outside)}, 'escaped') } catch (e) { proc
     if (!lands) expect(r.stdout).toMatch(/^E(ACCES|PERM|ROFS)$/)
   })
 
+  test('a program cannot read the audit log kept outside the jail', async () => {
+    const { sandbox, jail, auditLog } = nodeSandbox(isolation)
+    const token = `TOKEN${Date.now()}`
+    await expect(sandbox.execute(`curl ${token}`)).rejects.toThrow('Command not allowed: curl')
+    const log = join(auditLog.getLogDir(), 'audit.log')
+    expect(readFileSync(log, 'utf8')).toContain(token)
+    for (const name of ['node', 'cat']) {
+      const evil = script(jail, `l-${name}.js`, `try { process.stdout.write(require('fs').readFileSync(${JSON.stringify(log)}, 'utf8')) } catch (e) { process.stdout.write(e.code) }\n`)
+      const r = await sandbox.execute(`${name} ${evil}`)
+      expect(r.stdout.includes(token), name).toBe(lands)
+      if (!lands) expect(r.stdout, name).toMatch(/^E(ACCES|PERM|NOENT)$/)
+    }
+  })
+
+  test('cat of a file swapped for a symlink to an outside file after the jail checked it', async () => {
+    const { jail, data, base } = dirs()
+    const secret = join(base, 'secret.txt')
+    writeFileSync(secret, 'OUTSIDE-SECRET\n')
+    writeFileSync(join(jail, 'notes.txt'), 'notes\n')
+    // The race, made deterministic: the agent swaps the file once the command passed its checks.
+    const racing = {
+      exec(spec: ExecSpec) {
+        execFileSync('ln', ['-sfn', secret, join(jail, 'notes.txt')])
+        return pool.exec(spec)
+      },
+    }
+    const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, ...(isolation === undefined ? {} : { isolation }) }
+    const sandbox = new ToolSandbox(config, new AuditLog(data), racing)
+    const r = await sandbox.execute('cat notes.txt')
+    expect(r.stdout.includes('OUTSIDE-SECRET')).toBe(lands)
+    if (!lands) expect(r.stderr).toMatch(/Permission denied/)
+    // Another process's file in /dev/shm is outside too.
+    const shm = join('/dev/shm', `finn-${Date.now()}-${process.pid}`)
+    writeFileSync(shm, 'SHM-SECRET\n')
+    try {
+      writeFileSync(join(jail, 'n2.txt'), 'n2\n')
+      const viaShm = new ToolSandbox(config, new AuditLog(data), { exec: (spec: ExecSpec) => (execFileSync('ln', ['-sfn', shm, join(jail, 'n2.txt')]), pool.exec(spec)) })
+      expect((await viaShm.execute('cat n2.txt')).stdout.includes('SHM-SECRET')).toBe(lands)
+    } finally {
+      execFileSync('rm', ['-f', shm])
+    }
+    // Inside the jail, cat still reads.
+    writeFileSync(join(jail, 'other.txt'), 'inside\n')
+    const plain = new ToolSandbox(config, new AuditLog(data), pool)
+    expect((await plain.execute('cat other.txt')).stdout).toBe('inside\n')
+  })
+
+  test("git log after .git was swapped for a symlink to another repository's, once checked", async () => {
+    const { jail, data, base } = dirs()
+    git(jail, 'init', '-q')
+    git(jail, 'commit', '-q', '--allow-empty', '-m', 'mine')
+    const other = join(base, 'other')
+    mkdirSync(other)
+    git(other, 'init', '-q')
+    git(other, 'commit', '-q', '--allow-empty', '-m', 'OUTSIDE-SECRET')
+    const racing = {
+      exec(spec: ExecSpec) {
+        execFileSync('mv', [join(jail, '.git'), join(jail, 'moved')])
+        execFileSync('ln', ['-s', join(other, '.git'), join(jail, '.git')])
+        return pool.exec(spec)
+      },
+    }
+    const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, ...(isolation === undefined ? {} : { isolation }) }
+    const sandbox = new ToolSandbox(config, new AuditLog(data), racing)
+    const r = await sandbox.execute('git log --format=%s')
+    expect(`${r.stdout}${r.stderr}`.includes('OUTSIDE-SECRET')).toBe(lands)
+  })
+
   test('a command gets no network: TCP to a listener the test starts on 127.0.0.1', async () => {
     const l = await listener()
     try {
@@ -265,12 +333,114 @@ describe('git topology', () => {
     const specs: ExecSpec[] = []
     const recorder = { exec: async (spec: ExecSpec) => (specs.push(spec), { stdout: '', stderr: '', exitCode: 0, truncated: false, durationMs: 0 }) }
     const recorded = new ToolSandbox(config, new AuditLog(data), recorder)
-    for (const c of ['git fetch origin', 'git push origin main', 'git log']) await recorded.execute(c)
+    git(jail, 'config', 'remote.web.url', 'https://example.invalid/x.git')
+    for (const c of ['git fetch web', 'git push web main', 'git fetch origin', 'git push origin main', 'git log']) await recorded.execute(c)
     expect(specs.map((s) => [s.args[0], s.isolation?.network, s.isolation?.fs?.writable])).toEqual([
       ['fetch', 'allow', [jail]],
       ['push', 'allow', [jail]],
+      // A remote inside the jail needs no network.
+      ['fetch', 'deny', [jail]],
+      ['push', 'deny', [jail]],
       ['log', 'deny', []],
     ])
+  })
+
+  test("a hook in the local remote: git push would run it, with push's network", async () => {
+    const { jail, data } = dirs()
+    git(jail, 'init', '-q', '-b', 'main')
+    git(jail, 'commit', '-q', '--allow-empty', '-m', 'local')
+    git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
+    git(jail, 'config', 'remote.origin.url', 'remote.git')
+    const l = await listener()
+    try {
+      const ran = join(jail, 'hook-ran')
+      const hook = join(jail, 'remote.git', 'hooks', 'pre-receive')
+      writeFileSync(hook, `#!/bin/sh\ntouch ${ran}\nexec ${NODE} -e "require('net').connect(${l.port}, '127.0.0.1').on('connect', () => process.exit(0))"\n`)
+      execFileSync('chmod', ['+x', hook])
+      // The probe: a push from the host runs the hook, which reaches the listener.
+      git(jail, 'push', '-q', 'origin', 'main:refs/heads/probe')
+      expect(existsSync(ran)).toBe(true)
+      expect(await l.acceptedBeforeProbe()).toBe(1)
+      execFileSync('rm', [ran])
+      const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['log', 'fetch', 'push'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+      const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy } }, new AuditLog(data), pool)
+      for (const command of ['git push origin main', 'git fetch origin']) {
+        const err = await rejectionOf(sandbox.execute(command), SandboxError)
+        expect(err.message).toBe('Repository config rejected: remote origin has a hook (receive-pack would run it): hooks/pre-receive')
+      }
+      expect(existsSync(ran)).toBe(false)
+      // Only the probe's first connection and the check's own.
+      expect(await l.acceptedBeforeProbe()).toBe(2)
+    } finally {
+      l.server.close()
+    }
+  })
+
+  test('a hook planted in the local remote between the check and the run reaches no network', async () => {
+    for (const mode of ['auto', 'off'] as const) {
+      const { jail, data } = dirs()
+      git(jail, 'init', '-q', '-b', 'main')
+      git(jail, 'commit', '-q', '--allow-empty', '-m', 'local')
+      git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
+      git(jail, 'config', 'remote.origin.url', 'remote.git')
+      const l = await listener()
+      try {
+        const ran = join(jail, 'hook-ran')
+        const hook = join(jail, 'remote.git', 'hooks', 'pre-receive')
+        // The race, made deterministic: an executor that lets the agent write the hook once the
+        // command has passed its checks, then runs it on the pool.
+        const racing = {
+          exec(spec: ExecSpec) {
+            writeFileSync(hook, `#!/bin/sh\ntouch ${ran}\nexec ${NODE} -e "require('net').connect(${l.port}, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(0))"\n`)
+            execFileSync('chmod', ['+x', hook])
+            return pool.exec(spec)
+          },
+        }
+        const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['push'], deniedFlags: ['-c'], validatePaths: false }
+        const config: SandboxConfig = { allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy }, ...(mode === 'off' ? { isolation: { mode: 'off' } } : {}) }
+        const sandbox = new ToolSandbox(config, new AuditLog(data), racing)
+        await sandbox.execute('git push origin main')
+        expect(existsSync(ran), mode).toBe(true)
+        expect(await l.acceptedBeforeProbe(), mode).toBe(mode === 'off' ? 1 : 0)
+      } finally {
+        l.server.close()
+      }
+    }
+  })
+
+  test('a remote URL git reads as another repository than the one checked: never fetched', async () => {
+    const { jail, data, base } = dirs()
+    git(jail, 'init', '-q', '-b', 'main')
+    // A private repository outside the jail.
+    const secret = `SECRET${Date.now()}`
+    const other = join(base, 'private')
+    mkdirSync(other)
+    git(other, 'init', '-q', '-b', 'main')
+    writeFileSync(join(other, 's.txt'), `${secret}\n`)
+    git(other, 'add', 's.txt')
+    git(other, 'commit', '-qm', 'private')
+    // The checked repository is a decoy inside the jail; git reads `other` (file://host/path is
+    // /path to git) or, past a directory git does not take for a repository, `<path>.git`.
+    const decoy = join(jail, 'x', other)
+    mkdirSync(decoy, { recursive: true })
+    git(decoy, 'init', '-q', '--bare')
+    mkdirSync(join(jail, 'fake', 'objects'), { recursive: true })
+    mkdirSync(join(jail, 'fake', 'refs'))
+    writeFileSync(join(jail, 'fake', 'HEAD'), 'garbage\n')
+    git(jail, 'clone', '-q', '--bare', '--no-local', other, 'fake.git')
+    const gitPolicy: CommandPolicy = { binary: GIT, subcommands: ['log', 'fetch', 'push'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+    const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 20_000, maxOutput: 65_536, policies: { git: gitPolicy } }, new AuditLog(data), pool)
+    for (const url of [`file://x${other}`, 'fake']) {
+      git(jail, 'config', 'remote.origin.url', url)
+      git(jail, 'config', 'remote.origin.fetch', '+refs/heads/*:refs/remotes/origin/*')
+      // The probe: git itself, run from the jail, fetches the private repository's commit.
+      git(jail, 'fetch', '-q', 'origin')
+      expect(git(jail, 'show', 'origin/main'), url).toContain(secret)
+      git(jail, 'update-ref', '-d', 'refs/remotes/origin/main')
+      const err = await rejectionOf(sandbox.execute('git fetch origin'), SandboxError)
+      expect(err.message, url).toMatch(/^Repository config rejected: (remote origin is neither|git could not read it)/)
+      expect(() => git(jail, 'rev-parse', '-q', '--verify', 'refs/remotes/origin/main')).toThrow()
+    }
   })
 
   test('a .git file pointing at another repository is refused, never run', async () => {

@@ -37,8 +37,11 @@ impl Repository {
         s(&self.common_dir.join("objects")),
       ),
     ];
-    if let Some(work_tree) = &self.work_tree {
-      env.push(("GIT_WORK_TREE".to_owned(), s(work_tree)));
+    match &self.work_tree {
+      Some(work_tree) => env.push(("GIT_WORK_TREE".to_owned(), s(work_tree))),
+      // Bare, as checked: no work tree. With `core.bare = false` git would otherwise take its
+      // cwd (the jail) for one, whose files and index were never checked.
+      None => env.push(("GIT_IMPLICIT_WORK_TREE".to_owned(), "0".to_owned())),
     }
     env
   }
@@ -135,7 +138,12 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     }
     Err(_) => return Err(refuse(".git cannot be inspected")),
   };
-  let common_dir = match std::fs::read_to_string(git_dir.join("commondir")) {
+  // Read only as a regular file: a FIFO would block this thread (the host's) until written.
+  let commondir = git_dir.join("commondir");
+  if std::fs::symlink_metadata(&commondir).is_ok_and(|m| !m.is_file()) {
+    return Err(refuse("commondir is not a regular file"));
+  }
+  let common_dir = match std::fs::read_to_string(&commondir) {
     Ok(text) => {
       let resolved = resolve_lexically(&git_dir, text.trim());
       canonical_inside(jail_root, &resolved, "commondir points outside the jail")?
@@ -164,6 +172,14 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
       };
       if meta.file_type().is_symlink() {
         return Err(refuse(format!("symlink in the git directory: {}", shown())));
+      }
+      // A FIFO, socket or device: the checks' own git (config, HEAD, index) would block on a
+      // FIFO, and they run on the host's thread.
+      if !meta.is_file() && !meta.is_dir() {
+        return Err(refuse(format!(
+          "special file in the git directory: {}",
+          shown()
+        )));
       }
       if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
         return Err(refuse(format!(
@@ -210,11 +226,74 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     })?;
   }
   git_config::check(git, &git_dir, &config_files)?;
-  Ok(Some(Repository {
+  let repo = Repository {
     git_dir,
     common_dir,
     work_tree,
-  }))
+  };
+  check_index(git, &repo)?;
+  Ok(Some(repo))
+}
+
+/// Whether git's own `verify_path` would accept `path` as an index entry: no empty, `.`, `..`
+/// or (any case) `.git` component. Sparse directory entries end with one `/`.
+fn index_path_ok(path: &[u8]) -> bool {
+  let path = path.strip_suffix(b"/").unwrap_or(path);
+  !path.is_empty()
+    && path
+      .split(|b| *b == b'/')
+      .all(|c| !c.is_empty() && c != b"." && c != b".." && !c.eq_ignore_ascii_case(b".git"))
+}
+
+/// Every entry of the index, as git reads it (`git ls-files`), must name a path inside the work
+/// tree. git checks the names it adds, not those it reads from an index file: an entry
+/// `../outside/file` made `git diff`, `status` and `add` lstat and read that file (its content in
+/// the diff), `./audit/audit.log` slipped past the pathspec that excludes the audit directory.
+fn check_index(git: &str, repo: &Repository) -> Result<(), Denial> {
+  let Some(work_tree) = &repo.work_tree else {
+    return Ok(());
+  };
+  if std::fs::symlink_metadata(repo.git_dir.join("index")).is_err() {
+    return Ok(());
+  }
+  let out = std::process::Command::new(git)
+    .env_clear()
+    .env("PATH", "/usr/bin:/bin")
+    .env("HOME", "/nonexistent-finn-sandbox-home")
+    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
+    .env("GIT_CONFIG_NOSYSTEM", "1")
+    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+    .env("GIT_NO_LAZY_FETCH", "1")
+    .env("GIT_ALLOW_PROTOCOL", "")
+    .env("GIT_OPTIONAL_LOCKS", "0")
+    .env("LC_ALL", "C")
+    .envs(repo.env())
+    .env("GIT_CONFIG_COUNT", "2")
+    .env("GIT_CONFIG_KEY_0", "core.fsmonitor")
+    .env("GIT_CONFIG_VALUE_0", "false")
+    .env("GIT_CONFIG_KEY_1", "core.hooksPath")
+    .env("GIT_CONFIG_VALUE_1", "/dev/null")
+    .current_dir(work_tree)
+    .args(["ls-files", "-z", "--cached", "--sparse"])
+    .stdin(std::process::Stdio::null())
+    .output()
+    .map_err(|e| refuse(format!("git ls-files could not run ({e})")))?;
+  if !out.status.success() {
+    let err = String::from_utf8_lossy(&out.stderr);
+    let first = err.lines().next().unwrap_or("no message").trim();
+    return Err(refuse(format!("git could not read the index ({first})")));
+  }
+  let body = out.stdout.strip_suffix(b"\0").unwrap_or(&out.stdout);
+  if let Some(bad) = body
+    .split(|b| *b == 0)
+    .find(|p| !p.is_empty() && !index_path_ok(p))
+  {
+    return Err(refuse(format!(
+      "index entry outside the work tree: {}",
+      String::from_utf8_lossy(bad)
+    )));
+  }
+  Ok(())
 }
 
 /// `path` canonicalized (symlinks followed) and required inside `jail`.
@@ -459,6 +538,26 @@ mod tests {
   }
 
   #[test]
+  fn index_entries_git_would_never_add_are_refused() {
+    for ok in [&b"a.txt"[..], b"d/e/f", b".gitignore", b"..x", b"sparse/"] {
+      assert!(index_path_ok(ok), "{}", String::from_utf8_lossy(ok));
+    }
+    for bad in [
+      &b"../x"[..],
+      b"a/../../x",
+      b"./audit/audit.log",
+      b"audit//audit.log",
+      b"/etc/passwd",
+      b".git/config",
+      b"d/.GIT/config",
+      b"",
+      b"a//",
+    ] {
+      assert!(!index_path_ok(bad), "{}", String::from_utf8_lossy(bad));
+    }
+  }
+
+  #[test]
   fn a_bare_repository_at_the_jail_root_is_checked_and_pinned() {
     let (_d, root) = jail();
     let ok = Command::new("git")
@@ -472,6 +571,11 @@ mod tests {
     let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
     assert_eq!(repo.git_dir, root);
     assert_eq!(repo.work_tree, None);
+    assert!(
+      repo
+        .env()
+        .contains(&("GIT_IMPLICIT_WORK_TREE".into(), "0".into()))
+    );
     std::fs::write(
       root.join("config"),
       "[core]\n\tbare = true\n[filter \"x\"]\n\tclean = evil\n",

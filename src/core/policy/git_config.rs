@@ -126,9 +126,12 @@ fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigE
     "-z",
     "--no-includes",
   ]);
-  if let Some(file) = file {
-    command.arg("--file").arg(file);
-  }
+  match file {
+    Some(file) => command.arg("--file").arg(file),
+    // Fails unless git takes `git_dir` for a repository: without it git lists nothing and
+    // succeeds, and `upload-pack`, given such a path, moves on to `<path>.git` (unchecked).
+    None => command.arg("--local"),
+  };
   let out = command
     .stdin(Stdio::null())
     .output()

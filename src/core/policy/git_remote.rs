@@ -88,17 +88,43 @@ fn urls(git_bin: &str, repo: &Repository, name: &str) -> Result<Vec<String>, Den
     .envs(repo.env())
     .env("LC_ALL", "C")
     .current_dir(&repo.git_dir)
-    .args(["config", "--no-includes", "--get-all"])
+    .args(["config", "--no-includes", "-z", "--get-all"])
     .arg(format!("remote.{name}.url"))
     .stdin(Stdio::null())
     .output()
     .map_err(|e| refuse(format!("git config could not run ({e})")))?;
   let text = String::from_utf8(out.stdout).map_err(|_| refuse("a remote URL is not UTF-8"))?;
-  let urls: Vec<String> = text.lines().map(str::to_owned).collect();
+  // NUL-separated: a value with a line break is one URL, as git reads it.
+  let urls: Vec<String> = text.split_terminator('\0').map(str::to_owned).collect();
   if urls.is_empty() {
     return Err(refuse(format!("remote {name} has no url")));
   }
   Ok(urls)
+}
+
+/// A local remote's `hooks/` holds only git's `*.sample` files. `receive-pack` runs the remote's
+/// hooks (pre-receive, update, post-receive, ...) with the pushing git's `GIT_CONFIG_*`
+/// overrides removed (git clears them for a local transport), so `core.hooksPath` cannot switch
+/// them off: a hook there ran any program, with the network push is given.
+fn no_hooks(remote: &Repository, name: &str) -> Result<(), Denial> {
+  for dir in [&remote.git_dir, &remote.common_dir] {
+    let entries = match std::fs::read_dir(dir.join("hooks")) {
+      Ok(entries) => entries,
+      Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+      Err(_) => return Err(refuse(format!("remote {name}: hooks/ cannot be read"))),
+    };
+    for entry in entries {
+      let entry = entry.map_err(|_| refuse(format!("remote {name}: hooks/ cannot be read")))?;
+      let file = entry.file_name();
+      if !file.to_string_lossy().ends_with(".sample") {
+        return Err(refuse(format!(
+          "remote {name} has a hook (receive-pack would run it): hooks/{}",
+          file.to_string_lossy()
+        )));
+      }
+    }
+  }
+  Ok(())
 }
 
 /// The `GIT_ALLOW_PROTOCOL` for contacting remote `name` of `repo`: `https` and/or `file`, each
@@ -117,12 +143,20 @@ pub fn protocols(
       }
       continue;
     }
-    // A local repository: a path (relative to the jail, git's cwd) or a file:// URL. Anything
-    // with a scheme or scp-like `host:path` is some other protocol.
-    let path = url.strip_prefix("file://").unwrap_or(&url);
-    if path.contains(':') || path.is_empty() {
+    // A local repository: a path (relative to the jail, git's cwd) or a file:// URL with an
+    // absolute path, spelled so that git reads the same path: only `[A-Za-z0-9._/-]`, not
+    // starting with `-`. git percent-decodes a file:// URL, takes `file://host/path` as
+    // `/path` and skips an `x@[y]` host, and `upload-pack` expands a leading `~user`; a
+    // scheme or scp-like `host:path` is some other protocol.
+    let path = match url.strip_prefix("file://") {
+      Some(rest) if rest.starts_with('/') => rest,
+      Some(_) => "",
+      None => url.as_str(),
+    };
+    let plain = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'/' | b'-');
+    if path.is_empty() || path.starts_with('-') || !path.bytes().all(plain) {
       return Err(refuse(format!(
-        "remote {name} is neither https:// nor a repository inside the jail"
+        "remote {name} is neither https:// nor a plainly spelled repository inside the jail"
       )));
     }
     let dir = std::fs::canonicalize(resolve_lexically(jail_root, path))
@@ -131,7 +165,7 @@ pub fn protocols(
       .ok_or_else(|| refuse(format!("remote {name} points outside the jail")))?;
     // The remote as a repository of its own: a bare one at `dir`, checked like the jail's.
     match git::check_repository(&dir, git_bin)? {
-      Some(r) if r.work_tree.is_none() => {}
+      Some(r) if r.work_tree.is_none() => no_hooks(&r, name)?,
       _ => {
         return Err(refuse(format!(
           "remote {name} is not a bare repository inside the jail"
@@ -222,10 +256,37 @@ mod tests {
     // A bare repository inside the jail whose name has a colon: git reads `evil:x.git` as
     // scp-like ssh (host `evil`), so it is refused although the directory checks out.
     git(&jail, &["init", "-q", "--bare", "evil:x.git"]);
-    assert_eq!(
-      check("evil:x.git").unwrap_err(),
-      "Repository config rejected: remote r is neither https:// nor a repository inside the jail"
+    assert!(check("evil:x.git").is_err());
+    // Spellings git reads as another path than the one checked: `file://host/abs` is `/abs`,
+    // `%2e` is decoded, `~` expanded, a line break is part of the one URL.
+    let jailed = jail.join("remote.git");
+    let jailed = jailed.to_str().unwrap();
+    for bad in [
+      format!("file://x{jailed}"),
+      format!("file://{}/x@[y]{jailed}", jail.display()),
+      "remote%2egit".to_owned(),
+      "file://remote%2egit".to_owned(),
+      "~/remote.git".to_owned(),
+      "remote.git\nremote.git".to_owned(),
+      "-remote.git".to_owned(),
+    ] {
+      assert!(check(&bad).is_err(), "{bad}");
+    }
+    // A directory git does not take for a repository (HEAD garbage): upload-pack would move on
+    // to `fake.git`.
+    std::fs::create_dir_all(jail.join("fake/objects")).unwrap();
+    std::fs::create_dir_all(jail.join("fake/refs")).unwrap();
+    std::fs::write(jail.join("fake/HEAD"), "garbage\n").unwrap();
+    assert!(check("fake").is_err());
+    // A hook in the remote: receive-pack would run it. git init's samples pass.
+    assert_eq!(check("remote.git").unwrap(), "file");
+    std::fs::write(jail.join("remote.git/hooks/pre-receive"), "#!/bin/sh\n").unwrap();
+    assert!(
+      check("remote.git")
+        .unwrap_err()
+        .contains("has a hook (receive-pack would run it): hooks/pre-receive")
     );
+    std::fs::remove_file(jail.join("remote.git/hooks/pre-receive")).unwrap();
     // The local remote is checked like the jail's repository: alternates pointing out refused.
     git(
       &jail,

@@ -31,6 +31,14 @@ pub fn resolve_lexically(base: &Path, input: &str) -> PathBuf {
   out
 }
 
+/// `dir` as an absolute canonical path (relative to the process's cwd, like the audit writer's
+/// own path); resolved lexically when it does not exist yet.
+pub fn host_path(dir: &Path) -> PathBuf {
+  let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+  std::fs::canonicalize(&absolute)
+    .unwrap_or_else(|_| resolve_lexically(Path::new("/"), &absolute.to_string_lossy()))
+}
+
 impl FilesystemJail {
   /// The root is the realpath of `dir` (relative to the process cwd); it must exist.
   pub fn new(dir: &str) -> io::Result<Self> {
@@ -47,10 +55,7 @@ impl FilesystemJail {
   /// Refuses every path under `dir` from now on, when it lies inside the root (loa-finn keeps
   /// its audit log in the jail by default: the agent must neither read nor write it).
   pub fn hide(&mut self, dir: &Path) {
-    // Relative to the process's cwd, like the audit writer's own path.
-    let absolute = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
-    let dir = std::fs::canonicalize(&absolute)
-      .unwrap_or_else(|_| resolve_lexically(Path::new("/"), &absolute.to_string_lossy()));
+    let dir = host_path(dir);
     if dir.starts_with(&self.root) && dir != self.root {
       self.hidden.push(dir);
     }

@@ -14,6 +14,9 @@ use super::tokenize::SandboxCommand;
 pub struct JailedArgs {
   pub args: Vec<String>,
   pub env: Vec<(String, String)>,
+  /// git may use no network protocol (`GIT_ALLOW_PROTOCOL` has none): the command gets no
+  /// network whatever its topology (a fetch or push to a remote inside the jail).
+  pub offline: bool,
 }
 
 /// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the sandbox
@@ -121,7 +124,7 @@ pub fn jail_args(
       }
     };
     let mut env = vec![
-      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols),
+      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols.clone()),
       // No editor: `commit` without a message fails instead of starting one.
       ("GIT_EDITOR".to_owned(), "false".to_owned()),
     ];
@@ -140,7 +143,8 @@ pub fn jail_args(
         jail.root().join(".git").to_string_lossy().into_owned(),
       )),
     }
-    return Ok(JailedArgs { args, env });
+    let offline = !protocols.split(':').any(|p| p == "https");
+    return Ok(JailedArgs { args, env, offline });
   }
   let mut args = cmd.args.clone();
   if policy.validate_paths {
@@ -154,6 +158,7 @@ pub fn jail_args(
   Ok(JailedArgs {
     args,
     env: Vec::new(),
+    offline: false,
   })
 }
 

@@ -25,19 +25,31 @@ pub enum Network {
 pub struct Topology {
   pub writes: Writes,
   pub network: Network,
+  /// Reads only the jail and the system directories (when the caller left `fs.readable` at
+  /// all): a program whose every operand the jail checked (`cat notes.txt`), so that a symlink
+  /// swapped in after that check reads nothing outside.
+  pub reads_jail: bool,
 }
 
 const READ_ONLY: Topology = Topology {
   writes: Writes::Nothing,
   network: Network::Deny,
+  reads_jail: false,
+};
+const READ_ONLY_PROGRAM: Topology = Topology {
+  writes: Writes::Nothing,
+  network: Network::Deny,
+  reads_jail: true,
 };
 const LOCAL_WRITE: Topology = Topology {
   writes: Writes::Jail,
   network: Network::Deny,
+  reads_jail: false,
 };
 const REMOTE: Topology = Topology {
   writes: Writes::Jail,
   network: Network::Allow,
+  reads_jail: false,
 };
 
 /// git subcommands that only read the repository. `status` may try to refresh the index (an
@@ -124,22 +136,29 @@ fn lists_only(sub: &str, rest: &[String]) -> bool {
 pub fn topology(binary: &str, args: &[String]) -> Option<Topology> {
   if binary != "git" {
     return Some(if READ_ONLY_PROGRAMS.contains(&binary) {
-      READ_ONLY
+      READ_ONLY_PROGRAM
     } else {
       LOCAL_WRITE
     });
   }
   let sub = args.first()?.as_str();
   let rest = &args[1..];
-  if GIT_READ_ONLY.contains(&sub) || lists_only(sub, rest) {
-    Some(READ_ONLY)
+  let row = if GIT_READ_ONLY.contains(&sub) || lists_only(sub, rest) {
+    READ_ONLY
   } else if GIT_LOCAL_WRITE.contains(&sub) {
-    Some(LOCAL_WRITE)
+    LOCAL_WRITE
   } else if GIT_REMOTE.contains(&sub) {
-    Some(REMOTE)
+    REMOTE
   } else {
-    None
-  }
+    return None;
+  };
+  // git's repository was checked inside the jail and pinned: it reads nothing else. A fetch
+  // or push keeps its reads (certificates, resolver files wherever they lie) unless its remote
+  // is inside the jail (`JailedArgs::offline`).
+  Some(Topology {
+    reads_jail: row.network == Network::Deny,
+    ..row
+  })
 }
 
 #[cfg(test)]
@@ -151,6 +170,14 @@ mod tests {
     let binary = words.next().unwrap();
     let args: Vec<String> = words.map(str::to_owned).collect();
     topology(binary, &args)
+  }
+
+  /// `row` as git gets it: reading only the jail.
+  fn git(row: Topology) -> Option<Topology> {
+    Some(Topology {
+      reads_jail: true,
+      ..row
+    })
   }
 
   #[test]
@@ -169,7 +196,7 @@ mod tests {
       "git stash list",
       "git worktree list",
     ] {
-      assert_eq!(of(c), Some(READ_ONLY), "{c}");
+      assert_eq!(of(c), git(READ_ONLY), "{c}");
     }
   }
 
@@ -189,7 +216,7 @@ mod tests {
       "git tag v1",
       "git worktree add ../x",
     ] {
-      assert_eq!(of(c), Some(LOCAL_WRITE), "{c}");
+      assert_eq!(of(c), git(LOCAL_WRITE), "{c}");
     }
   }
 
@@ -237,7 +264,7 @@ mod tests {
   #[test]
   fn other_programs_by_name_read_only_tools_or_the_jail() {
     for c in ["ls -la", "cat f", "wc -l f", "rg x", "find . -delete"] {
-      assert_eq!(of(c), Some(READ_ONLY), "{c}");
+      assert_eq!(of(c), Some(READ_ONLY_PROGRAM), "{c}");
     }
     for c in ["br sync", "node x.js", "sed -i s/a/b/ f"] {
       assert_eq!(of(c), Some(LOCAL_WRITE), "{c}");

@@ -25,6 +25,26 @@ const PER_COMMAND: [(&str, &str); 2] = [
   ),
 ];
 
+/// What a program that reads only the jail (`Topology::reads_jail`) may read besides it: its
+/// binary and libraries, locale, `/etc` (user names, time zone; the denied reads stay denied)
+/// and the character devices every program may use (not `/dev` itself: `/dev/shm` holds other
+/// processes' files). Missing ones are skipped.
+const SYSTEM_READABLE: &[&str] = &[
+  "/usr",
+  "/bin",
+  "/sbin",
+  "/lib",
+  "/lib32",
+  "/lib64",
+  "/libx32",
+  "/etc",
+  "/dev/null",
+  "/dev/zero",
+  "/dev/full",
+  "/dev/random",
+  "/dev/urandom",
+];
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxIsolation {
   options: IsolationOptions,
@@ -86,6 +106,11 @@ impl SandboxIsolation {
       Network::Deny => Access::Deny,
       Network::Allow => Access::Allow,
     };
+    if topology.reads_jail && o.fs.readable == Readable::All {
+      let mut roots = vec![jail_root.to_path_buf()];
+      roots.extend(SYSTEM_READABLE.iter().map(PathBuf::from));
+      o.fs.readable = Readable::Paths(roots);
+    }
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let mut deny = o
       .fs
@@ -184,10 +209,12 @@ mod tests {
   const READ: Topology = Topology {
     writes: Writes::Nothing,
     network: Network::Deny,
+    reads_jail: true,
   };
   const FETCH: Topology = Topology {
     writes: Writes::Jail,
     network: Network::Allow,
+    reads_jail: false,
   };
 
   #[test]
@@ -229,6 +256,11 @@ mod tests {
       .unwrap();
     assert_eq!(read.fs.writable, Some(Vec::new()));
     assert_eq!(read.network, Access::Deny);
+    // A program whose operands the jail checked reads the jail and the system only.
+    match &read.fs.readable {
+      Readable::Paths(p) => assert!(p[0] == Path::new("/j") && p.contains(&PathBuf::from("/usr"))),
+      Readable::All => panic!("readable: all"),
+    }
     assert_eq!(
       read.fs.deny_read,
       Some(vec![PathBuf::from("/secret"), PathBuf::from("/j/audit")])

@@ -43,6 +43,9 @@ pub struct ToolSandbox {
   audit: AuditLog,
   env: Vec<(String, String)>,
   policies: BTreeMap<String, CommandPolicy>,
+  /// Added to every command's `denyRead`: the audit directory, wherever it lies (the jail hides
+  /// it only when it lies inside).
+  deny_read: Vec<std::path::PathBuf>,
 }
 
 impl ToolSandbox {
@@ -55,6 +58,11 @@ impl ToolSandbox {
   ) -> io::Result<Self> {
     let mut jail = FilesystemJail::new(&config.jail_root)?;
     jail.hide(audit.log_dir());
+    let mut deny_read = jail.hidden().to_vec();
+    let audit_dir = policy::jail::host_path(audit.log_dir());
+    if !deny_read.contains(&audit_dir) {
+      deny_read.push(audit_dir);
+    }
     let env = policy::env::sandbox_env(jail.root());
     let policies = config
       .policies
@@ -67,6 +75,7 @@ impl ToolSandbox {
       audit,
       env,
       policies,
+      deny_read,
     })
   }
 
@@ -155,7 +164,7 @@ impl ToolSandbox {
     // 6b. The isolation this command gets, from what it runs (`policy/topology.rs`). git's
     // optional index refresh is already off in the sandbox env (`GIT_OPTIONAL_LOCKS=0`), so
     // read-only git needs no write access to the repository.
-    let topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
+    let mut topology = topology::topology(&cmd.binary, &cmd.args).ok_or_else(|| {
       let sub = cmd.args.first().map_or("", String::as_str);
       let denial = Denial::audited(
         format!("Subcommand not allowed: {} {sub}", cmd.binary),
@@ -163,6 +172,13 @@ impl ToolSandbox {
       );
       self.deny(&cmd.binary, &cmd.args, denial, "topology")
     })?;
+    // A fetch or push whose remote is inside the jail needs no network: without it, what the
+    // remote's `receive-pack` runs (a hook planted between the check and the run) reaches
+    // nothing.
+    if jailed.offline {
+      topology.network = topology::Network::Deny;
+      topology.reads_jail = true;
+    }
     // 7. Audit before execution; only the read-only commands run when that fails.
     let allow = AuditEntry::new(Action::Allow, &cmd.binary, &cmd.args);
     if !self.audit.append(&allow) {
@@ -188,7 +204,7 @@ impl ToolSandbox {
       isolation: self
         .config
         .isolation
-        .for_command(topology, self.jail.root(), self.jail.hidden()),
+        .for_command(topology, self.jail.root(), &self.deny_read),
     };
     let pending = Pending {
       allow,
@@ -431,6 +447,13 @@ mod tests {
     // ls is a read-only program: no writable root.
     assert_eq!(iso.fs.writable, Some(Vec::new()));
     assert_eq!(iso.network, crate::core::isolate::Access::Deny);
+    // The audit directory lies outside the jail here: denied to the command all the same.
+    let audit_dir = f.audit_file.parent().unwrap().to_path_buf();
+    assert!(
+      iso.fs.deny_read.as_ref().unwrap().contains(&audit_dir),
+      "{:?}",
+      iso.fs.deny_read
+    );
     let audit = f.audit();
     assert!(audit[0].get("isolation").is_none(), "{:?}", audit[0]);
     assert_eq!(
