@@ -9,6 +9,7 @@
 //! (the lifeline pipe hangs up), the tree is SIGKILLed and the reaper exits.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -23,7 +24,7 @@ use super::protocol::{FromReaper, ToReaper};
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
-use crate::core::isolate::{Plan, prepare_job};
+use crate::core::isolate::{Checked, Plan, prepare_job};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -119,11 +120,34 @@ impl Reaper {
         Ok(ToReaper::Run {
           spec,
           drain_ms,
-          isolation,
+          mut isolation,
+          attached,
         }) => {
           let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
             return;
           };
+          // The fds that passed the addon's check; every one missing means a confused addon.
+          // Taken into the plan, they are closed with it when the job is done (or on any
+          // return from here).
+          let mut checked = Checked::default();
+          if attached.cwd {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            checked.cwd = Some(Arc::new(fd));
+          }
+          for _ in 0..attached.writable {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            checked.writable.push(Arc::new(fd));
+          }
+          if let Some(plan) = &mut isolation {
+            if !checked.writable.is_empty() && checked.writable.len() != plan.writable.len() {
+              return;
+            }
+            plan.checked = checked;
+          }
           if self
             .run(
               &spec,
