@@ -266,3 +266,94 @@ async fn the_cwd_swap_race_through_the_pool_never_escapes() {
     }
   }
 }
+
+/// The checked fds are closed on every path: in the addon once the job is done, and in the
+/// reaper after each job, whether it ran or its isolation failed to prepare (a protected path
+/// that is a symlink). Counted from /proc, for the same reaper across jobs.
+#[test]
+fn the_checked_fds_are_closed_after_every_job() {
+  let sup = Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")));
+  let limits = Limits {
+    timeout: Some(Duration::from_secs(20)),
+    max_output_bytes: 1 << 16,
+    kill_grace: Duration::from_millis(100),
+  };
+  let d = dirs();
+  // Fds of `pid` open on anything in this test's directories (other tests run in this process
+  // at the same time, and the pool's sockets come and go: only ours are counted).
+  let base = d.jail.parent().unwrap().to_owned();
+  let count = |pid: i32| {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+      .map(|dir| {
+        dir
+          .flatten()
+          .filter(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.starts_with(&base)))
+          .count()
+      })
+      .unwrap_or(0)
+  };
+  let other = d.jail.join("other");
+  std::fs::create_dir(&other).unwrap();
+  std::fs::create_dir_all(d.w.join(".git")).unwrap();
+  // The test's own (`Dirs::out_fd`).
+  let ours = count(std::process::id() as i32);
+  let mut reaper_fds: Vec<(i32, usize)> = Vec::new();
+  let mut reapers = std::collections::BTreeSet::new();
+  for i in 0..20 {
+    // Every fourth job fails to prepare (protect is a symlink), the others run.
+    let broken = i % 4 == 3;
+    let hooks = d.w.join(".git/hooks");
+    let _ = std::fs::remove_dir(&hooks).or_else(|_| std::fs::remove_file(&hooks));
+    if broken {
+      std::os::unix::fs::symlink(&d.out, &hooks).unwrap();
+    } else {
+      std::fs::create_dir(&hooks).unwrap();
+    }
+    let o = IsolationOptions::from_json(json!({
+      "mode": "native",
+      "fs": {"writable": [d.w.to_str().unwrap(), other.to_str().unwrap()]}
+    }))
+    .unwrap();
+    let plan = Plan::resolve(&o, &d.w, probe()).unwrap().unwrap();
+    assert_eq!(plan.checked.writable.len(), 2);
+    let spec = SpawnSpec {
+      program: CString::new("/bin/true").unwrap(),
+      argv: vec![CString::new("true").unwrap()],
+      env: vec![],
+      cwd: cstr(&d.w),
+    };
+    let stop = StopCell::<()>::new();
+    let mut reaper = 0;
+    let r = supervisor::run_blocking(
+      &sup,
+      &spec,
+      Some(&plan),
+      &limits,
+      Duration::from_millis(100),
+      &stop,
+      |pid| reaper = pid,
+    );
+    drop(plan);
+    if can_ns() {
+      assert_eq!(r.is_err(), broken, "job {i}: {:?}", r.as_ref().err());
+    }
+    if reaper != 0 {
+      reapers.insert(reaper);
+    }
+    // The job is done: no fd of the addon or of any reaper used so far is open on our
+    // directories any more.
+    assert_eq!(
+      count(std::process::id() as i32),
+      ours,
+      "job {i}: the addon kept fds"
+    );
+    for &pid in &reapers {
+      reaper_fds.push((pid, count(pid)));
+    }
+  }
+  assert!(!reapers.is_empty());
+  assert!(
+    reaper_fds.iter().all(|(_, n)| *n == 0),
+    "reapers kept fds: {reaper_fds:?}"
+  );
+}

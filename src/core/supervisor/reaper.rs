@@ -149,13 +149,7 @@ impl Reaper {
             plan.checked = checked;
           }
           if self
-            .run(
-              &spec,
-              isolation.as_deref(),
-              out,
-              err,
-              Duration::from_millis(drain_ms),
-            )
+            .run(&spec, isolation, out, err, Duration::from_millis(drain_ms))
             .is_err()
           {
             return;
@@ -178,17 +172,19 @@ impl Reaper {
   fn run(
     &mut self,
     spec: &SpawnSpec,
-    isolation: Option<&Plan>,
+    mut isolation: Option<Box<Plan>>,
     out: OwnedFd,
     err: OwnedFd,
     drain: Duration,
   ) -> Result<(), Gone> {
     // Built here, before the fork; held until the tree is gone (dropping it empties and
     // removes the job's cgroup).
-    let mut prepared = match isolation.map(prepare_job).transpose() {
+    let mut prepared = match isolation.as_deref().map(prepare_job).transpose() {
       Ok(p) => p,
       Err(e) => {
         eprintln!("finn-supervisor: {e}");
+        // Closed before the reply, as after a job that ran.
+        drop(isolation);
         return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
       }
     };
@@ -214,6 +210,7 @@ impl Reaper {
     let leader = match started {
       Ok(pid) => pid,
       Err(errno) => {
+        drop((prepared, isolation));
         return self.send(FromReaper::SpawnFailed {
           errno: errno as i32,
         });
@@ -221,7 +218,7 @@ impl Reaper {
     };
     let mut job = Job {
       leader,
-      spare_leader: isolation.is_some_and(|p| p.bwrap.is_some()),
+      spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
       drain_until: None,
       drain,
       kill: None,
@@ -233,8 +230,10 @@ impl Reaper {
     loop {
       let (leader_status, gone) = self.reap(&job);
       if gone {
-        // Before `TreeGone` goes out: once the job settles, its cgroup is gone too.
+        // Before `TreeGone` goes out: once the job settles, its cgroup is gone too, and so are
+        // the checked fds (the plan's and the preparation's).
         drop(prepared.take());
+        drop(isolation.take());
       }
       // Both in one write when they come together (a command without background children):
       // the addon then wakes once.
