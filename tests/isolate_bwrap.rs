@@ -1030,7 +1030,7 @@ fn the_protect_swap_race_never_leaves_hooks_writable() {
       std::fs::read_dir(&real_hooks).unwrap().count() + std::fs::read_dir(&j.out).unwrap().count()
     };
     let (mut tries, mut started) = (0, 0);
-    while tries < 5_000 && started < 100 && (stopped || landed() == 0) {
+    while tries < 20_000 && started < 100 && (stopped || landed() == 0) {
       tries += 1;
       // Exit 0 once the shell ran: bwrap's own refusal is exit 1.
       let script =
