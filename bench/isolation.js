@@ -1,8 +1,9 @@
 'use strict'
 // The isolation phase of `npm run bench` (issue 17: "native isolation adds at most 2 ms per exec
 // over a plain exec at 0 and at 2 GiB of Node heap"). Per-exec latency of `/bin/true` through
-// the finn-sandbox pool (2 workers) with isolation off, with each cumulative layer set, and with
-// the `auto` default, at each heap size; every (variant, size) in a fresh
+// the finn-sandbox pool (2 workers) with isolation off, with each cumulative layer set, with
+// the `auto` default, and with the bwrap backend (its defaults, and without net/pid namespaces;
+// no target), at each heap size; every (variant, size) in a fresh
 // `bench/isolation-child.js` process, variants rotated each round.
 //
 // run.js calls `phase({ node, log, rotate, quick })` and stores the result as `results.isolation`;
@@ -88,7 +89,7 @@ function targets(iso, add) {
 
 /** The section of BENCHMARKS.md, as lines. */
 function markdown(iso) {
-  const head = ['variant (cumulative)', 'applied', ...iso.sizes.flatMap((g) => [`${g} GiB median (ms)`, `${g} GiB added (ms)`])]
+  const head = ['variant', 'applied', ...iso.sizes.flatMap((g) => [`${g} GiB median (ms)`, `${g} GiB added (ms)`])]
   const rows = Object.entries(iso.variants).map(([id, v]) => [
     `\`${id}\``,
     v.applied.join(', ') || '–',
@@ -100,7 +101,7 @@ function markdown(iso) {
   return [
     '## Isolation cost per exec',
     '',
-    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`): landlock and seccomp have no separate switch, so they are one step. "added" is the median over \`off\`'s at the same heap.`,
+    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (the issue cites about +5 ms per exec as bwrap's known cost). "added" is the median over \`off\`'s at the same heap.`,
     '',
     `| ${head.join(' | ')} |`,
     `|${head.map(() => '---').join('|')}|`,

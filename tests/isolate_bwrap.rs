@@ -91,7 +91,16 @@ fn settings() -> Vec<(Value, bool)> {
   vec![(off(), false), (bwrap(), true)]
 }
 
+/// The reapers run `finn-supervisor` as the bind verifier inside bwrap; here the test process
+/// prepares the jobs, so it names the binary.
+fn verifier() {
+  finn_sandbox::core::isolate::set_bind_verifier(PathBuf::from(env!(
+    "CARGO_BIN_EXE_finn-supervisor"
+  )));
+}
+
 fn isolated(opts: &Value, cwd: &Path) -> Option<Arc<Isolated>> {
+  verifier();
   let opts = IsolationOptions::from_json(opts.clone()).unwrap();
   let plan = Plan::resolve(&opts, cwd, probe()).unwrap()?;
   assert_eq!(plan.report().backend, "bwrap");
@@ -968,4 +977,123 @@ async fn a_timeout_reaches_the_command_inside_bwrap_and_ends_its_tree() {
   );
   assert_eq!(pids_with(&tok), Vec::<u32>::new(), "{r:?}");
   pool.shutdown().await;
+}
+
+/// The protect bind's own race, as `isolate.rs::the_protect_swap_race_never_leaves_hooks_writable`
+/// for the native backend: a host thread swaps the protected `.git/hooks` with a symlink to
+/// outside (and straight back) while commands start under bwrap and write into `.git/hooks/`.
+/// bwrap binds the object the check opened (`--ro-bind-fd`, beneath the root's checked fd),
+/// and the child re-opens each nested destination, with no symlink on the way, right before
+/// bwrap's exec: a start that meets the symlink is refused. Judged from the host: files in the
+/// real hooks directory (through an fd opened first, whatever its name at the end) or outside.
+#[test]
+fn the_protect_swap_race_never_leaves_hooks_writable() {
+  use std::sync::atomic::{AtomicBool, Ordering};
+  if !bwrap_runs("the_protect_swap_race_never_leaves_hooks_writable") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let git = j.root.join(".git");
+    std::fs::create_dir_all(git.join("hooks")).unwrap();
+    let hooks = std::fs::File::open(git.join("hooks")).unwrap();
+    let real_hooks = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&hooks));
+    // Relative: inside the sandbox it still names the outside directory (an absolute one is
+    // looked up by bwrap from its own root, and fails).
+    std::os::unix::fs::symlink("../../outside", git.join("alt")).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let swapper = {
+      let (stop, git) = (stop.clone(), git.clone());
+      std::thread::spawn(move || {
+        let a = std::ffi::CString::new(git.join("hooks").to_str().unwrap()).unwrap();
+        let b = std::ffi::CString::new(git.join("alt").to_str().unwrap()).unwrap();
+        let swap = || {
+          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
+          unsafe {
+            libc::renameat2(
+              libc::AT_FDCWD,
+              a.as_ptr(),
+              libc::AT_FDCWD,
+              b.as_ptr(),
+              libc::RENAME_EXCHANGE,
+            )
+          }
+        };
+        while !stop.load(Ordering::Relaxed) {
+          swap();
+          swap();
+          std::thread::yield_now();
+        }
+      })
+    };
+    let landed = || {
+      std::fs::read_dir(&real_hooks).unwrap().count() + std::fs::read_dir(&j.out).unwrap().count()
+    };
+    let (mut tries, mut started) = (0, 0);
+    while tries < 20_000 && started < 100 && (stopped || landed() == 0) {
+      tries += 1;
+      // Exit 0 once the shell ran: bwrap's own refusal is exit 1.
+      let script =
+        "for i in $(seq 1 20); do echo pwn > .git/hooks/f$i$RANDOM; done 2>/dev/null; exit 0";
+      verifier();
+      let o = IsolationOptions::from_json(opts.clone()).unwrap();
+      let iso = match Plan::resolve(&o, &j.root, probe()).unwrap() {
+        None => None,
+        // A symlink at the protected path when the check opens it: refused.
+        Some(plan) => match prepare_job(&plan) {
+          Ok(p) => Some(Arc::new(p)),
+          Err(_) => continue,
+        },
+      };
+      let c = |s: &str| std::ffi::CString::new(s).unwrap();
+      let argv = [c("/bin/bash"), c("-c"), c(script)];
+      let mut cmd = match iso
+        .as_ref()
+        .and_then(|i| i.wrap(&argv[0], &argv, &c(j.root.to_str().unwrap())))
+      {
+        Some((program, args)) => {
+          let mut cmd = Command::new(program.to_str().unwrap());
+          cmd.args(args[1..].iter().map(|a| a.to_str().unwrap()));
+          cmd
+        }
+        None => {
+          let mut cmd = Command::new("/bin/bash");
+          cmd.args(["-c", script]);
+          cmd
+        }
+      };
+      cmd
+        .current_dir(&j.root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+      if let Some(iso) = iso {
+        // SAFETY: apply_in_child is async-signal-safe.
+        unsafe {
+          cmd.pre_exec(move || iso.apply_in_child().map_err(std::io::Error::from));
+        }
+      }
+      // A start refused before bwrap's exec, or by bwrap itself (exit 1 with `bwrap: ...`),
+      // writes nothing; count the commands that ran.
+      if cmd.status().is_ok_and(|s| s.success()) {
+        started += 1;
+      }
+    }
+    stop.store(true, Ordering::Relaxed);
+    swapper.join().unwrap();
+    let n = landed();
+    eprintln!("{opts}: {n} writes landed, {started} started of {tries}");
+    if stopped {
+      assert_eq!(
+        n, 0,
+        "{opts}: {n} writes landed in {started} started of {tries}"
+      );
+      assert_eq!(
+        started, 100,
+        "{opts}: only {started} started in {tries} tries"
+      );
+    } else {
+      assert!(n > 0, "off: no write landed in {tries} commands");
+    }
+  }
 }

@@ -23,5 +23,20 @@ mod core {
 }
 
 fn main() {
+  #[cfg(target_os = "linux")]
+  {
+    // Inside a bwrap sandbox, before the command: see `isolate::bwrap::verify_binds_main`.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args
+      .first()
+      .is_some_and(|a| a == core::isolate::VERIFY_BINDS_ARG)
+    {
+      core::isolate::verify_binds_main(&args[1..]);
+    }
+    // The reapers' bwrap jobs run this binary as the verifier.
+    if let Ok(exe) = std::env::current_exe() {
+      core::isolate::set_bind_verifier(exe);
+    }
+  }
   std::process::exit(core::supervisor::server::main());
 }

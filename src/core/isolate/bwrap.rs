@@ -28,6 +28,7 @@ use std::ffi::{CStr, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use nix::errno::Errno;
 
@@ -197,6 +198,10 @@ pub(super) fn doctor_layer(probe: &Probe) -> LayerReport {
 }
 
 /// A job's isolation by either backend, ready for the fork.
+#[expect(
+  clippy::large_enum_variant,
+  reason = "one per job, built once before the fork and never moved in a hot loop"
+)]
 pub enum Isolated {
   Native(Prepared),
   Bwrap(Bwrapped),
@@ -211,7 +216,126 @@ pub struct Bwrapped {
   args: Vec<CString>,
   /// The seccomp programs, each in its own memfd (offset 0), to pass by number.
   seccomp_fds: Vec<OwnedFd>,
+  /// The checked objects bwrap binds (`--bind-fd`/`--ro-bind-fd`), to pass by number.
+  binds: Binds,
+  /// `finn-supervisor`, run inside the sandbox before the command when there are nested binds
+  /// to verify (`verify_binds_main`).
+  verifier: Option<CString>,
   report: IsolationReport,
+}
+
+/// What `--bind-fd`/`--ro-bind-fd` take, and the check made right before bwrap's exec.
+#[derive(Default)]
+struct Binds {
+  /// Every fd named by a bind flag (the roots' checked fds, and `.git`/`protect` opened
+  /// beneath them), 3 or above.
+  fds: Vec<Arc<OwnedFd>>,
+  /// Per nested bind (`.git`, `protect`): the root's fd, the path below it, and the identity
+  /// seen when it was opened. Inside the sandbox bwrap finds the destination below the root's
+  /// bind (the checked root); the child re-opens it the same way, with no symlink on the way,
+  /// and refuses to start (ESTALE, ELOOP) if it is another object by then.
+  nested: Vec<(libc::c_int, CString, u64, u64)>,
+  /// Per nested bind, for the verifier inside the sandbox: `dev:ino:ro:path`.
+  verify: Vec<CString>,
+}
+
+/// The first argument that makes `finn-supervisor` the bind verifier.
+pub const VERIFY_BINDS_ARG: &str = "--finn-verify-binds";
+
+static VERIFIER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// The `finn-supervisor` binary bwrap runs as the bind verifier (set by the supervisor itself;
+/// tests that prepare bwrap jobs in their own process set it too).
+pub fn set_bind_verifier(exe: PathBuf) {
+  let _ = VERIFIER.set(exe);
+}
+
+/// Runs inside the sandbox, after bwrap's setup and seccomp, before the command:
+/// `--finn-verify-binds dev:ino:ro:path... -- program argv...`. bwrap finds a bind's
+/// destination by path, following symlinks, so a host that swaps `.git/hooks` for a relative
+/// symlink between the check and bwrap's mount gets the checked object mounted elsewhere and the
+/// real one left writable. Here each destination must be the checked object (device and inode,
+/// reached with no symlink on the way), the root of a mount (so the bind landed on it), and
+/// read-only where it was bound so; otherwise the job fails (exit 126) before the command runs.
+/// Once this holds the mounts stay: a rename by the host moves the covered directory, it does not
+/// uncover it. Then execs the command.
+pub fn verify_binds_main(args: &[std::ffi::OsString]) -> ! {
+  let fail = |why: String| -> ! {
+    eprintln!("finn-sandbox: bind check failed inside the sandbox: {why}");
+    std::process::exit(126)
+  };
+  let Some(sep) = args.iter().position(|a| a == "--") else {
+    fail("no `--` before the command".into())
+  };
+  for spec in &args[..sep] {
+    let spec = spec.as_bytes();
+    let mut parts = spec.splitn(4, |b| *b == b':');
+    let (Some(dev), Some(ino), Some(ro), Some(path)) =
+      (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+      fail(format!("bad spec {:?}", String::from_utf8_lossy(spec)))
+    };
+    let num = |b: &[u8]| {
+      std::str::from_utf8(b)
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+    };
+    let (Some(dev), Some(ino)) = (num(dev), num(ino)) else {
+      fail("bad identity".into())
+    };
+    let path_c = CString::new(path).unwrap_or_default();
+    let shown = String::from_utf8_lossy(path);
+    let fd = match super::mounts::open_no_symlinks(&path_c) {
+      // SAFETY: a fresh fd that nothing else owns.
+      Ok(fd) => unsafe { OwnedFd::from_raw_fd(fd) },
+      Err(e) => fail(format!("{shown}: {e}")),
+    };
+    const STATX_ATTR_MOUNT_ROOT: u64 = 0x2000;
+    // SAFETY: statx of the fd itself (AT_EMPTY_PATH) into a buffer on our stack.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    let r = unsafe {
+      libc::statx(
+        fd.as_raw_fd(),
+        c"".as_ptr(),
+        libc::AT_EMPTY_PATH,
+        libc::STATX_INO,
+        &mut stx,
+      )
+    };
+    if r != 0 {
+      fail(format!("{shown}: {}", std::io::Error::last_os_error()));
+    }
+    let st_dev = libc::makedev(stx.stx_dev_major, stx.stx_dev_minor);
+    if st_dev != dev || stx.stx_ino != ino {
+      fail(format!("{shown} is not the object that was checked"));
+    }
+    if stx.stx_attributes_mask & STATX_ATTR_MOUNT_ROOT != 0
+      && stx.stx_attributes & STATX_ATTR_MOUNT_ROOT == 0
+    {
+      fail(format!("{shown} was not bound (not a mount point)"));
+    }
+    if ro == b"1" {
+      // SAFETY: fstatvfs into a buffer on our stack.
+      let mut vfs: libc::statvfs = unsafe { std::mem::zeroed() };
+      if unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut vfs) } != 0
+        || vfs.f_flag & libc::ST_RDONLY == 0
+      {
+        fail(format!("{shown} is not read-only"));
+      }
+    }
+  }
+  let Some(program) = args.get(sep + 1) else {
+    fail("no command".into())
+  };
+  let err = std::os::unix::process::CommandExt::exec(
+    std::process::Command::new(program).args(&args[sep + 2..]),
+  );
+  eprintln!("finn-sandbox: exec {program:?}: {err}");
+  std::process::exit(if err.kind() == std::io::ErrorKind::NotFound {
+    127
+  } else {
+    126
+  })
 }
 
 /// Builds everything the plan's backend needs before the fork.
@@ -242,12 +366,29 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
   } else {
     Vec::new()
   };
-  let args = args(plan, &seccomp_fds).map_err(|e| IsolationError::prepare("mountns", e))?;
+  let mut binds = Binds::default();
+  let mut args =
+    args(plan, &seccomp_fds, &mut binds).map_err(|e| IsolationError::prepare("mountns", e))?;
+  let verifier = if binds.verify.is_empty() {
+    None
+  } else {
+    let exe = VERIFIER.get().ok_or_else(|| {
+      IsolationError::prepare(
+        "mountns",
+        "no bind verifier (finn-supervisor) to check the protect binds inside the sandbox",
+      )
+    })?;
+    // Visible inside the sandbox whatever `readable` says.
+    push(&mut args, "--ro-bind", &[exe, exe]);
+    Some(c(exe))
+  };
   Ok(Isolated::Bwrap(Bwrapped {
     base,
     program: c(bwrap),
     args,
     seccomp_fds,
+    binds,
+    verifier,
     report: plan.report(),
   }))
 }
@@ -275,6 +416,12 @@ impl Isolated {
     v.push(CString::from(c"--chdir"));
     v.push(cwd.to_owned());
     v.push(CString::from(c"--"));
+    if let Some(exe) = &b.verifier {
+      v.push(exe.clone());
+      v.push(s(VERIFY_BINDS_ARG));
+      v.extend(b.binds.verify.iter().cloned());
+      v.push(CString::from(c"--"));
+    }
     // bwrap 0.8 has no `--argv0`: the command sees its path as argv[0].
     v.push(program.to_owned());
     v.extend(argv.iter().skip(1).cloned());
@@ -312,10 +459,28 @@ impl Bwrapped {
       }
     }
     cloexec_from_3()?;
-    for fd in &self.seccomp_fds {
-      // SAFETY: F_SETFD on an fd we own: bwrap must inherit it to read the filter.
+    for fd in self
+      .seccomp_fds
+      .iter()
+      .chain(self.binds.fds.iter().map(|f| f.as_ref()))
+    {
+      // SAFETY: F_SETFD on an fd we own: bwrap must inherit it to read the filter, or to
+      // bind the checked object.
       if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
         return Err(Errno::last());
+      }
+    }
+    for (root, rel, dev, ino) in &self.binds.nested {
+      let fd = super::mounts::open_beneath_raw(*root, rel)?;
+      // SAFETY: fstat into a stat buffer on our stack, then close the fd we opened.
+      let same = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        let r = libc::fstat(fd, &mut st);
+        libc::close(fd);
+        r == 0 && st.st_dev == *dev && st.st_ino == *ino
+      };
+      if !same {
+        return Err(Errno::ESTALE);
       }
     }
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only. bwrap sets it too; set here, exec'ing
@@ -417,6 +582,8 @@ fn memfd_with(data: &[u8]) -> std::io::Result<OwnedFd> {
 enum ArgsError {
   #[error("protect path {0} is a symlink; refusing to protect its target instead of it")]
   ProtectSymlink(PathBuf),
+  #[error("open a checked path for bwrap: {0}")]
+  Open(std::io::Error),
 }
 
 fn push(v: &mut Vec<CString>, flag: &str, paths: &[&Path]) {
@@ -424,8 +591,139 @@ fn push(v: &mut Vec<CString>, flag: &str, paths: &[&Path]) {
   v.extend(paths.iter().map(|p| c(p)));
 }
 
+/// The fallback, for a plan without its checked fds (built by hand, or decoded without them):
+/// `writable`, `.git` and `protect` bound by path.
+fn path_binds(plan: &Plan, v: &mut Vec<CString>) -> Result<(), ArgsError> {
+  for w in &plan.writable {
+    push(v, "--bind", &[w, w]);
+  }
+  // `.git` before `protect`: a bind of it after them would hide them.
+  for w in &plan.writable {
+    let git = w.join(".git");
+    match std::fs::symlink_metadata(&git) {
+      Ok(m) if m.is_dir() => push(v, "--bind", &[&git, &git]),
+      // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
+      Ok(m) if m.is_file() => push(v, "--ro-bind", &[&git, &git]),
+      _ => {}
+    }
+  }
+  for p in &plan.protect {
+    match std::fs::symlink_metadata(p) {
+      Ok(m) if m.file_type().is_symlink() => return Err(ArgsError::ProtectSymlink(p.clone())),
+      Ok(_) => push(v, "--ro-bind", &[p, p]),
+      Err(_) => {}
+    }
+  }
+  Ok(())
+}
+
+/// An fd of 3 or above (the child's stdio setup overwrites 0-2).
+fn high(fd: Arc<OwnedFd>) -> std::io::Result<Arc<OwnedFd>> {
+  if fd.as_raw_fd() >= 3 {
+    return Ok(fd);
+  }
+  // SAFETY: F_DUPFD_CLOEXEC returns a new fd we own, 3 or above.
+  let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+  if high < 0 {
+    return Err(std::io::Error::last_os_error());
+  }
+  // SAFETY: as above.
+  Ok(Arc::new(unsafe { OwnedFd::from_raw_fd(high) }))
+}
+
+/// `--bind-fd`/`--ro-bind-fd` of the checked objects: each writable root from the fd that
+/// passed the addon's check (bound over whatever its path names by then, so the command sees
+/// the checked root there), `.git` and `protect` opened beneath that fd with no symlink on the
+/// way. bwrap checks that what it mounted is the fd's object ("Race condition binding
+/// dirfd"); the destinations of the nested binds are checked again right before bwrap's exec
+/// (`Binds::nested`).
+fn fd_binds(plan: &Plan, v: &mut Vec<CString>, binds: &mut Binds) -> Result<(), ArgsError> {
+  let mut fd_flag = |v: &mut Vec<CString>, flag: &str, fd: Arc<OwnedFd>, dest: &Path| {
+    let fd = high(fd).map_err(ArgsError::Open)?;
+    v.push(s(flag));
+    v.push(s(&fd.as_raw_fd().to_string()));
+    v.push(c(dest));
+    binds.fds.push(fd.clone());
+    Ok::<Arc<OwnedFd>, ArgsError>(fd)
+  };
+  let mut roots: Vec<(&PathBuf, Arc<OwnedFd>)> = Vec::new();
+  for (w, fd) in plan.writable.iter().zip(&plan.checked.writable) {
+    roots.push((w, fd_flag(v, "--bind-fd", fd.clone(), w)?));
+  }
+  let mut nested = Vec::new();
+  let mut verify = Vec::new();
+  // Opens `rel` beneath the root; `None`: nothing there.
+  let beneath = |root: &Arc<OwnedFd>, rel: &Path, p: &Path| {
+    match super::mounts::open_beneath(root, rel) {
+      Ok(fd) => {
+        let st = nix::sys::stat::fstat(&fd).map_err(|e| ArgsError::Open(e.into()))?;
+        Ok(Some((Arc::new(fd), st)))
+      }
+      Err(Errno::ENOENT) | Err(Errno::ENOTDIR) => Ok(None),
+      // A symlink on the way (`.git -> elsewhere`): refused, as the native backend's start is.
+      Err(Errno::ELOOP) => Err(ArgsError::ProtectSymlink(p.to_owned())),
+      Err(e) => Err(ArgsError::Open(e.into())),
+    }
+  };
+  // `.git` before `protect`: a bind of it after them would hide them.
+  for (w, root) in &roots {
+    let git = w.join(".git");
+    let Some((fd, st)) = beneath(root, Path::new(".git"), &git).or_else(|e| match e {
+      // A `.git` symlink is not bound (as by path); its protect entries below refuse.
+      ArgsError::ProtectSymlink(_) => Ok(None),
+      e => Err(e),
+    })?
+    else {
+      continue;
+    };
+    let flag = match st.st_mode & libc::S_IFMT {
+      libc::S_IFDIR => "--bind-fd",
+      // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
+      libc::S_IFREG => "--ro-bind-fd",
+      _ => continue,
+    };
+    fd_flag(v, flag, fd, &git)?;
+    nested.push((root.as_raw_fd(), c(Path::new(".git")), st.st_dev, st.st_ino));
+    verify.push(verify_spec(&st, flag == "--ro-bind-fd", &git));
+  }
+  for p in &plan.protect {
+    let Some((root, rel)) = roots.iter().find_map(|(w, fd)| {
+      p.strip_prefix(w)
+        .ok()
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(|rel| (fd, rel))
+    }) else {
+      // An absolute `protect` outside every writable root is read-only already (`readable`).
+      continue;
+    };
+    let Some((fd, st)) = beneath(root, rel, p)? else {
+      continue;
+    };
+    if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+      return Err(ArgsError::ProtectSymlink(p.clone()));
+    }
+    fd_flag(v, "--ro-bind-fd", fd, p)?;
+    nested.push((root.as_raw_fd(), c(rel), st.st_dev, st.st_ino));
+    verify.push(verify_spec(&st, true, p));
+  }
+  binds.verify = verify;
+  // The roots' fds stay open as long as `binds` (they are in `binds.fds`, or the plan's).
+  binds.nested = nested;
+  Ok(())
+}
+
+fn verify_spec(st: &libc::stat, ro: bool, path: &Path) -> CString {
+  let mut b = format!("{}:{}:{}:", st.st_dev, st.st_ino, ro as u8).into_bytes();
+  b.extend_from_slice(path.as_os_str().as_bytes());
+  CString::new(b).expect("paths from the filesystem have no NUL")
+}
+
 /// bwrap's flags for `plan`, in bwrap's order of application (later mounts cover earlier ones).
-fn args(plan: &Plan, seccomp_fds: &[OwnedFd]) -> Result<Vec<CString>, ArgsError> {
+fn args(
+  plan: &Plan,
+  seccomp_fds: &[OwnedFd],
+  binds: &mut Binds,
+) -> Result<Vec<CString>, ArgsError> {
   let mut v: Vec<CString> = vec![s("bwrap")];
   for f in ["--die-with-parent", "--new-session", "--cap-drop", "ALL"] {
     v.push(s(f));
@@ -443,25 +741,11 @@ fn args(plan: &Plan, seccomp_fds: &[OwnedFd]) -> Result<Vec<CString>, ArgsError>
   if plan.layers.pidns {
     push(&mut v, "--proc", &[Path::new("/proc")]);
   }
-  for w in &plan.writable {
-    push(&mut v, "--bind", &[w, w]);
-  }
-  // `.git` before `protect`: a bind of it after them would hide them.
-  for w in &plan.writable {
-    let git = w.join(".git");
-    match std::fs::symlink_metadata(&git) {
-      Ok(m) if m.is_dir() => push(&mut v, "--bind", &[&git, &git]),
-      // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
-      Ok(m) if m.is_file() => push(&mut v, "--ro-bind", &[&git, &git]),
-      _ => {}
-    }
-  }
-  for p in &plan.protect {
-    match std::fs::symlink_metadata(p) {
-      Ok(m) if m.file_type().is_symlink() => return Err(ArgsError::ProtectSymlink(p.clone())),
-      Ok(_) => push(&mut v, "--ro-bind", &[p, p]),
-      Err(_) => {}
-    }
+  let checked = &plan.checked.writable;
+  if !checked.is_empty() && checked.len() == plan.writable.len() {
+    fd_binds(plan, &mut v, binds)?;
+  } else {
+    path_binds(plan, &mut v)?;
   }
   for d in &plan.deny_read {
     let Ok(real) = d.canonicalize() else { continue };
@@ -617,7 +901,7 @@ mod tests {
     let h = host(true, true, true, true, false);
     let p = resolve(json!({"mode": "bwrap"}), &h).unwrap();
     assert!(p.layers.netns && p.layers.pidns && p.layers.seccomp);
-    let a: Vec<String> = args(&p, &[])
+    let a: Vec<String> = args(&p, &[], &mut Binds::default())
       .unwrap()
       .iter()
       .map(|c| c.to_string_lossy().into_owned())
@@ -636,14 +920,28 @@ mod tests {
     }
     let tmp = Path::new("/tmp").canonicalize().unwrap();
     let t = tmp.to_str().unwrap();
-    assert!(has(&["--bind", t, t]), "{a:?}");
+    // The writable root bound from the fd that passed the check.
+    let i = a.iter().position(|f| f == "--bind-fd").expect("--bind-fd");
+    assert!(a[i + 1].parse::<i32>().unwrap() >= 3, "{a:?}");
+    assert_eq!(a[i + 2], t, "{a:?}");
+    // Without the fds (a plan decoded alone): by path.
+    let bare = Plan {
+      checked: Default::default(),
+      ..p.clone()
+    };
+    let a2: Vec<String> = args(&bare, &[], &mut Binds::default())
+      .unwrap()
+      .iter()
+      .map(|c| c.to_string_lossy().into_owned())
+      .collect();
+    assert!(a2.windows(3).any(|x| x == ["--bind", t, t]), "{a2:?}");
     // The network allowed and the pid namespace declined: neither flag.
     let p = resolve(
       json!({"mode": "bwrap", "network": "allow", "namespaces": {"pid": false}}),
       &h,
     )
     .unwrap();
-    let a: Vec<String> = args(&p, &[])
+    let a: Vec<String> = args(&p, &[], &mut Binds::default())
       .unwrap()
       .iter()
       .map(|c| c.to_string_lossy().into_owned())

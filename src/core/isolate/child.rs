@@ -20,6 +20,13 @@ impl Prepared {
   /// Applies every prepared layer to the calling process. Call it only in a freshly forked,
   /// single-threaded child, right before exec.
   pub fn apply_in_child(&self) -> Result<(), Errno> {
+    if let Some(fd) = &self.cwd_fd {
+      use std::os::fd::AsRawFd;
+      // Before `unshare`: the new mount namespace takes the cwd over into its copy of the
+      // mounts (entered after it, an fd of the old namespace would bypass the binds below).
+      // SAFETY: fchdir on an fd owned by `self`.
+      check(unsafe { libc::fchdir(fd.as_raw_fd()) }.into())?;
+    }
     if let Some(cg) = &self.cgroup {
       for procs in cg.procs_files() {
         join_cgroup(procs)?;

@@ -39,6 +39,9 @@ pub struct FsRules<'a> {
   pub read_roots: &'a [PathBuf],
   pub deny_read: &'a [PathBuf],
   pub writable: &'a [PathBuf],
+  /// The writable roots as the fds that passed the addon's check, one per `writable` (or
+  /// empty: the paths are opened here, with no symlink on the way, as the fallback).
+  pub writable_fds: &'a [Arc<OwnedFd>],
   pub deny_network: bool,
   pub deny_unix: bool,
 }
@@ -71,6 +74,15 @@ pub fn build(rules: &FsRules) -> Result<Arc<OwnedFd>, LandlockError> {
   let key = CacheKey {
     read_roots: rules.read_roots.to_vec(),
     writable: rules.writable.to_vec(),
+    writable_objects: rules
+      .writable_fds
+      .iter()
+      .map(|f| {
+        nix::sys::stat::fstat(f.as_ref())
+          .ok()
+          .map(|st| (st.st_dev, st.st_ino))
+      })
+      .collect(),
     deny_network: rules.deny_network,
     deny_unix: rules.deny_unix,
     trees: trees.clone(),
@@ -105,6 +117,9 @@ static CACHE: Mutex<Vec<CacheEntry>> = Mutex::new(Vec::new());
 struct CacheKey {
   read_roots: Vec<PathBuf>,
   writable: Vec<PathBuf>,
+  /// The objects the writable grants are on, when they come from checked fds (a rule follows
+  /// its inode: the same objects, the same rules).
+  writable_objects: Vec<Option<(u64, u64)>>,
   deny_network: bool,
   deny_unix: bool,
   /// The denied paths as they resolve now (existence, symlinks, our own permissions).
@@ -206,8 +221,19 @@ fn build_now(
       grants.push((root.clone(), unix));
     }
   }
-  for w in rules.writable {
-    grants.push((w.clone(), write_access() | AccessFs::ResolveUnix));
+  let from_fds = !rules.writable_fds.is_empty() && rules.writable_fds.len() == rules.writable.len();
+  if from_fds {
+    // On the objects that passed the check, whatever their paths name now.
+    for fd in rules.writable_fds {
+      created = created.add_rule(PathBeneath::new(
+        fd.as_ref(),
+        write_access() | AccessFs::ResolveUnix,
+      ))?;
+    }
+  } else {
+    for w in rules.writable {
+      grants.push((w.clone(), write_access() | AccessFs::ResolveUnix));
+    }
   }
   // Devices every shell uses; IoctlDev so terminals keep working.
   for dev in [
@@ -438,6 +464,7 @@ mod tests {
       read_roots: &roots,
       deny_read: &deny,
       writable: &writable,
+      writable_fds: &[],
       deny_network: true,
       deny_unix: true,
     };

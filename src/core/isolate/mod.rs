@@ -14,13 +14,15 @@ mod prepare;
 mod probe;
 mod seccomp;
 
-pub use bwrap::{Bwrapped, Isolated, prepare_job};
+pub use bwrap::{
+  Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,
+};
 pub use cgroup::CgroupEvents;
 pub use error::IsolationError;
 pub use options::{
-  Access, FsOptions, IsolationOptions, Limits, Mode, NamespaceOptions, OptionsError, Readable,
-  default_deny_read,
+  Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,
+  OptionsError, Readable, default_deny_read,
 };
-pub use plan::{Layers, Plan, ResolvedLimits};
+pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
 pub use probe::{CgroupKind, Doctor, LayerReport, Probe, doctor, probe};

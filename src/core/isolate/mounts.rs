@@ -78,12 +78,104 @@ fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
   ))
 }
 
+/// The check relative to a writable root's checked fd: `rel` opened beneath it with no symlink
+/// on the way (`RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`, a final symlink opened itself), so the
+/// identity recorded is that of the object inside the root that passed the addon's check, not
+/// of whatever the root's path names by now. The target stays `path`: re-opened in the child
+/// and compared with this identity, a swapped root fails the start (ESTALE).
+fn checked_beneath(
+  root: &std::os::fd::OwnedFd,
+  rel: &Path,
+  path: &Path,
+) -> Option<(std::fs::FileType, MountOp)> {
+  let r = open_beneath(root, rel);
+  let fd = match r {
+    Ok(fd) => std::fs::File::from(fd),
+    // A symlink on the way (`.git -> elsewhere`): checked by path as before, and the child's
+    // re-open, which allows no symlink either, fails the start.
+    Err(Errno::ELOOP) => return checked(path),
+    Err(_) => return None,
+  };
+  let m = fd.metadata().ok()?;
+  Some((
+    m.file_type(),
+    MountOp {
+      kind: MountKind::Private,
+      target: c(path),
+      dev: m.dev(),
+      ino: m.ino(),
+    },
+  ))
+}
+
+/// `rel` opened beneath `root` (`O_PATH | O_NOFOLLOW`, `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`):
+/// the object inside the checked root, reached with no symlink on the way (a final symlink is
+/// opened itself). Async-signal-safe apart from building the path before.
+pub(super) fn open_beneath_raw(
+  root: libc::c_int,
+  rel: &std::ffi::CStr,
+) -> Result<libc::c_int, Errno> {
+  let how = OpenHow {
+    flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
+    mode: 0,
+    resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+  };
+  // SAFETY: a dirfd, a NUL-terminated relative path and an open_how on our stack.
+  let r = unsafe {
+    libc::syscall(
+      libc::SYS_openat2,
+      root,
+      rel.as_ptr(),
+      &how,
+      std::mem::size_of::<OpenHow>(),
+    )
+  };
+  if r < 0 {
+    Err(Errno::last())
+  } else {
+    Ok(r as libc::c_int)
+  }
+}
+
+/// [`open_beneath_raw`] with owned fds.
+pub(super) fn open_beneath(
+  root: &std::os::fd::OwnedFd,
+  rel: &Path,
+) -> Result<std::os::fd::OwnedFd, Errno> {
+  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+  let rel = CString::new(rel.as_os_str().as_bytes()).map_err(|_| Errno::EINVAL)?;
+  let fd = open_beneath_raw(root.as_raw_fd(), &rel)?;
+  // SAFETY: a fresh fd that nothing else owns.
+  Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
 /// The steps, in order. `protect` entries are absolute (already joined with each writable root).
+/// `writable_fds`: the roots' checked fds, one per `writable` (or empty: checked by path).
 pub fn plan(
   writable: &[PathBuf],
+  writable_fds: &[std::sync::Arc<std::os::fd::OwnedFd>],
   protect: &[PathBuf],
   deny_read: &[PathBuf],
 ) -> Result<Vec<MountOp>, MountPlanError> {
+  let roots: Vec<(&PathBuf, &std::os::fd::OwnedFd)> = if writable_fds.len() == writable.len() {
+    writable
+      .iter()
+      .zip(writable_fds.iter().map(|f| f.as_ref()))
+      .collect()
+  } else {
+    Vec::new()
+  };
+  // Inside a checked root: beneath its fd; elsewhere (an absolute `protect` outside every
+  // root, or no fds): by path.
+  let check = |p: &Path| match roots.iter().find_map(|(w, fd)| {
+    p.strip_prefix(w)
+      .ok()
+      .filter(|rel| !rel.as_os_str().is_empty())
+      .map(|rel| (fd, rel))
+  }) {
+    Some((fd, rel)) => checked_beneath(fd, rel, p),
+    None => checked(p),
+  };
   let mut out = vec![MountOp {
     kind: MountKind::Private,
     target: CString::from(c"/"),
@@ -92,7 +184,7 @@ pub fn plan(
   }];
   // `.git` first: a later non-recursive bind of it would hide the protect binds inside it.
   for w in writable {
-    let Some((t, op)) = checked(&w.join(".git")) else {
+    let Some((t, op)) = check(&w.join(".git")) else {
       continue;
     };
     let kind = if t.is_dir() {
@@ -107,7 +199,7 @@ pub fn plan(
     out.push(MountOp { kind, ..op });
   }
   for p in protect {
-    let Some((t, op)) = checked(p) else { continue };
+    let Some((t, op)) = check(p) else { continue };
     if t.is_symlink() {
       return Err(MountPlanError::ProtectSymlink(p.clone()));
     }
@@ -149,6 +241,7 @@ const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
 const FSMOUNT_CLOEXEC: libc::c_uint = 1;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
 
 #[repr(C)]
 struct MountAttr {

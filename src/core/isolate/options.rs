@@ -117,6 +117,9 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 256;
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 2 << 30;
 
 /// Secrets a command never needs to read. `home` is the user's home directory.
+/// Writable roots per job: each travels to the reaper as an `O_PATH` fd (`Plan::checked`).
+pub const MAX_WRITABLE_ROOTS: usize = 16;
+
 pub fn default_deny_read(home: Option<&Path>) -> Vec<PathBuf> {
   let mut v: Vec<PathBuf> = ["/etc/shadow", "/etc/gshadow", "/etc/sudoers"]
     .iter()
@@ -196,6 +199,14 @@ impl IsolationOptions {
     };
     if let Some(w) = &self.fs.writable {
       check_abs("fs.writable", w)?;
+      if w.len() > MAX_WRITABLE_ROOTS {
+        return Err(OptionsError::new(
+          "fs.writable",
+          format!(
+            "at most {MAX_WRITABLE_ROOTS} roots (each is passed to the job's reaper as an open fd)"
+          ),
+        ));
+      }
       if w.iter().any(|p| p == Path::new("/")) {
         return Err(OptionsError::new(
           "fs.writable",

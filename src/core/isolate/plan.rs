@@ -1,7 +1,9 @@
 //! Options resolved against this host: which layers apply, with what paths and limits, and what
 //! is degraded and why. Pure apart from path canonicalisation, so it is tested without processes.
 
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use super::error::IsolationError;
 use super::options::{
@@ -37,6 +39,62 @@ pub struct Layers {
   pub userns: bool,
 }
 
+/// The objects that passed the check, as `O_PATH` fds opened at that moment (issue 17: "rules
+/// built from the fd that passed the cwd check, not from a path re-resolved later"). They travel
+/// to the job's reaper with the `Run` message (`SCM_RIGHTS`), and the reaper builds landlock's
+/// write grants, the `.git`/`protect` mount checks and bwrap's binds from them, and enters the
+/// cwd through its fd. Empty (a plan decoded without its fds, or built by hand): everything
+/// falls back to the canonical paths, opened with no symlink on the way.
+#[derive(Debug, Clone, Default)]
+pub struct Checked {
+  /// The command's working directory.
+  pub cwd: Option<Arc<OwnedFd>>,
+  /// One per `Plan::writable`, in order (or none at all).
+  pub writable: Vec<Arc<OwnedFd>>,
+}
+
+impl Checked {
+  /// The fds in the order they are sent: the cwd's first, then the writable roots'.
+  pub fn raw_fds(&self) -> Vec<std::os::fd::RawFd> {
+    self
+      .cwd
+      .iter()
+      .chain(&self.writable)
+      .map(|f| f.as_raw_fd())
+      .collect()
+  }
+}
+
+/// Equal when they hold the same fds (a plan's value is its paths; the fds ride beside it).
+impl PartialEq for Checked {
+  fn eq(&self, other: &Self) -> bool {
+    self.raw_fds() == other.raw_fds()
+  }
+}
+impl Eq for Checked {}
+
+/// Opens `path` as it is now (`O_PATH`; a symlink given by the caller is followed, as
+/// `canonicalize` did) and returns the fd with the path the kernel names it by: the check and
+/// everything after it are about this object, whatever happens to the path later.
+pub fn open_checked(path: &Path) -> Option<(Arc<OwnedFd>, PathBuf)> {
+  use std::os::unix::fs::OpenOptionsExt;
+  let fd: OwnedFd = std::fs::OpenOptions::new()
+    .read(true)
+    .custom_flags(libc::O_PATH | libc::O_CLOEXEC)
+    .open(path)
+    .ok()?
+    .into();
+  let real = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+    .ok()
+    // Without /proc: the path as it resolves now (the fd still decides the rules).
+    .or_else(|| path.canonicalize().ok())?;
+  // "(deleted)", or a path outside our root: not a name anything can be checked against.
+  if !real.is_absolute() || !real.exists() {
+    return None;
+  }
+  Some((Arc::new(fd), real))
+}
+
 /// Serializable: the addon resolves it (probes are cached there) and the job's reaper prepares it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
@@ -58,6 +116,12 @@ pub struct Plan {
   /// The bwrap backend runs the job, with this `bwrap` (`bwrap.rs`); `None`: the native backend.
   #[serde(default)]
   pub bwrap: Option<PathBuf>,
+  /// The command's working directory as the check saw it (from `checked.cwd`).
+  #[serde(default)]
+  pub cwd: Option<PathBuf>,
+  /// Not serialized: sent as fds beside the plan.
+  #[serde(skip)]
+  pub checked: Checked,
 }
 
 impl Plan {
@@ -101,17 +165,20 @@ impl Plan {
       return Ok(None);
     }
     let home = std::env::var_os("HOME").map(PathBuf::from);
-    let writable_in = opts
-      .fs
-      .writable
-      .clone()
-      .unwrap_or_else(|| vec![cwd.to_path_buf()]);
-    // Canonical, so that rules and mounts name what the check saw; a root that does not exist
-    // grants nothing rather than failing the job.
-    let writable: Vec<PathBuf> = writable_in
-      .iter()
-      .filter_map(|p| p.canonicalize().ok())
-      .collect();
+    // The check: each root (and the cwd) opened now; the fd is what the rules are built from,
+    // its path what they are reported and mounted by. A root that does not exist grants
+    // nothing rather than failing the job.
+    let cwd_checked = open_checked(cwd);
+    let roots: Vec<(Arc<OwnedFd>, PathBuf)> = match &opts.fs.writable {
+      Some(w) => w.iter().filter_map(|p| open_checked(p)).collect(),
+      None => cwd_checked.iter().cloned().collect(),
+    };
+    let writable: Vec<PathBuf> = roots.iter().map(|(_, p)| p.clone()).collect();
+    let checked = Checked {
+      cwd: cwd_checked.as_ref().map(|(fd, _)| fd.clone()),
+      writable: roots.into_iter().map(|(fd, _)| fd).collect(),
+    };
+    let cwd_real = cwd_checked.map(|(_, p)| p);
     let mut read_roots = match &opts.fs.readable {
       Readable::All => vec![PathBuf::from("/")],
       Readable::Paths(p) => p.iter().filter_map(|p| p.canonicalize().ok()).collect(),
@@ -159,6 +226,8 @@ impl Plan {
         drop_bounding: probe.uid == 0,
         cap_last_cap: probe.cap_last_cap,
         bwrap: None,
+        cwd: cwd_real,
+        checked,
       };
       return super::bwrap::plan(opts, probe, bwrap, base).map(Some);
     }
@@ -286,6 +355,8 @@ impl Plan {
       drop_bounding: probe.uid == 0,
       cap_last_cap: probe.cap_last_cap,
       bwrap: None,
+      cwd: cwd_real,
+      checked,
     }))
   }
 }

@@ -38,6 +38,10 @@ pub struct Prepared {
   /// Shared with the reaper's cache of carved rulesets (`landlock::build`).
   pub(super) landlock_fd: Option<Arc<OwnedFd>>,
   pub(super) seccomp: Vec<BpfProgram>,
+  /// The working directory that passed the check: the child enters it with `fchdir` before
+  /// any namespace is made (so the new mount namespace carries it over), whatever its path
+  /// names by then.
+  pub(super) cwd_fd: Option<Arc<OwnedFd>>,
   report: IsolationReport,
 }
 
@@ -115,8 +119,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   }
   let mounts = if plan.layers.mountns {
     unshare_flags |= libc::CLONE_NEWNS;
-    mounts::plan(&plan.writable, &plan.protect, &plan.deny_read)
-      .map_err(|e| IsolationError::prepare("mountns", e))?
+    mounts::plan(
+      &plan.writable,
+      &plan.checked.writable,
+      &plan.protect,
+      &plan.deny_read,
+    )
+    .map_err(|e| IsolationError::prepare("mountns", e))?
   } else {
     Vec::new()
   };
@@ -133,6 +142,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
         &plan.deny_read
       },
       writable: &plan.writable,
+      writable_fds: &plan.checked.writable,
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
     })
@@ -164,6 +174,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     cap_last_cap: plan.cap_last_cap,
     landlock_fd,
     seccomp,
+    cwd_fd: plan.checked.cwd.clone(),
     report: plan.report(),
   })
 }

@@ -116,6 +116,26 @@ pub(super) fn execute(
     Ok(plan) => plan,
     Err(e) => return (Err(e), Tally::Failed),
   };
+  // Isolated, the cwd the reaper enters (and the rules it builds) is the object opened by
+  // `Plan::resolve`: check that one, by the path the kernel names it by now. The path check
+  // above may have seen another directory at the same name a moment earlier.
+  if let (Some(root), Some(plan)) = (&job.jail_root, &isolation) {
+    let inside = match (&plan.cwd, std::fs::canonicalize(root)) {
+      (Some(cwd), Ok(root)) => cwd.starts_with(&root),
+      _ => false,
+    };
+    if !inside {
+      tracing::warn!(cwd = ?plan.cwd, "working directory rejected (its checked fd)");
+      let rejected = result(
+        String::new(),
+        JAIL_REJECTION.into(),
+        1,
+        false,
+        Duration::ZERO,
+      );
+      return (Ok(rejected), Tally::Completed(0.0));
+    }
+  }
   let report = isolation.as_ref().map(Plan::report);
   let started = std::time::Instant::now();
   let spawn_failure = |e: exec::SpawnError| {

@@ -35,10 +35,28 @@ pub enum ToReaper {
     spec: Box<SpawnSpec>,
     drain_ms: u64,
     isolation: Option<Box<Plan>>,
+    /// The plan's checked fds attached after the two pipes (`Plan::checked`).
+    attached: Attached,
   },
   /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
   /// request can only bring the SIGKILL forward.
   Terminate { grace_ms: u64 },
+}
+
+/// How many checked fds follow a `Run`'s pipes: the cwd's (if any), then the writable roots'.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Attached {
+  pub cwd: bool,
+  pub writable: u32,
+}
+
+impl Attached {
+  pub fn of(plan: Option<&Plan>) -> Attached {
+    plan.map_or_else(Attached::default, |p| Attached {
+      cwd: p.checked.cwd.is_some(),
+      writable: p.checked.writable.len() as u32,
+    })
+  }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -139,7 +157,8 @@ impl ToReaper {
         spec,
         drain_ms,
         isolation,
-      } => Self::encode_run(spec, *drain_ms, isolation.as_deref()),
+        attached,
+      } => Self::encode_run_with(spec, *drain_ms, isolation.as_deref(), *attached),
       ToReaper::Terminate { grace_ms } => {
         let mut w = Writer::default();
         w.u8(TERMINATE).u64(*grace_ms);
@@ -149,7 +168,17 @@ impl ToReaper {
   }
 
   /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
+  /// With the plan's own checked fds attached (`Plan::checked`, sent by the caller).
   pub fn encode_run(spec: &SpawnSpec, drain_ms: u64, isolation: Option<&Plan>) -> Vec<u8> {
+    Self::encode_run_with(spec, drain_ms, isolation, Attached::of(isolation))
+  }
+
+  fn encode_run_with(
+    spec: &SpawnSpec,
+    drain_ms: u64,
+    isolation: Option<&Plan>,
+    attached: Attached,
+  ) -> Vec<u8> {
     let size = 32
       + spec.program.as_bytes().len()
       + spec.cwd.as_bytes().len()
@@ -172,6 +201,7 @@ impl ToReaper {
     // The plan as JSON (empty: no isolation): it is small, and only isolated jobs pay for it.
     let plan = isolation.map(|p| serde_json::to_vec(p).expect("a plan always serializes"));
     w.bytes(plan.as_deref().unwrap_or_default());
+    w.u8(attached.cwd as u8).u32(attached.writable);
     w.0
   }
 
@@ -192,6 +222,16 @@ impl ToReaper {
             io::Error::new(io::ErrorKind::InvalidData, format!("isolation plan: {e}"))
           })?))
         };
+        let attached = Attached {
+          cwd: r.u8()? != 0,
+          writable: r.u32()?,
+        };
+        if attached.writable as usize > crate::core::isolate::MAX_WRITABLE_ROOTS {
+          return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "too many checked fds",
+          ));
+        }
         ToReaper::Run {
           spec: Box::new(SpawnSpec {
             program,
@@ -201,6 +241,7 @@ impl ToReaper {
           }),
           drain_ms,
           isolation,
+          attached,
         }
       }
       TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
@@ -257,6 +298,7 @@ mod tests {
       }),
       drain_ms: 100,
       isolation: None,
+      attached: Attached::default(),
     };
     let opts =
       crate::core::isolate::IsolationOptions::from_json(serde_json::json!({"mode": "auto"}))
@@ -271,10 +313,24 @@ mod tests {
     let ToReaper::Run { spec, .. } = &run else {
       unreachable!()
     };
+    // The checked fds travel beside the frame: decoded, the plan has none, the counts stay.
+    let attached = Attached::of(Some(&plan));
+    assert_eq!(
+      attached,
+      Attached {
+        cwd: true,
+        writable: 1
+      }
+    );
+    let plan = Plan {
+      checked: Default::default(),
+      ..plan
+    };
     let isolated = ToReaper::Run {
       spec: spec.clone(),
       drain_ms: 100,
       isolation: Some(Box::new(plan)),
+      attached,
     };
     for msg in [run, isolated, ToReaper::Terminate { grace_ms: 5 }] {
       assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
@@ -316,7 +372,21 @@ mod tests {
       .bytes(b"/")
       .u32(0)
       .u32(0)
-      .bytes(b"");
+      .bytes(b"")
+      .u8(0)
+      .u32(0);
+    assert!(ToReaper::decode(&w.0).is_err());
+    // More checked fds than a job may have.
+    let mut w = Writer::default();
+    w.u8(RUN)
+      .u64(0)
+      .bytes(b"/bin/true")
+      .bytes(b"/")
+      .u32(0)
+      .u32(0)
+      .bytes(b"")
+      .u8(1)
+      .u32(1000);
     assert!(ToReaper::decode(&w.0).is_err());
   }
 }

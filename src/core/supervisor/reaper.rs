@@ -9,6 +9,7 @@
 //! (the lifeline pipe hangs up), the tree is SIGKILLed and the reaper exits.
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -23,7 +24,7 @@ use super::protocol::{FromReaper, ToReaper};
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
-use crate::core::isolate::{Plan, prepare_job};
+use crate::core::isolate::{Checked, Plan, prepare_job};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -119,19 +120,36 @@ impl Reaper {
         Ok(ToReaper::Run {
           spec,
           drain_ms,
-          isolation,
+          mut isolation,
+          attached,
         }) => {
           let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
             return;
           };
+          // The fds that passed the addon's check; every one missing means a confused addon.
+          // Taken into the plan, they are closed with it when the job is done (or on any
+          // return from here).
+          let mut checked = Checked::default();
+          if attached.cwd {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            checked.cwd = Some(Arc::new(fd));
+          }
+          for _ in 0..attached.writable {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            checked.writable.push(Arc::new(fd));
+          }
+          if let Some(plan) = &mut isolation {
+            if !checked.writable.is_empty() && checked.writable.len() != plan.writable.len() {
+              return;
+            }
+            plan.checked = checked;
+          }
           if self
-            .run(
-              &spec,
-              isolation.as_deref(),
-              out,
-              err,
-              Duration::from_millis(drain_ms),
-            )
+            .run(&spec, isolation, out, err, Duration::from_millis(drain_ms))
             .is_err()
           {
             return;
@@ -154,17 +172,19 @@ impl Reaper {
   fn run(
     &mut self,
     spec: &SpawnSpec,
-    isolation: Option<&Plan>,
+    mut isolation: Option<Box<Plan>>,
     out: OwnedFd,
     err: OwnedFd,
     drain: Duration,
   ) -> Result<(), Gone> {
     // Built here, before the fork; held until the tree is gone (dropping it empties and
     // removes the job's cgroup).
-    let mut prepared = match isolation.map(prepare_job).transpose() {
+    let mut prepared = match isolation.as_deref().map(prepare_job).transpose() {
       Ok(p) => p,
       Err(e) => {
         eprintln!("finn-supervisor: {e}");
+        // Closed before the reply, as after a job that ran.
+        drop(isolation);
         return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
       }
     };
@@ -190,6 +210,7 @@ impl Reaper {
     let leader = match started {
       Ok(pid) => pid,
       Err(errno) => {
+        drop((prepared, isolation));
         return self.send(FromReaper::SpawnFailed {
           errno: errno as i32,
         });
@@ -197,7 +218,7 @@ impl Reaper {
     };
     let mut job = Job {
       leader,
-      spare_leader: isolation.is_some_and(|p| p.bwrap.is_some()),
+      spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
       drain_until: None,
       drain,
       kill: None,
@@ -209,8 +230,10 @@ impl Reaper {
     loop {
       let (leader_status, gone) = self.reap(&job);
       if gone {
-        // Before `TreeGone` goes out: once the job settles, its cgroup is gone too.
+        // Before `TreeGone` goes out: once the job settles, its cgroup is gone too, and so are
+        // the checked fds (the plan's and the preparation's).
         drop(prepared.take());
+        drop(isolation.take());
       }
       // Both in one write when they come together (a command without background children):
       // the addon then wakes once.

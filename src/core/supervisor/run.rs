@@ -83,7 +83,9 @@ pub fn run_blocking<R>(
       .map_err(|e| SpawnError::Setup(e.into()))?;
   }
   let run = ToReaper::encode_run(spec, drain.as_millis() as u64, isolation);
-  let fds = [out_w.as_raw_fd(), err_w.as_raw_fd()];
+  // The pipes' write ends, then the fds that passed the check (see `Plan::checked`).
+  let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
+  fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
   let mut retired = 0;
   let (mut reaper, first) = loop {
     let mut reaper = supervisor.checkout().map_err(RunError::Crashed)?;

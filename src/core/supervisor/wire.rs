@@ -19,8 +19,9 @@ use nix::sys::socket::{
 
 /// Larger frames are refused as corrupt: `execve` takes far less than this.
 pub const MAX_FRAME: usize = 64 * 1024 * 1024;
-/// Descriptors accepted per read; every message of the protocol carries at most two.
-const MAX_FDS: usize = 4;
+/// Descriptors accepted per read: a `Run` carries the two pipes, the checked cwd and up to
+/// `MAX_WRITABLE_ROOTS` checked roots; more in one read are truncated (and closed) by the kernel.
+const MAX_FDS: usize = 3 + crate::core::isolate::MAX_WRITABLE_ROOTS + 1;
 const READ_CHUNK: usize = 4096;
 
 /// A connected pair of stream sockets, both close-on-exec.
