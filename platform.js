@@ -12,9 +12,26 @@ const PREBUILT_PLATFORMS = Object.freeze(['linux-x64-gnu'])
 /** glibc of Debian bookworm (node:22-slim); a prebuilt binary may need no newer symbol version. */
 const GLIBC_BASELINE = '2.36'
 
+let musl
+
+/**
+ * Whether this process runs on musl: the C library the process has mapped (/proc/self/maps names
+ * ld-musl or libc.musl, or glibc's libc.so.6). Node's report (`process.report.getReport()`, its
+ * `glibcVersionRuntime`) says the same but walks the native stack and collects the whole report:
+ * done at the first `new WorkerPool` that cost 1.0 MiB of RSS for as long as Node lives (the
+ * unwind tables of Node's binary paged in, the report's buffers); it stays the fallback.
+ */
 function isMusl() {
+  if (musl !== undefined) return musl
+  try {
+    const maps = require('node:fs').readFileSync('/proc/self/maps', 'latin1')
+    if (/\/(ld-musl-[^/\s]*|libc\.musl-[^/\s]*)$/m.test(maps)) return (musl = true)
+    if (/\/libc\.so\.6$/m.test(maps)) return (musl = false)
+  } catch {
+    // no /proc: ask the report
+  }
   const report = process.report && process.report.getReport()
-  return !(report && report.header && report.header.glibcVersionRuntime)
+  return (musl = !(report && report.header && report.header.glibcVersionRuntime))
 }
 
 /** napi's platform suffix for the running process, e.g. `linux-x64-gnu`, `linux-arm64-musl`. */

@@ -14,7 +14,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { describe, expect, test } from 'vitest'
 import { PoolError, WorkerPool } from '../index.js'
-import { ENV, rejectionOf, sh } from './helpers.js'
+import { ENV, rejectionOf, sh, until } from './helpers.js'
 
 /** Runs `fn` with FINN_SANDBOX_SUPERVISOR set to `path` (pools read it when constructed). */
 function withSupervisor<T>(path: string, fn: () => T): T {
@@ -196,6 +196,30 @@ describe('a crash below the pool', () => {
     expect(zombies).toEqual([])
     await p.shutdown()
   })
+})
+
+describe('an idle pool', () => {
+  test('its last worker thread retiring (10 s without a job) takes the supervisor and the reapers with it; the next job starts a new supervisor', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 2 })
+    const first = await p.exec(sh('echo $PPID'))
+    const reaper = Number(first.stdout.trim())
+    const supervisor = stat(reaper)?.ppid as number
+    expect(stat(supervisor)?.ppid).toBe(process.pid)
+    const gone = (pid: number) => {
+      const s = stat(pid)
+      return s === undefined || s.state === 'Z'
+    }
+    await until(() => gone(supervisor) && gone(reaper), 15_000)
+    // Reaped by Node's addon, not left a zombie.
+    await until(() => stat(supervisor) === undefined, 2000)
+    expect(p.stats().interactive).toEqual({ active: 0, idle: 2, queued: 0 })
+    const next = await p.exec(sh('echo $PPID'))
+    expect(next.exitCode).toBe(0)
+    const newSupervisor = stat(Number(next.stdout.trim()))?.ppid as number
+    expect(newSupervisor).not.toBe(supervisor)
+    expect(stat(newSupervisor)?.ppid).toBe(process.pid)
+    await p.shutdown()
+  }, 30_000)
 })
 
 describe("Node's child_process beside the pool", () => {

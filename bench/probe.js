@@ -2,7 +2,7 @@
 // One measurement of one contender in a fresh Node process, started by run.js:
 //   node bench/probe.js throughput <contender> --total 1000 --concurrency 8
 //   node bench/probe.js eld <contender|idle|execFileSync> <burst|sleep>
-//   node --expose-gc bench/probe.js rss <bare|addon-created|addon-used|addon-retired|wt-created>
+//   node --expose-gc bench/probe.js rss <bare|addon-loaded|addon-created|addon-used|addon-retired|wt-created>
 //   [FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off] node bench/probe.js hop <supervisor|direct> --jobs 1000
 //   node bench/probe.js nodekill --bound-ms 5000
 //   node bench/probe.js output <contender> <yes|drain>
@@ -163,7 +163,10 @@ async function eld(id, workload) {
 async function rss(variant) {
   if (typeof global.gc !== 'function') throw new Error('rss needs node --expose-gc')
   let c = null
-  if (variant === 'addon-created') {
+  if (variant === 'addon-loaded') {
+    // The addon required, no pool: what the module itself costs a process.
+    require('../index.js')
+  } else if (variant === 'addon-created') {
     c = await open('addon-2')
   } else if (variant === 'addon-used') {
     c = await open('addon-2')

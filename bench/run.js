@@ -370,9 +370,10 @@ async function phaseEld() {
 async function phaseRss() {
   if (!want('rss')) return undefined
   const { rounds } = CONFIG.rss
-  const variants = ['bare', 'addon-created', 'addon-used', 'addon-retired', 'wt-created']
+  const variants = ['bare', 'addon-loaded', 'addon-created', 'addon-used', 'addon-retired', 'wt-created']
   log(`\n[5/7] idle RSS: ${variants.join(', ')}; ${rounds} round(s)`)
   const kib = {}
+  const anonKib = {}
   const helperKib = {}
   const errors = {}
   for (let r = 0; r < rounds; r++) {
@@ -384,6 +385,7 @@ async function phaseRss() {
         continue
       }
       ;(kib[v] ||= []).push(res.rssKiB)
+      ;(anonKib[v] ||= []).push(res.anonKiB)
       ;(helperKib[v] ||= []).push({ rss: res.helpersRssKiB || 0, pss: res.helpersPssKiB || 0, n: (res.helpers || []).length })
       const helpers = res.helpers && res.helpers.length ? `, + ${res.helpers.length} helper process(es) RSS ${fmt(res.helpersRssKiB / 1024, 1)} MiB (PSS ${fmt(res.helpersPssKiB / 1024, 1)})` : ''
       log(`  round ${r + 1} ${v.padEnd(13)} RSS ${fmt(res.rssKiB / 1024, 1)} MiB${helpers}`)
@@ -391,6 +393,7 @@ async function phaseRss() {
   }
   const out = {}
   const bare = summarize((kib.bare || []).map((k) => k / 1024)).median
+  const bareAnon = summarize((anonKib.bare || []).map((k) => k / 1024)).median
   for (const v of variants) {
     const s = summarize((kib[v] || []).map((k) => k / 1024))
     // The pool's helper processes (supervisor, live reapers): their summed RSS, and their PSS.
@@ -398,7 +401,10 @@ async function phaseRss() {
     const helpersRssMiB = summarize(h.map((x) => x.rss / 1024)).median
     const helpersPssMiB = summarize(h.map((x) => x.pss / 1024)).median
     const helpers = h.length ? Math.max(...h.map((x) => x.n)) : 0
-    out[v] = { summaryMiB: s, addedMiB: s.median - bare, helpers, helpersRssMiB, helpersPssMiB, addedWithHelpersMiB: s.median - bare + (helpers ? helpersRssMiB : 0), error: errors[v] }
+    // Node's added RSS split: anonymous (heap, stacks, relocated data) and the rest, file pages
+    // (the addon's code and data, Node's own binary paged in by the load).
+    const addedAnonMiB = summarize((anonKib[v] || []).map((k) => k / 1024)).median - bareAnon
+    out[v] = { summaryMiB: s, addedMiB: s.median - bare, addedAnonMiB, helpers, helpersRssMiB, helpersPssMiB, addedWithHelpersMiB: s.median - bare + (helpers ? helpersRssMiB : 0), error: errors[v] }
   }
   return out
 }
@@ -511,7 +517,7 @@ async function main() {
   results.output = await phaseOutput()
   results.kill = await phaseKill()
   // Issue 17's cost of isolation per exec, at 0 and 2 GiB (bench/isolation.js).
-  results.isolation = await require('./isolation.js').phase({ node, log, rotate, quick })
+  if (want('isolation')) results.isolation = await require('./isolation.js').phase({ node, log, rotate, quick })
 
   results.meta.loadAvgEnd = os.loadavg()
   // Someone rebuilding the addon during the run means later rounds measured another binary.

@@ -25,6 +25,8 @@ function newestGlibcNeeded(file) {
   for (const [, version] of text.matchAll(/GLIBC_(\d+\.\d+(?:\.\d+)?)/g)) {
     if (newest === null || compareVersions(version, newest) > 0) newest = version
   }
+  // Packed relative relocations (DT_RELR, see build.rs) need a loader that knows them: glibc 2.36.
+  if (text.includes('GLIBC_ABI_DT_RELR') && (newest === null || compareVersions('2.36', newest) > 0)) newest = '2.36'
   return newest
 }
 

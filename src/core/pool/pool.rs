@@ -204,6 +204,24 @@ impl Pool {
 }
 
 impl Pool {
+  /// [`Self::shutdown`], with `then` called once its future resolves, on a thread of its own
+  /// that waits for it (the future needs no driver: it waits on the pool's own notify). For the
+  /// binding, which has no runtime of its own to await it on. Not a thread of the pool's
+  /// runtime: those are the job threads, and a parked one must mean a job's.
+  pub fn shutdown_then(&self, then: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    let done = self.shutdown();
+    let runtime = self.inner.runtime.clone();
+    std::thread::Builder::new()
+      .name("finn-sandbox-shut".into())
+      .spawn(move || {
+        runtime.block_on(done);
+        then();
+      })
+      .map(drop)
+  }
+}
+
+impl Pool {
   /// SIGKILLs every running tree now, synchronously, and closes the pool: for the host
   /// process's exit, when no promise will be awaited any more. Queued jobs are dropped. A job
   /// between `posix_spawn` and recording its pid (its child may already run) is waited for, up

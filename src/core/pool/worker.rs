@@ -156,6 +156,17 @@ impl Inner {
           let mut state = self.lock();
           if let Some(at) = state.parked.iter().position(|p| Arc::ptr_eq(p, me)) {
             state.parked.remove(at);
+            // The pool's last worker thread leaves an idle pool: the supervisor goes too, with
+            // the reapers it still has (they retire after as long without a job anyway). No
+            // job holds a reaper: a job leases one only while it is running, and none is (in
+            // this lock, which admits jobs). The next job starts a new supervisor. An idle pool
+            // then costs no process, only Node's own share (`npm run bench`, idle RSS).
+            if state.parked.is_empty()
+              && state.running.is_empty()
+              && let Some(supervisor) = &self.supervisor
+            {
+              supervisor.stop();
+            }
             return None;
           }
           // A job was handed over in the meantime: the next wait takes it at once.
