@@ -86,12 +86,15 @@ impl SandboxIsolation {
     self.options.mode
   }
 
-  /// The options for one command; `None` when isolation is off. `hidden` (the audit directory)
-  /// is added to the denied reads.
+  /// The options for one command; `None` when isolation is off. `binary` is the program that
+  /// runs (readable even where the topology narrows reads: it may live outside the system
+  /// directories, as a Node from a version manager does). `hidden` (the audit directory) is
+  /// added to the denied reads.
   pub fn for_command(
     &self,
     topology: Topology,
     jail_root: &Path,
+    binary: &Path,
     hidden: &[PathBuf],
   ) -> Option<IsolationOptions> {
     if self.options.mode == Mode::Off {
@@ -107,7 +110,7 @@ impl SandboxIsolation {
       Network::Allow => Access::Allow,
     };
     if topology.reads_jail && o.fs.readable == Readable::All {
-      let mut roots = vec![jail_root.to_path_buf()];
+      let mut roots = vec![jail_root.to_path_buf(), binary.to_path_buf()];
       roots.extend(SYSTEM_READABLE.iter().map(PathBuf::from));
       o.fs.readable = Readable::Paths(roots);
     }
@@ -223,7 +226,10 @@ mod tests {
     let limited = SandboxIsolation::from_json(Some(json!({"limits": {"cpuSeconds": 5}}))).unwrap();
     assert_eq!(limited.mode(), Mode::Auto);
     let off = SandboxIsolation::from_json(Some(json!({"mode": "off"}))).unwrap();
-    assert_eq!(off.for_command(READ, Path::new("/j"), &[]), None);
+    assert_eq!(
+      off.for_command(READ, Path::new("/j"), Path::new("/opt/node/bin/node"), &[]),
+      None
+    );
     assert_eq!(off.unreported().backend, "off");
   }
 
@@ -252,13 +258,23 @@ mod tests {
     ))
     .unwrap();
     let read = iso
-      .for_command(READ, Path::new("/j"), &[PathBuf::from("/j/audit")])
+      .for_command(
+        READ,
+        Path::new("/j"),
+        Path::new("/opt/node/bin/node"),
+        &[PathBuf::from("/j/audit")],
+      )
       .unwrap();
     assert_eq!(read.fs.writable, Some(Vec::new()));
     assert_eq!(read.network, Access::Deny);
     // A program whose operands the jail checked reads the jail and the system only.
     match &read.fs.readable {
-      Readable::Paths(p) => assert!(p[0] == Path::new("/j") && p.contains(&PathBuf::from("/usr"))),
+      Readable::Paths(p) => assert!(
+        p[0] == Path::new("/j")
+          && p.contains(&PathBuf::from("/usr"))
+          && p.contains(&PathBuf::from("/opt/node/bin/node")),
+        "{p:?}"
+      ),
       Readable::All => panic!("readable: all"),
     }
     assert_eq!(
@@ -266,7 +282,9 @@ mod tests {
       Some(vec![PathBuf::from("/secret"), PathBuf::from("/j/audit")])
     );
     assert!(read.required);
-    let fetch = iso.for_command(FETCH, Path::new("/j"), &[]).unwrap();
+    let fetch = iso
+      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[])
+      .unwrap();
     assert_eq!(fetch.fs.writable, Some(vec![PathBuf::from("/j")]));
     assert_eq!(fetch.network, Access::Allow);
   }
@@ -278,7 +296,9 @@ mod tests {
       "unixSockets": "allow", "limits": {"maxProcesses": 9}, "namespaces": {"pid": true}
     })))
     .unwrap();
-    let o = iso.for_command(FETCH, Path::new("/j"), &[]).unwrap();
+    let o = iso
+      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[])
+      .unwrap();
     assert_eq!(IsolationOptions::from_json(options_json(&o)).unwrap(), o);
   }
 }

@@ -201,10 +201,12 @@ impl ToolSandbox {
       session_id,
       jail_root: Some(root),
       lane: None,
-      isolation: self
-        .config
-        .isolation
-        .for_command(topology, self.jail.root(), &self.deny_read),
+      isolation: self.config.isolation.for_command(
+        topology,
+        self.jail.root(),
+        &binary_path,
+        &self.deny_read,
+      ),
     };
     let pending = Pending {
       allow,

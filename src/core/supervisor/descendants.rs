@@ -334,11 +334,45 @@ mod tests {
     }
     // One dies and is reaped by its (running) shell: the next freeze holds only the other.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
-    tree.signal(Signal::SIGCONT, &|_| false);
     wait_state(first, &[None]);
     assert_eq!(tree.freeze(&|_| false), 1);
-    assert_eq!(tree.alive().len(), 1);
+    let second = tree.alive();
+    assert_eq!(second.len(), 1);
+    assert_ne!(second[0], first);
+    assert_eq!(state(second[0]), Some('T'));
+    // Frozen, it is alive at any deadline; killed, it is gone before a generous one.
+    assert!(!tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_millis(20)));
     tree.signal(Signal::SIGKILL, &|_| false);
+    assert!(tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_secs(10)));
+    assert!(tree.alive().is_empty());
+    let _ = root.kill();
+    let _ = root.wait();
+  }
+
+  #[test]
+  fn kill_and_wait_kills_every_descendant_and_reports_them_gone() {
+    // A TERM-immune shell with a child: SIGKILL must reach both, and the call returns only once
+    // they are dead.
+    let (mut root, child) =
+      shell("trap '' TERM; sleep 30 & echo $!; exec sh -c 'trap \"\" TERM; sleep 30'");
+    let root_pid = root.id() as i32;
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    // The exec'd shell's own child: wait until the walk sees both descendants.
+    let mut tree = Tree::new(root_pid);
+    while tree.freeze(&|_| false) < 2 {
+      assert!(std::time::Instant::now() < until);
+    }
+    tree.signal(Signal::SIGCONT, &|_| false);
+    let held = tree.alive();
+    assert!(held.contains(&child), "{held:?}");
+    assert!(kill_and_wait(&[root_pid], until));
+    for pid in held {
+      assert!(
+        matches!(state(pid), None | Some('Z')),
+        "{pid}: {:?}",
+        state(pid)
+      );
+    }
     let _ = root.kill();
     let _ = root.wait();
   }
