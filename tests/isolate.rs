@@ -634,6 +634,22 @@ fn attack_helper() {
         nix::sys::signal::Signal::SIGSTOP,
       );
     }
+    "setxattr" => {
+      let path = std::ffi::CString::new(arg).unwrap();
+      // SAFETY: NUL-terminated name and path, a 5-byte value; failure is the expected outcome.
+      let r = unsafe {
+        libc::setxattr(
+          path.as_ptr(),
+          c"user.finn".as_ptr(),
+          b"pwned".as_ptr().cast(),
+          5,
+          0,
+        )
+      };
+      if r != 0 {
+        eprintln!("setxattr: {}", std::io::Error::last_os_error());
+      }
+    }
     other => panic!("unknown attack {other}"),
   }
 }
@@ -1124,6 +1140,76 @@ fn the_protect_swap_race_never_leaves_hooks_writable() {
       );
     } else {
       assert!(n > 0, "off: no write landed in {tries} commands");
+    }
+  }
+}
+
+/// Landlock (ABI 7) does not cover a file's metadata: chmod, utimes and user xattrs of a file
+/// outside the writable roots need no capability from its owner (root's files for root, nobody's
+/// own for nobody). The mount namespace makes every mount but the writable roots read-only; without
+/// it (`namespaces.mount: false`) these land, as README says.
+#[test]
+fn metadata_of_outside_files_stays_unchanged() {
+  use std::os::unix::fs::{MetadataExt, PermissionsExt};
+  for (opts, stopped) in settings(json!({})) {
+    let no_mountns = opts["namespaces"]["mount"] == json!(false);
+    if no_mountns && !stopped {
+      continue;
+    }
+    let mount_ns = stopped && !no_mountns;
+    if mount_ns && !can_ns() {
+      continue;
+    }
+    let j = jail();
+    let v = j.out.join("victim");
+    std::fs::write(&v, "orig").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(j.root.join("mine"), "data").unwrap();
+    let before = std::fs::metadata(&v).unwrap();
+    let script = format!(
+      "chmod 4777 {v}; touch -d 2001-01-01 {v}; chmod 755 mine; touch -d 2001-01-01 mine",
+      v = v.display()
+    );
+    let r = sh(&opts, &j.root, &script);
+    let x = helper(&opts, &j.root, "setxattr", v.to_str().unwrap());
+    let after = std::fs::metadata(&v).unwrap();
+    let mut buf = [0u8; 16];
+    let path = std::ffi::CString::new(v.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer of its own length.
+    let n = unsafe {
+      libc::getxattr(
+        path.as_ptr(),
+        c"user.finn".as_ptr(),
+        buf.as_mut_ptr().cast(),
+        buf.len(),
+      )
+    };
+    let escaped: Vec<&str> = [
+      ("chmod", after.mode() != before.mode()),
+      ("utimes", after.mtime() != before.mtime()),
+      ("setxattr", n == 5 && &buf[..5] == b"pwned"),
+    ]
+    .into_iter()
+    .filter_map(|(name, hit)| hit.then_some(name))
+    .collect();
+    if mount_ns {
+      assert!(
+        escaped.is_empty(),
+        "{opts}: escaped via {escaped:?}; stderr: {} {}",
+        r.stderr,
+        x.stderr
+      );
+      // The jail's own files keep their metadata writable (git and npm chmod what they write).
+      let mine = std::fs::metadata(j.root.join("mine")).unwrap();
+      assert_eq!(mine.mode() & 0o777, 0o755, "{opts}: {}", r.stderr);
+    } else {
+      // Off, and landlock alone: every change lands (tmpfs /tmp may lack user xattrs).
+      assert!(
+        escaped.contains(&"chmod") && escaped.contains(&"utimes"),
+        "{opts}: {escaped:?}: {} {}",
+        r.stderr,
+        x.stderr
+      );
     }
   }
 }

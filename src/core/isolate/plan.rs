@@ -237,12 +237,14 @@ impl Plan {
       false,
       "seccomp and landlock still refuse sockets",
     );
-    let mount_useful = !protect.is_empty() || !deny_read.is_empty();
+    // Always useful: it makes every mount but the writable roots read-only, and landlock does
+    // not cover metadata (chmod, utimes, xattrs of the user's own files outside).
     layers.mountns = want_ns(
       "mountns",
       ns.mount,
-      mount_useful,
-      "protect paths stay writable; denyRead still holds by landlock",
+      true,
+      "protect paths stay writable, and metadata (chmod, utimes, xattrs) of the user's own files \
+       outside; denyRead still holds by landlock",
     );
     // Opt-in: the command becomes pid 1 of its namespace, which ignores SIGTERM unless it installs
     // a handler, so a graceful stop waits out the grace period before SIGKILL. In exchange, when
@@ -413,8 +415,13 @@ mod tests {
         .iter()
         .any(|d| d.starts_with("mountns") || d.starts_with("protect"))
     );
-    // No namespace asked for or useful: no user namespace either.
+    // Nothing to protect or deny: the mount namespace still makes the rest read-only (landlock
+    // does not cover chmod/utimes/xattrs outside), so still a user namespace.
     let o = opts(json!({"mode": "auto", "fs": {"protect": [], "denyRead": []}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
+    assert!(p.layers.userns && p.layers.mountns);
+    // No namespace asked for: no user namespace either.
+    let o = opts(json!({"mode": "auto", "namespaces": {"mount": false}}));
     let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
     assert!(!p.layers.userns && !p.layers.mountns);
     // Root never needs one.
