@@ -1213,3 +1213,59 @@ fn metadata_of_outside_files_stays_unchanged() {
     }
   }
 }
+
+/// A terminal outside (the operator's shell, another session) is a `/dev/pts/N` the same uid owns:
+/// writing to it injects output, reading it steals keystrokes.
+#[test]
+fn an_outside_terminal_cannot_be_read_or_written() {
+  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two fds; null name, termios and winsize.
+    let r = unsafe {
+      libc::openpty(
+        &mut master,
+        &mut slave,
+        std::ptr::null_mut(),
+        std::ptr::null(),
+        std::ptr::null(),
+      )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: openpty returned two fresh fds we own.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
+    // Typed by the operator, waiting in the terminal's input queue.
+    let mut m = std::fs::File::from(master.try_clone().unwrap());
+    std::io::Write::write_all(&mut m, b"hunter2\n").unwrap();
+    let script = format!(
+      "echo INJECTED > {t}; timeout 2 head -n 1 < {t} > stolen",
+      t = name.display()
+    );
+    let ran = sh(&opts, &j.root, &script);
+    // SAFETY: O_NONBLOCK on our own fd.
+    unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut buf = vec![0u8; 4096];
+    let n = std::io::Read::read(&mut m, &mut buf).unwrap_or(0);
+    let out = String::from_utf8_lossy(&buf[..n]).to_string();
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    let escaped: Vec<&str> = [
+      ("write", out.contains("INJECTED")),
+      ("read", stolen.contains("hunter2")),
+    ]
+    .into_iter()
+    .filter_map(|(name, hit)| hit.then_some(name))
+    .collect();
+    drop(slave);
+    if stopped {
+      assert!(
+        escaped.is_empty(),
+        "{opts}: escaped via {escaped:?}; stderr: {}",
+        ran.stderr
+      );
+    } else {
+      assert_eq!(escaped.len(), 2, "off: {escaped:?} {out:?}: {}", ran.stderr);
+    }
+  }
+}

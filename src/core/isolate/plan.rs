@@ -163,6 +163,14 @@ impl Plan {
       return super::bwrap::plan(opts, probe, bwrap, base).map(Some);
     }
 
+    // Always, whatever `denyRead` says: the host's ptys (the operator's terminal among them)
+    // are readable by the same uid through `/`'s read grant, and a read steals keystrokes.
+    // bwrap mounts a devpts of its own.
+    let mut deny_read = deny_read;
+    if !deny_read.iter().any(|d| d == Path::new("/dev/pts")) {
+      deny_read.push(PathBuf::from("/dev/pts"));
+    }
+
     let mut degraded = Vec::new();
     // What makes the job fail: required layers that are missing.
     let mut missing_required = Vec::new();
