@@ -223,13 +223,30 @@ fn protected_paths_stay_read_only() {
       &j.root,
       "mv .git .git-old && mkdir -p .git/hooks && echo evil > .git/hooks/post-checkout",
     );
+    // From a working directory inside `.git` (entered before the mounts were made), with the
+    // jail as the writable root.
+    let mut inside = opts.clone();
+    merge(
+      &mut inside,
+      &json!({"fs": {"writable": [j.root.to_str().unwrap()]}}),
+    );
+    let r3 = sh(
+      &inside,
+      &j.root.join(".git"),
+      "echo evil > hooks/from-inside; echo evil >> config",
+    );
     let hit = [
       wrote[0],
       wrote[1],
       exists(&j.root.join(".git-old")) || exists(&j.root.join(".git/hooks/post-checkout")),
+      exists(&j.root.join(".git/hooks/from-inside")),
     ];
     if stopped {
-      assert_eq!(hit, [false; 3], "{opts}: {} / {}", r.stderr, r2.stderr);
+      assert_eq!(
+        hit, [false; 4],
+        "{opts}: {} / {} / {}",
+        r.stderr, r2.stderr, r3.stderr
+      );
       // The rest of .git stays writable (git needs its index and refs).
       assert_eq!(
         std::fs::read_to_string(j.root.join(".git/HEAD")).unwrap(),
@@ -238,7 +255,7 @@ fn protected_paths_stay_read_only() {
         r.stderr
       );
     } else {
-      assert_eq!(hit, [true; 3], "off: {}", r.stderr);
+      assert_eq!(hit, [true; 4], "off: {}", r.stderr);
     }
   }
 }

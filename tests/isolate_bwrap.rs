@@ -969,3 +969,80 @@ async fn a_timeout_reaches_the_command_inside_bwrap_and_ends_its_tree() {
   assert_eq!(pids_with(&tok), Vec::<u32>::new(), "{r:?}");
   pool.shutdown().await;
 }
+
+/// Metadata of the user's own files outside the writable roots (chmod, utimes): landlock does not
+/// cover them; bwrap's read-only root does.
+#[test]
+fn metadata_of_outside_files_stays_unchanged() {
+  use std::os::unix::fs::{MetadataExt, PermissionsExt};
+  if !bwrap_runs("metadata_of_outside_files_stays_unchanged") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let v = j.out.join("victim");
+    std::fs::write(&v, "orig").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(j.root.join("mine"), "data").unwrap();
+    let before = std::fs::metadata(&v).unwrap();
+    let script = format!(
+      "chmod 4777 {v}; touch -d 2001-01-01 {v}; chmod 755 mine",
+      v = v.display()
+    );
+    let r = sh(&opts, &j.root, &script);
+    let after = std::fs::metadata(&v).unwrap();
+    let changed = after.mode() != before.mode() || after.mtime() != before.mtime();
+    assert_eq!(changed, !stopped, "{opts}: {}", r.stderr);
+    let mine = std::fs::metadata(j.root.join("mine")).unwrap();
+    assert_eq!(mine.mode() & 0o777, 0o755, "{opts}: {}", r.stderr);
+  }
+}
+
+/// A terminal outside (the operator's) is a `/dev/pts/N` the same uid owns; bwrap's `--dev`
+/// gives the command a devpts of its own.
+#[test]
+fn an_outside_terminal_cannot_be_read_or_written() {
+  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+  if !bwrap_runs("an_outside_terminal_cannot_be_read_or_written") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two fds; null name, termios and winsize.
+    let r = unsafe {
+      libc::openpty(
+        &mut master,
+        &mut slave,
+        std::ptr::null_mut(),
+        std::ptr::null(),
+        std::ptr::null(),
+      )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: openpty returned two fresh fds we own.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
+    let mut m = std::fs::File::from(master.try_clone().unwrap());
+    std::io::Write::write_all(&mut m, b"hunter2\n").unwrap();
+    let script = format!(
+      "echo INJECTED > {t}; timeout 2 head -n 1 < {t} > stolen",
+      t = name.display()
+    );
+    let ran = sh(&opts, &j.root, &script);
+    // SAFETY: O_NONBLOCK on our own fd.
+    unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut buf = vec![0u8; 4096];
+    let n = std::io::Read::read(&mut m, &mut buf).unwrap_or(0);
+    let out = String::from_utf8_lossy(&buf[..n]).to_string();
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    drop(slave);
+    assert_eq!(out.contains("INJECTED"), !stopped, "{opts}: {}", ran.stderr);
+    assert_eq!(
+      stolen.contains("hunter2"),
+      !stopped,
+      "{opts}: {}",
+      ran.stderr
+    );
+  }
+}
