@@ -9,6 +9,7 @@
 #![cfg(target_os = "linux")]
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -651,6 +652,42 @@ fn attack_helper() {
         nix::sys::signal::Signal::SIGSTOP,
       );
     }
+    "pidfd-getfd" => {
+      // "pid:fd": copies what the outside process's fd reads into ./stolen.
+      let (pid, fd) = arg.split_once(':').unwrap();
+      let (pid, fd): (i32, i32) = (pid.parse().unwrap(), fd.parse().unwrap());
+      // SAFETY: pidfd_open and pidfd_getfd take integers; the results are checked.
+      unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        if pidfd < 0 || got < 0 {
+          eprintln!("pidfd: {}", std::io::Error::last_os_error());
+          return;
+        }
+        let mut f = std::fs::File::from_raw_fd(got);
+        let mut s = String::new();
+        let _ = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0));
+        let _ = f.read_to_string(&mut s);
+        std::fs::write("stolen", s).unwrap();
+      }
+    }
+    "pidfd-kill" => {
+      let pid: i32 = arg.parse().unwrap();
+      // SAFETY: pidfd_open and pidfd_send_signal take integers and a null siginfo.
+      unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if libc::syscall(
+          libc::SYS_pidfd_send_signal,
+          pidfd,
+          libc::SIGKILL,
+          std::ptr::null::<u8>(),
+          0,
+        ) != 0
+        {
+          eprintln!("pidfd_send_signal: {}", std::io::Error::last_os_error());
+        }
+      }
+    }
     "setxattr" => {
       let path = std::ffi::CString::new(arg).unwrap();
       // SAFETY: NUL-terminated name and path, a 5-byte value; failure is the expected outcome.
@@ -1284,5 +1321,57 @@ fn an_outside_terminal_cannot_be_read_or_written() {
     } else {
       assert_eq!(escaped.len(), 2, "off: {escaped:?} {out:?}: {}", ran.stderr);
     }
+  }
+}
+
+/// pidfds reach an outside process by pid: `pidfd_getfd` steals an fd it holds open (here on a
+/// denied file), `pidfd_send_signal` kills it (Node, the supervisor). Landlock's ptrace rule and
+/// signal scope refuse both.
+#[test]
+fn pidfds_cannot_steal_fds_or_signal_outside() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let secret_file = j.out.join("secret");
+    let token = format!("sk-{}", rand_suffix());
+    std::fs::write(&secret_file, &token).unwrap();
+    let mut deny = opts.clone();
+    merge(
+      &mut deny,
+      &json!({"fs": {"denyRead": [secret_file.to_str().unwrap()]}}),
+    );
+    // The victim holds the secret open on fd 3.
+    let f = std::fs::File::open(&secret_file).unwrap();
+    let mut cmd = Command::new("sleep");
+    cmd.arg("60").stdin(Stdio::null());
+    {
+      use std::os::fd::AsRawFd;
+      let raw = f.as_raw_fd();
+      // SAFETY: dup2 in the child before exec.
+      unsafe {
+        cmd.pre_exec(move || {
+          if libc::dup2(raw, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+          }
+          Ok(())
+        });
+      }
+    }
+    let mut v = cmd.spawn().unwrap();
+    drop(f);
+    let pid = v.id();
+    let r = helper(&deny, &j.root, "pidfd-getfd", &format!("{pid}:3"));
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    assert_eq!(
+      stolen.contains(&token),
+      !stopped,
+      "{deny}: pidfd_getfd: {}",
+      r.stderr
+    );
+    let r = helper(&opts, &j.root, "pidfd-kill", &pid.to_string());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let dead = matches!(v.try_wait(), Ok(Some(_)));
+    assert_eq!(dead, !stopped, "{opts}: pidfd_send_signal: {}", r.stderr);
+    let _ = v.kill();
+    let _ = v.wait();
   }
 }

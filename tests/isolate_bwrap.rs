@@ -1046,3 +1046,37 @@ fn an_outside_terminal_cannot_be_read_or_written() {
     );
   }
 }
+
+/// With `namespaces.pid: false` bwrap has nothing between the command and the same uid's
+/// processes outside (no landlock scope): a signal lands, and the report says so.
+#[test]
+fn without_the_pid_namespace_outside_processes_can_be_signalled_and_degraded_says_so() {
+  if !bwrap_runs("without_the_pid_namespace_outside_processes_can_be_signalled") {
+    return;
+  }
+  let j = jail();
+  let opts = json!({"mode": "bwrap", "namespaces": {"pid": false}});
+  let plan = Plan::resolve(
+    &IsolationOptions::from_json(opts.clone()).unwrap(),
+    &j.root,
+    probe(),
+  )
+  .unwrap()
+  .unwrap();
+  assert!(
+    plan
+      .degraded
+      .iter()
+      .any(|d| d.starts_with("pidns:") && d.contains("signalled")),
+    "{:?}",
+    plan.degraded
+  );
+  let mut v = victim(&token());
+  let pid = v.id();
+  let r = sh(&opts, &j.root, &format!("kill -KILL {pid}"));
+  std::thread::sleep(Duration::from_millis(50));
+  let dead = matches!(v.try_wait(), Ok(Some(_)));
+  let _ = v.kill();
+  let _ = v.wait();
+  assert!(dead, "pid: false: {}", r.stderr);
+}

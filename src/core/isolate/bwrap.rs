@@ -148,7 +148,8 @@ pub(super) fn plan(
   if !layers.pidns {
     degraded.push(
       "pidns: off (namespaces.pid is false): the host's /proc is visible, so are the environments \
-       of the same uid's processes"
+       of the same uid's processes, and those processes (Node and finn-supervisor among them) can \
+       be signalled: bwrap has no landlock signal scope"
         .to_string(),
     );
   }
