@@ -43,7 +43,7 @@ export interface IsolationOptions {
     writable?: string[]
     /** Default `"all"`. */
     readable?: 'all' | string[]
-    /** Never readable. Default: ~/.ssh ~/.aws ~/.gnupg ~/.netrc ~/.git-credentials ~/.docker ~/.kube ~/.config/gcloud ~/.config/gh ~/.npmrc /etc/shadow /etc/gshadow /etc/sudoers. */
+    /** Never readable. Default: ~/.ssh ~/.aws ~/.gnupg ~/.netrc ~/.git-credentials ~/.docker ~/.kube ~/.config/gcloud ~/.config/gh ~/.npmrc /etc/shadow /etc/shadow- /etc/gshadow /etc/gshadow- /etc/sudoers /etc/sudoers.d /var/backups/{shadow,gshadow}.bak /etc/ssh/ssh_host_{rsa,ecdsa,ed25519,dsa}_key. */
     denyRead?: string[]
     /** Read-only inside the writable roots (needs the mount namespace). Default `.git/hooks`, `.git/config`. */
     protect?: string[]
