@@ -214,7 +214,8 @@ impl Plan {
         ));
       } else {
         degraded.push(format!(
-          "cgroup: {why}; maxProcesses counts all of uid {}'s processes",
+          "cgroup: {why}; maxProcesses counts all of uid {}'s processes, and maxMemoryBytes \
+           bounds each process (RLIMIT_AS), not the tree: up to maxProcesses times as much",
           probe.uid
         ));
       }
