@@ -1454,3 +1454,34 @@ fn the_i386_syscall_abi_is_killed() {
     }
   }
 }
+
+/// A `denyRead` path that does not exist when the job starts (`~/.aws` before `aws configure`),
+/// created by the host while the job runs: a mount cannot cover what is not there.
+#[test]
+fn a_denied_path_created_during_the_job_stays_unreadable() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let creds = j.out.join("creds");
+    let mut deny = opts.clone();
+    merge(
+      &mut deny,
+      &json!({"fs": {"denyRead": [creds.to_str().unwrap()]}}),
+    );
+    let script = format!(
+      "for i in $(seq 30); do cat {c} > stolen 2>/dev/null && [ -s stolen ] && break; sleep 0.05; done",
+      c = creds.display()
+    );
+    let (mut cmd, _p) = command(&deny, &j.root, &["/bin/bash", "-c", &script]);
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&creds, "aws_secret_access_key=sk-created-later").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    assert_eq!(
+      stolen.contains("sk-created-later"),
+      !stopped,
+      "{deny}: {}",
+      String::from_utf8_lossy(&out.stderr)
+    );
+  }
+}

@@ -1080,3 +1080,33 @@ fn without_the_pid_namespace_outside_processes_can_be_signalled_and_degraded_say
   let _ = v.wait();
   assert!(dead, "pid: false: {}", r.stderr);
 }
+
+/// NOT STOPPED in bwrap (README says so): a `denyRead` path missing when the job starts has
+/// nothing to mount over (the native backend has landlock carve it); created by the host while
+/// the job runs, it is readable.
+#[test]
+fn a_denied_path_created_during_the_job_is_readable_in_bwrap() {
+  if !bwrap_runs("a_denied_path_created_during_the_job_is_readable_in_bwrap") {
+    return;
+  }
+  let j = jail();
+  let creds = j.out.join("creds");
+  let opts = json!({"mode": "bwrap", "fs": {"denyRead": [creds.to_str().unwrap()]}});
+  let script = format!(
+    "for i in $(seq 30); do cat {c} > stolen 2>/dev/null && [ -s stolen ] && break; sleep 0.05; done",
+    c = creds.display()
+  );
+  // Kept until the end: dropping it would tear down the job's cgroup (root) under the command.
+  let mut cmd = command(&opts, &j.root, &["/bin/bash", "-c", &script]);
+  let child = cmd.spawn().unwrap();
+  std::thread::sleep(Duration::from_millis(300));
+  std::fs::write(&creds, "sk-created-later").unwrap();
+  let out = child.wait_with_output().unwrap();
+  let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+  assert!(
+    stolen.contains("sk-created-later"),
+    "expected to land (README): {:?} {}",
+    out.status,
+    String::from_utf8_lossy(&out.stderr)
+  );
+}

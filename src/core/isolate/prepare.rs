@@ -3,6 +3,7 @@
 
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use seccompiler::BpfProgram;
@@ -121,17 +122,26 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     Vec::new()
   };
 
+  // With the mount namespace, denied paths that exist are covered by empty read-only mounts;
+  // carving them out of landlock's read rules as well costs ~2 ms and hundreds of rules per exec
+  // (every sibling in /etc). A path that does not exist yet has nothing to mount over, and the
+  // host may create it while the job runs (`aws configure`): landlock carves those.
+  let missing: Vec<PathBuf>;
+  let landlock_deny: &[PathBuf] = if plan.layers.mountns {
+    missing = plan
+      .deny_read
+      .iter()
+      .filter(|d| d.canonicalize().is_err())
+      .cloned()
+      .collect();
+    &missing
+  } else {
+    &plan.deny_read
+  };
   let landlock_fd = if plan.layers.landlock {
     let fd = ll::build(&FsRules {
       read_roots: &plan.read_roots,
-      // With the mount namespace, denied paths are already covered by empty read-only mounts;
-      // carving them out of landlock's read rules as well costs ~2 ms and hundreds of rules per
-      // exec (every sibling in /etc), for paths that do not exist yet only.
-      deny_read: if plan.layers.mountns {
-        &[]
-      } else {
-        &plan.deny_read
-      },
+      deny_read: landlock_deny,
       writable: &plan.writable,
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
