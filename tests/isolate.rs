@@ -1485,3 +1485,38 @@ fn a_denied_path_created_during_the_job_stays_unreadable() {
     );
   }
 }
+
+/// A repository without `.git/hooks` (`git init --template=`, or made by a library that writes no
+/// template): the protect bind has nothing to cover, and a hook the command creates would run
+/// at the next git outside the sandbox.
+#[test]
+fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
+  if find_git().is_none() || !can_ns() {
+    return;
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q --template= . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m && test ! -e .git/hooks",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
+        m = marker.display()
+      ),
+    );
+    // The host's own git, later, outside any sandbox.
+    let _ = sh(
+      &off(),
+      &j.root,
+      "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m2",
+    );
+    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
+  }
+}

@@ -1110,3 +1110,39 @@ fn a_denied_path_created_during_the_job_is_readable_in_bwrap() {
     String::from_utf8_lossy(&out.stderr)
   );
 }
+
+/// A repository without `.git/hooks`: bwrap's read-only bind needs something to cover, so the
+/// missing directory is created empty first; a hook the command makes would run at the next git
+/// outside the sandbox.
+#[test]
+fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
+  if !bwrap_runs("a_missing_hooks_directory_cannot_be_created_with_a_hook")
+    || !Path::new("/usr/bin/git").exists()
+  {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q --template= . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m && test ! -e .git/hooks",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
+        m = marker.display()
+      ),
+    );
+    let _ = sh(
+      &off(),
+      &j.root,
+      "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m2",
+    );
+    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
+  }
+}

@@ -457,6 +457,7 @@ fn args(plan: &Plan, seccomp_fds: &[OwnedFd]) -> Result<Vec<CString>, ArgsError>
       _ => {}
     }
   }
+  super::mounts::create_missing_protect(&plan.writable, &plan.protect);
   for p in &plan.protect {
     match std::fs::symlink_metadata(p) {
       Ok(m) if m.file_type().is_symlink() => return Err(ArgsError::ProtectSymlink(p.clone())),

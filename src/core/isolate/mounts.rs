@@ -90,6 +90,73 @@ fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
   ))
 }
 
+/// A `protect` path missing inside an existing directory of a writable root (a repository made
+/// with no hook templates has no `.git/hooks`) has nothing to bind over: the command could create
+/// it, and a hook or a config there runs at the next git outside the sandbox. Create it empty
+/// first: a file when it is named `config` (an empty git config is valid), else a directory (no
+/// hooks). Owned like its parent. Through the parent opened with no symlink on the way; a name
+/// that appeared meanwhile is left to the check that follows.
+pub fn create_missing_protect(writable: &[PathBuf], protect: &[PathBuf]) {
+  use std::os::unix::fs::OpenOptionsExt;
+  for p in protect {
+    if std::fs::symlink_metadata(p).is_ok() {
+      continue;
+    }
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+      continue;
+    };
+    if !writable.iter().any(|w| parent.starts_with(w)) {
+      continue;
+    }
+    let Ok(dir) = open_no_symlinks(&c(parent)) else {
+      continue;
+    };
+    // SAFETY: `open_no_symlinks` returned a fresh fd we own.
+    let dir = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dir) };
+    let Ok(meta) = std::fs::File::from(dir).metadata() else {
+      continue;
+    };
+    if !meta.is_dir() {
+      continue;
+    }
+    let dirfd = std::fs::OpenOptions::new()
+      .read(true)
+      .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+      .open(parent);
+    let Ok(dirfd) = dirfd else { continue };
+    // Same directory as the one checked with no symlink on the way.
+    if dirfd.metadata().map(|m| (m.dev(), m.ino())).ok() != Some((meta.dev(), meta.ino())) {
+      continue;
+    }
+    use std::os::fd::AsRawFd;
+    let name = CString::new(name.as_bytes()).expect("paths from the filesystem have no NUL");
+    // SAFETY: a directory fd we own and a NUL-terminated name; failures leave nothing behind.
+    unsafe {
+      let fd = dirfd.as_raw_fd();
+      let made = if name.as_bytes() == b"config" {
+        let f = libc::openat(
+          fd,
+          name.as_ptr(),
+          libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+          0o644,
+        );
+        f >= 0 && libc::close(f) == 0
+      } else {
+        libc::mkdirat(fd, name.as_ptr(), 0o755) == 0
+      };
+      if made && libc::geteuid() == 0 {
+        libc::fchownat(
+          fd,
+          name.as_ptr(),
+          meta.uid(),
+          meta.gid(),
+          libc::AT_SYMLINK_NOFOLLOW,
+        );
+      }
+    }
+  }
+}
+
 /// The steps, in order. `protect` entries are absolute (already joined with each writable root).
 pub fn plan(
   writable: &[PathBuf],
@@ -125,6 +192,7 @@ pub fn plan(
       ino: 0,
     });
   }
+  create_missing_protect(writable, protect);
   // `.git` first: a later non-recursive bind of it would hide the protect binds inside it.
   for w in writable {
     let Some((t, op)) = checked(&w.join(".git")) else {
