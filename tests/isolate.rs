@@ -1520,3 +1520,36 @@ fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
     assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
   }
 }
+
+/// With `extensions.worktreeConfig` (what `git sparse-checkout init` sets), git also reads
+/// `.git/config.worktree`: the next git outside the sandbox would run the fsmonitor the command
+/// wrote there, past the `.git/config` protect.
+#[test]
+fn config_worktree_is_protected_like_config() {
+  if find_git().is_none() || !can_ns() {
+    return;
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q . && git config extensions.worktreeConfig true && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' >> .git/config.worktree",
+        m = marker.display()
+      ),
+    );
+    let _ = sh(&off(), &j.root, "git status >/dev/null 2>&1");
+    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
+    // git still works on the repository afterwards.
+    let r = sh(&off(), &j.root, "git status >/dev/null");
+    assert!(r.status.success(), "{opts}: {}", r.stderr);
+  }
+}

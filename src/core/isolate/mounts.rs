@@ -93,8 +93,8 @@ fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
 /// A `protect` path missing inside an existing directory of a writable root (a repository made
 /// with no hook templates has no `.git/hooks`) has nothing to bind over: the command could create
 /// it, and a hook or a config there runs at the next git outside the sandbox. Create it empty
-/// first: a file when it is named `config` (an empty git config is valid), else a directory (no
-/// hooks). Owned like its parent. Through the parent opened with no symlink on the way; a name
+/// first: a file when it is named `config` or `config.worktree` (an empty git config is valid),
+/// else a directory (no hooks). Owned like its parent. Through the parent opened with no symlink on the way; a name
 /// that appeared meanwhile is left to the check that follows.
 pub fn create_missing_protect(writable: &[PathBuf], protect: &[PathBuf]) {
   use std::os::unix::fs::OpenOptionsExt;
@@ -133,7 +133,7 @@ pub fn create_missing_protect(writable: &[PathBuf], protect: &[PathBuf]) {
     // SAFETY: a directory fd we own and a NUL-terminated name; failures leave nothing behind.
     unsafe {
       let fd = dirfd.as_raw_fd();
-      let made = if name.as_bytes() == b"config" {
+      let made = if matches!(name.as_bytes(), b"config" | b"config.worktree") {
         let f = libc::openat(
           fd,
           name.as_ptr(),

@@ -156,8 +156,14 @@ pub fn default_deny_read(home: Option<&Path>) -> Vec<PathBuf> {
   v
 }
 
+/// `.git/config.worktree` too: git reads it under `extensions.worktreeConfig` (which
+/// `git sparse-checkout init` sets), and it can hold `core.fsmonitor` like `.git/config`.
 pub fn default_protect() -> Vec<PathBuf> {
-  vec![PathBuf::from(".git/hooks"), PathBuf::from(".git/config")]
+  vec![
+    PathBuf::from(".git/hooks"),
+    PathBuf::from(".git/config"),
+    PathBuf::from(".git/config.worktree"),
+  ]
 }
 
 /// Bad isolation options; the message names the field.
