@@ -1553,3 +1553,72 @@ fn config_worktree_is_protected_like_config() {
     assert!(r.status.success(), "{opts}: {}", r.stderr);
   }
 }
+
+/// Resource limits and scheduling of an outside process of the same uid (Node, the supervisor):
+/// `prlimit` (RLIMIT_CPU 1 kills it once it has run a second), `renice`, `taskset`, `ionice`.
+/// Landlock's scopes do not cover these calls; seccomp refuses them for any pid but the caller's.
+#[test]
+fn limits_and_scheduling_of_an_outside_process_stay_unchanged() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let mut v = victim(&format!("sk-{}", rand_suffix()));
+    let pid = v.id();
+    let limits = || std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let affinity = || proc_field(pid, "Cpus_allowed_list:");
+    let (l0, s0, a0) = (limits(), stat(), affinity());
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "prlimit --pid {pid} --cpu=1:1 --nofile=3:3; renice -n 19 -p {pid}; taskset -pc 0 {pid}; ionice -c 3 -p {pid}"
+      ),
+    );
+    let nice = |s: &str| {
+      s.rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .to_string()
+    };
+    let ionice = Command::new("ionice")
+      .args(["-p", &pid.to_string()])
+      .output()
+      .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+      .unwrap_or_default();
+    let (l1, s1, a1) = (limits(), stat(), affinity());
+    v.kill().unwrap();
+    v.wait().unwrap();
+    let changed: Vec<&str> = [
+      ("prlimit", l1 != l0),
+      ("renice", nice(&s1) != nice(&s0)),
+      ("taskset", a1 != a0 && a0.contains('-')),
+      ("ionice", ionice.contains("idle")),
+    ]
+    .into_iter()
+    .filter_map(|(n, hit)| hit.then_some(n))
+    .collect();
+    if stopped {
+      assert!(
+        changed.is_empty(),
+        "{opts}: changed {changed:?}: {}",
+        r.stderr
+      );
+      // The command's own limits and priority stay its own to change.
+      let own = sh(
+        &opts,
+        &j.root,
+        "ulimit -S -n 100 && nice -n 5 true && taskset -c 0 true && ionice -c 3 true",
+      );
+      assert!(own.status.success(), "{opts}: {}", own.stderr);
+    } else {
+      assert!(
+        changed.contains(&"prlimit") && changed.contains(&"renice"),
+        "off: {changed:?}: {}",
+        r.stderr
+      );
+    }
+  }
+}

@@ -96,6 +96,52 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
     .collect::<Result<Vec<_>, _>>()?;
   map.insert(libc::SYS_clone, flag_rules);
 
+  // Limits and scheduling of another process: landlock's scopes do not cover them, and the same
+  // uid needs no capability to lower them, so a command could set Node's RLIMIT_CPU to 1 (the
+  // kernel kills it after a second of CPU), renice it to 19 or make it SCHED_IDLE. Only the
+  // caller itself (pid 0) may be named; reading another's limits stays allowed.
+  let cond =
+    |arg: u8, op: SeccompCmpOp, v: u64| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v);
+  let pid_not_self = |arg: u8| -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+    Ok(vec![SeccompRule::new(vec![cond(
+      arg,
+      SeccompCmpOp::Ne,
+      0,
+    )?])?])
+  };
+  map.insert(
+    libc::SYS_prlimit64,
+    vec![SeccompRule::new(vec![
+      cond(0, SeccompCmpOp::Ne, 0)?,
+      SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?,
+    ])?],
+  );
+  for nr in [
+    libc::SYS_sched_setaffinity,
+    libc::SYS_sched_setscheduler,
+    libc::SYS_sched_setparam,
+    libc::SYS_sched_setattr,
+  ] {
+    map.insert(nr, pid_not_self(0)?);
+  }
+  // setpriority(which, who, prio) and ioprio_set(which, who, prio): `who` 0 is the caller (its
+  // process, group or uid): the uid form reaches every process of the uid, so it is refused too.
+  let mut prio = pid_not_self(1)?;
+  prio.push(SeccompRule::new(vec![cond(
+    0,
+    SeccompCmpOp::Eq,
+    libc::PRIO_USER as u64,
+  )?])?);
+  map.insert(libc::SYS_setpriority, prio);
+  const IOPRIO_WHO_USER: u64 = 3;
+  let mut ioprio = pid_not_self(1)?;
+  ioprio.push(SeccompRule::new(vec![cond(
+    0,
+    SeccompCmpOp::Eq,
+    IOPRIO_WHO_USER,
+  )?])?);
+  map.insert(libc::SYS_ioprio_set, ioprio);
+
   let socket_rules = match (rules.deny_network, rules.deny_unix) {
     (true, true) => Some(vec![]),
     (true, false) => Some(vec![SeccompRule::new(vec![SeccompCondition::new(
