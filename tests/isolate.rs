@@ -1622,3 +1622,25 @@ fn limits_and_scheduling_of_an_outside_process_stay_unchanged() {
     }
   }
 }
+
+/// System V IPC outside (a shared memory segment of the same uid: another job's, Node's
+/// addons', a host service's): not files, so landlock does not see it; the command could attach
+/// and rewrite it, or remove it.
+#[test]
+fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let key = 0x4649_0000 | (rand_suffix() as i32 & 0xffff);
+    // SAFETY: shmget with a key, a size and flags.
+    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
+    assert!(id >= 0, "{}", std::io::Error::last_os_error());
+    let r = sh(&opts, &j.root, &format!("ipcrm -M {key}"));
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: IPC_STAT into a shmid_ds on our stack.
+    let alive = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0;
+    let removed = !alive || ds.shm_perm.mode & 0o1000 != 0; // SHM_DEST: marked for removal
+    // SAFETY: IPC_RMID of our own segment (if it is still there).
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
+  }
+}

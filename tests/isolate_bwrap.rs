@@ -1146,3 +1146,30 @@ fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
     assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
   }
 }
+
+/// System V IPC outside (a shared memory segment of the same uid): `--unshare-ipc`.
+#[test]
+fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
+  if !bwrap_runs("an_outside_sysv_shared_memory_segment_stays_out_of_reach") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let nanos = std::time::SystemTime::now()
+      .duration_since(std::time::UNIX_EPOCH)
+      .unwrap()
+      .subsec_nanos();
+    let key = 0x4662_0000 | (nanos as i32 & 0xffff);
+    // SAFETY: shmget with a key, a size and flags.
+    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
+    assert!(id >= 0, "{}", std::io::Error::last_os_error());
+    let r = sh(&opts, &j.root, &format!("ipcrm -M {key}"));
+    // SAFETY: IPC_STAT into a shmid_ds on our stack.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    let alive = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0;
+    let removed = !alive || ds.shm_perm.mode & 0o1000 != 0;
+    // SAFETY: IPC_RMID of our own segment (if it is still there).
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
+  }
+}

@@ -233,6 +233,8 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
     let programs = seccomp::compile(SeccompRules {
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
+      // `--unshare-ipc`: the command's IPC is its own.
+      deny_ipc: false,
     })
     .map_err(|e| IsolationError::prepare("seccomp", e))?;
     programs
@@ -428,7 +430,14 @@ fn push(v: &mut Vec<CString>, flag: &str, paths: &[&Path]) {
 /// bwrap's flags for `plan`, in bwrap's order of application (later mounts cover earlier ones).
 fn args(plan: &Plan, seccomp_fds: &[OwnedFd]) -> Result<Vec<CString>, ArgsError> {
   let mut v: Vec<CString> = vec![s("bwrap")];
-  for f in ["--die-with-parent", "--new-session", "--cap-drop", "ALL"] {
+  // `--unshare-ipc`: System V IPC and POSIX message queues of the same uid outside are not files.
+  for f in [
+    "--die-with-parent",
+    "--new-session",
+    "--cap-drop",
+    "ALL",
+    "--unshare-ipc",
+  ] {
     v.push(s(f));
   }
   if plan.layers.netns {
@@ -663,6 +672,7 @@ mod tests {
     let progs = seccomp::compile(SeccompRules {
       deny_network: true,
       deny_unix: true,
+      deny_ipc: false,
     })
     .unwrap();
     let b = bpf_bytes(&progs[0]);

@@ -115,7 +115,9 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     unshare_flags |= libc::CLONE_NEWPID;
   }
   let mounts = if plan.layers.mountns {
-    unshare_flags |= libc::CLONE_NEWNS;
+    // And an IPC namespace with it: System V IPC and POSIX message queues of the same uid
+    // outside are not files (landlock does not see them). Without one, seccomp refuses them.
+    unshare_flags |= libc::CLONE_NEWNS | libc::CLONE_NEWIPC;
     mounts::plan(&plan.writable, &plan.protect, &plan.deny_read)
       .map_err(|e| IsolationError::prepare("mountns", e))?
   } else {
@@ -156,6 +158,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     seccomp::compile(SeccompRules {
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
+      deny_ipc: !plan.layers.mountns,
     })
     .map_err(|e| IsolationError::prepare("seccomp", e))?
   } else {

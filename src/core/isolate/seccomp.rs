@@ -26,7 +26,33 @@ pub struct SeccompRules {
   /// `socket(AF_UNIX)`: landlock cannot scope pathname sockets (`docker.sock`,
   /// `$SSH_AUTH_SOCK`) on ABI 7. `socketpair` stays allowed.
   pub deny_unix: bool,
+  /// System V IPC and POSIX message queues, where the command has no IPC namespace of its own:
+  /// another process's segments and queues of the same uid are not files, landlock does not see
+  /// them.
+  pub deny_ipc: bool,
 }
+
+/// The calls `deny_ipc` refuses.
+const IPC: &[i64] = &[
+  libc::SYS_shmget,
+  libc::SYS_shmat,
+  libc::SYS_shmctl,
+  libc::SYS_shmdt,
+  libc::SYS_msgget,
+  libc::SYS_msgsnd,
+  libc::SYS_msgrcv,
+  libc::SYS_msgctl,
+  libc::SYS_semget,
+  libc::SYS_semop,
+  libc::SYS_semtimedop,
+  libc::SYS_semctl,
+  libc::SYS_mq_open,
+  libc::SYS_mq_unlink,
+  libc::SYS_mq_timedsend,
+  libc::SYS_mq_timedreceive,
+  libc::SYS_mq_notify,
+  libc::SYS_mq_getsetattr,
+];
 
 /// Syscalls denied outright: debugging other processes, namespaces, mounts, kernel modules,
 /// keyrings, io_uring (its operations bypass seccomp), bpf and perf.
@@ -82,6 +108,9 @@ fn arch() -> Result<seccompiler::TargetArch, SeccompError> {
 /// Both programs, in installation order.
 pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
   let mut map: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&n| (n, vec![])).collect();
+  if rules.deny_ipc {
+    map.extend(IPC.iter().map(|&n| (n, vec![])));
+  }
 
   let flag_rules = CLONE_NS_FLAGS
     .iter()
@@ -223,6 +252,7 @@ mod tests {
         let p = compile(SeccompRules {
           deny_network,
           deny_unix,
+          deny_ipc: deny_network,
         })
         .unwrap();
         assert_eq!(p.len(), 2);
@@ -236,6 +266,7 @@ mod tests {
     let p = compile(SeccompRules {
       deny_network: true,
       deny_unix: true,
+      deny_ipc: true,
     })
     .unwrap();
     if std::env::consts::ARCH == "x86_64" {
