@@ -1644,3 +1644,31 @@ fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
     assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
   }
 }
+
+/// Every mount is read-only but the writable roots: a writable root that is a file stays
+/// writable (bound back like a directory).
+#[test]
+fn a_writable_file_root_stays_writable() {
+  for (opts, _stopped) in settings(json!({})) {
+    let j = jail();
+    let log = j.out.join("log");
+    std::fs::write(&log, "").unwrap();
+    let mut o = opts.clone();
+    merge(
+      &mut o,
+      &json!({"fs": {"writable": [j.root.to_str().unwrap(), log.to_str().unwrap()]}}),
+    );
+    let r = sh(
+      &o,
+      &j.root,
+      &format!("echo line >> {}; echo x > mine", log.display()),
+    );
+    assert_eq!(
+      std::fs::read_to_string(&log).unwrap(),
+      "line\n",
+      "{o}: {}",
+      r.stderr
+    );
+    assert!(exists(&j.root.join("mine")), "{o}: {}", r.stderr);
+  }
+}

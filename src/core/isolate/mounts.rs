@@ -177,7 +177,9 @@ pub fn plan(
     }
     for w in writable {
       let Some((t, op)) = checked(w) else { continue };
-      if !t.is_dir() {
+      // A writable file is bound back like a directory; a symlink there was swapped in since
+      // the path was made canonical, and grants nothing.
+      if !t.is_dir() && !t.is_file() {
         continue;
       }
       out.push(MountOp {
