@@ -233,8 +233,8 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
     let programs = seccomp::compile(SeccompRules {
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
-      // `--unshare-ipc`: the command's IPC is its own.
-      deny_ipc: false,
+      // As native: refused rather than an IPC namespace (`--unshare-ipc` costs ~2.6 ms).
+      deny_ipc: true,
     })
     .map_err(|e| IsolationError::prepare("seccomp", e))?;
     programs
@@ -430,14 +430,7 @@ fn push(v: &mut Vec<CString>, flag: &str, paths: &[&Path]) {
 /// bwrap's flags for `plan`, in bwrap's order of application (later mounts cover earlier ones).
 fn args(plan: &Plan, seccomp_fds: &[OwnedFd]) -> Result<Vec<CString>, ArgsError> {
   let mut v: Vec<CString> = vec![s("bwrap")];
-  // `--unshare-ipc`: System V IPC and POSIX message queues of the same uid outside are not files.
-  for f in [
-    "--die-with-parent",
-    "--new-session",
-    "--cap-drop",
-    "ALL",
-    "--unshare-ipc",
-  ] {
+  for f in ["--die-with-parent", "--new-session", "--cap-drop", "ALL"] {
     v.push(s(f));
   }
   if plan.layers.netns {

@@ -26,9 +26,9 @@ pub struct SeccompRules {
   /// `socket(AF_UNIX)`: landlock cannot scope pathname sockets (`docker.sock`,
   /// `$SSH_AUTH_SOCK`) on ABI 7. `socketpair` stays allowed.
   pub deny_unix: bool,
-  /// System V IPC and POSIX message queues, where the command has no IPC namespace of its own:
-  /// another process's segments and queues of the same uid are not files, landlock does not see
-  /// them.
+  /// System V IPC and POSIX message queues: another process's segments and queues of the same
+  /// uid are not files, landlock does not see them, and an IPC namespace costs ~2.6 ms per exec
+  /// as nobody.
   pub deny_ipc: bool,
 }
 
