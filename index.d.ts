@@ -43,9 +43,9 @@ export interface IsolationOptions {
     writable?: string[]
     /** Default `"all"`. */
     readable?: 'all' | string[]
-    /** Never readable. Default: ~/.ssh ~/.aws ~/.gnupg ~/.netrc ~/.git-credentials ~/.docker ~/.kube ~/.config/gcloud ~/.config/gh ~/.npmrc /etc/shadow /etc/gshadow /etc/sudoers. */
+    /** Never readable. Default: ~/.ssh ~/.aws ~/.gnupg ~/.netrc ~/.git-credentials ~/.docker ~/.kube ~/.config/gcloud ~/.config/gh ~/.npmrc /etc/shadow /etc/shadow- /etc/gshadow /etc/gshadow- /etc/sudoers /etc/sudoers.d /var/backups/{shadow,gshadow}.bak /etc/ssh/ssh_host_{rsa,ecdsa,ed25519,dsa}_key. */
     denyRead?: string[]
-    /** Read-only inside the writable roots (needs the mount namespace). Default `.git/hooks`, `.git/config`. */
+    /** Read-only inside the writable roots (needs the mount namespace). Default `.git/hooks`, `.git/config`, `.git/config.worktree`; a missing one inside an existing directory is created empty first (a file for the two configs, else a directory). */
     protect?: string[]
   }
   /** Default `deny`: every non-Unix socket (seccomp) and TCP (landlock). */

@@ -9,6 +9,7 @@
 #![cfg(target_os = "linux")]
 
 use std::io::{BufRead, BufReader, Read};
+use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -223,13 +224,30 @@ fn protected_paths_stay_read_only() {
       &j.root,
       "mv .git .git-old && mkdir -p .git/hooks && echo evil > .git/hooks/post-checkout",
     );
+    // From a working directory inside `.git` (entered before the mounts were made), with the
+    // jail as the writable root.
+    let mut inside = opts.clone();
+    merge(
+      &mut inside,
+      &json!({"fs": {"writable": [j.root.to_str().unwrap()]}}),
+    );
+    let r3 = sh(
+      &inside,
+      &j.root.join(".git"),
+      "echo evil > hooks/from-inside; echo evil >> config",
+    );
     let hit = [
       wrote[0],
       wrote[1],
       exists(&j.root.join(".git-old")) || exists(&j.root.join(".git/hooks/post-checkout")),
+      exists(&j.root.join(".git/hooks/from-inside")),
     ];
     if stopped {
-      assert_eq!(hit, [false; 3], "{opts}: {} / {}", r.stderr, r2.stderr);
+      assert_eq!(
+        hit, [false; 4],
+        "{opts}: {} / {} / {}",
+        r.stderr, r2.stderr, r3.stderr
+      );
       // The rest of .git stays writable (git needs its index and refs).
       assert_eq!(
         std::fs::read_to_string(j.root.join(".git/HEAD")).unwrap(),
@@ -238,7 +256,7 @@ fn protected_paths_stay_read_only() {
         r.stderr
       );
     } else {
-      assert_eq!(hit, [true; 3], "off: {}", r.stderr);
+      assert_eq!(hit, [true; 4], "off: {}", r.stderr);
     }
   }
 }
@@ -298,13 +316,20 @@ fn default_deny_list_covers_shadow() {
   if !is_root() {
     return; // nobody cannot read /etc/shadow with or without isolation: nothing to prove.
   }
+  // `/etc/shadow-` is the previous shadow file (same hashes), left by shadow's tools.
+  let files: Vec<&str> = ["/etc/shadow", "/etc/shadow-", "/etc/gshadow-"]
+    .into_iter()
+    .filter(|f| std::fs::metadata(f).is_ok_and(|m| m.len() > 0))
+    .collect();
   for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    let r = sh(&opts, &j.root, "cat /etc/shadow > leak");
-    let leaked = !std::fs::read_to_string(j.root.join("leak"))
-      .unwrap()
-      .is_empty();
-    assert_eq!(leaked, !stopped, "{opts}: {}", r.stderr);
+    for f in &files {
+      let j = jail();
+      let r = sh(&opts, &j.root, &format!("cat {f} > leak"));
+      let leaked = !std::fs::read_to_string(j.root.join("leak"))
+        .unwrap()
+        .is_empty();
+      assert_eq!(leaked, !stopped, "{opts}: {f}: {}", r.stderr);
+    }
   }
 }
 
@@ -633,6 +658,67 @@ fn attack_helper() {
         nix::unistd::Pid::from_raw(pid),
         nix::sys::signal::Signal::SIGSTOP,
       );
+    }
+    "pidfd-getfd" => {
+      // "pid:fd": copies what the outside process's fd reads into ./stolen.
+      let (pid, fd) = arg.split_once(':').unwrap();
+      let (pid, fd): (i32, i32) = (pid.parse().unwrap(), fd.parse().unwrap());
+      // SAFETY: pidfd_open and pidfd_getfd take integers; the results are checked.
+      unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
+        if pidfd < 0 || got < 0 {
+          eprintln!("pidfd: {}", std::io::Error::last_os_error());
+          return;
+        }
+        let mut f = std::fs::File::from_raw_fd(got);
+        let mut s = String::new();
+        let _ = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0));
+        let _ = f.read_to_string(&mut s);
+        std::fs::write("stolen", s).unwrap();
+      }
+    }
+    "pidfd-kill" => {
+      let pid: i32 = arg.parse().unwrap();
+      // SAFETY: pidfd_open and pidfd_send_signal take integers and a null siginfo.
+      unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
+        if libc::syscall(
+          libc::SYS_pidfd_send_signal,
+          pidfd,
+          libc::SIGKILL,
+          std::ptr::null::<u8>(),
+          0,
+        ) != 0
+        {
+          eprintln!("pidfd_send_signal: {}", std::io::Error::last_os_error());
+        }
+      }
+    }
+    #[cfg(target_arch = "x86_64")]
+    "int80" => {
+      // The i386 ABI from a 64-bit process: socketcall and friends behind other numbers, which
+      // a filter keyed on x86_64 numbers would not know. i386 getpid is 20.
+      let mut nr: u32 = 20;
+      // SAFETY: i386 getpid takes no arguments and touches no memory.
+      unsafe { std::arch::asm!("int 0x80", inout("eax") nr) };
+      println!("int80 returned {nr}");
+    }
+    "setxattr" => {
+      let path = std::ffi::CString::new(arg).unwrap();
+      // SAFETY: NUL-terminated name and path, a 5-byte value; failure is the expected outcome.
+      let r = unsafe {
+        libc::setxattr(
+          path.as_ptr(),
+          c"user.finn".as_ptr(),
+          b"pwned".as_ptr().cast(),
+          5,
+          0,
+        )
+      };
+      if r != 0 {
+        eprintln!("setxattr: {}", std::io::Error::last_os_error());
+      }
     }
     other => panic!("unknown attack {other}"),
   }
@@ -1125,5 +1211,464 @@ fn the_protect_swap_race_never_leaves_hooks_writable() {
     } else {
       assert!(n > 0, "off: no write landed in {tries} commands");
     }
+  }
+}
+
+/// Landlock (ABI 7) does not cover a file's metadata: chmod, utimes and user xattrs of a file
+/// outside the writable roots need no capability from its owner (root's files for root, nobody's
+/// own for nobody). The mount namespace makes every mount but the writable roots read-only; without
+/// it (`namespaces.mount: false`) these land, as README says.
+#[test]
+fn metadata_of_outside_files_stays_unchanged() {
+  use std::os::unix::fs::{MetadataExt, PermissionsExt};
+  for (opts, stopped) in settings(json!({})) {
+    let no_mountns = opts["namespaces"]["mount"] == json!(false);
+    if no_mountns && !stopped {
+      continue;
+    }
+    let mount_ns = stopped && !no_mountns;
+    if mount_ns && !can_ns() {
+      continue;
+    }
+    let j = jail();
+    let v = j.out.join("victim");
+    std::fs::write(&v, "orig").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(j.root.join("mine"), "data").unwrap();
+    let before = std::fs::metadata(&v).unwrap();
+    let script = format!(
+      "chmod 4777 {v}; touch -d 2001-01-01 {v}; chmod 755 mine; touch -d 2001-01-01 mine",
+      v = v.display()
+    );
+    let r = sh(&opts, &j.root, &script);
+    let x = helper(&opts, &j.root, "setxattr", v.to_str().unwrap());
+    let after = std::fs::metadata(&v).unwrap();
+    let mut buf = [0u8; 16];
+    let path = std::ffi::CString::new(v.to_str().unwrap()).unwrap();
+    // SAFETY: NUL-terminated strings and a buffer of its own length.
+    let n = unsafe {
+      libc::getxattr(
+        path.as_ptr(),
+        c"user.finn".as_ptr(),
+        buf.as_mut_ptr().cast(),
+        buf.len(),
+      )
+    };
+    let escaped: Vec<&str> = [
+      ("chmod", after.mode() != before.mode()),
+      ("utimes", after.mtime() != before.mtime()),
+      ("setxattr", n == 5 && &buf[..5] == b"pwned"),
+    ]
+    .into_iter()
+    .filter_map(|(name, hit)| hit.then_some(name))
+    .collect();
+    if mount_ns {
+      assert!(
+        escaped.is_empty(),
+        "{opts}: escaped via {escaped:?}; stderr: {} {}",
+        r.stderr,
+        x.stderr
+      );
+      // The jail's own files keep their metadata writable (git and npm chmod what they write).
+      let mine = std::fs::metadata(j.root.join("mine")).unwrap();
+      assert_eq!(mine.mode() & 0o777, 0o755, "{opts}: {}", r.stderr);
+    } else {
+      // Off, and landlock alone: every change lands (tmpfs /tmp may lack user xattrs).
+      assert!(
+        escaped.contains(&"chmod") && escaped.contains(&"utimes"),
+        "{opts}: {escaped:?}: {} {}",
+        r.stderr,
+        x.stderr
+      );
+    }
+  }
+}
+
+/// A terminal outside (the operator's shell, another session) is a `/dev/pts/N` the same uid owns:
+/// writing to it injects output, reading it steals keystrokes.
+#[test]
+fn an_outside_terminal_cannot_be_read_or_written() {
+  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two fds; null name, termios and winsize.
+    let r = unsafe {
+      libc::openpty(
+        &mut master,
+        &mut slave,
+        std::ptr::null_mut(),
+        std::ptr::null(),
+        std::ptr::null(),
+      )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: openpty returned two fresh fds we own.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
+    // Typed by the operator, waiting in the terminal's input queue.
+    let mut m = std::fs::File::from(master.try_clone().unwrap());
+    std::io::Write::write_all(&mut m, b"hunter2\n").unwrap();
+    let script = format!(
+      "echo INJECTED > {t}; timeout 2 head -n 1 < {t} > stolen",
+      t = name.display()
+    );
+    let ran = sh(&opts, &j.root, &script);
+    // SAFETY: O_NONBLOCK on our own fd.
+    unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut buf = vec![0u8; 4096];
+    let n = std::io::Read::read(&mut m, &mut buf).unwrap_or(0);
+    let out = String::from_utf8_lossy(&buf[..n]).to_string();
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    let escaped: Vec<&str> = [
+      ("write", out.contains("INJECTED")),
+      ("read", stolen.contains("hunter2")),
+    ]
+    .into_iter()
+    .filter_map(|(name, hit)| hit.then_some(name))
+    .collect();
+    drop(slave);
+    if stopped {
+      assert!(
+        escaped.is_empty(),
+        "{opts}: escaped via {escaped:?}; stderr: {}",
+        ran.stderr
+      );
+    } else {
+      assert_eq!(escaped.len(), 2, "off: {escaped:?} {out:?}: {}", ran.stderr);
+    }
+  }
+}
+
+/// pidfds reach an outside process by pid: `pidfd_getfd` steals an fd it holds open (here on a
+/// denied file), `pidfd_send_signal` kills it (Node, the supervisor). Landlock's ptrace rule and
+/// signal scope refuse both.
+#[test]
+fn pidfds_cannot_steal_fds_or_signal_outside() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let secret_file = j.out.join("secret");
+    let token = format!("sk-{}", rand_suffix());
+    std::fs::write(&secret_file, &token).unwrap();
+    let mut deny = opts.clone();
+    merge(
+      &mut deny,
+      &json!({"fs": {"denyRead": [secret_file.to_str().unwrap()]}}),
+    );
+    // The victim holds the secret open on fd 3.
+    let f = std::fs::File::open(&secret_file).unwrap();
+    let mut cmd = Command::new("sleep");
+    cmd.arg("60").stdin(Stdio::null());
+    {
+      use std::os::fd::AsRawFd;
+      let raw = f.as_raw_fd();
+      // SAFETY: dup2 in the child before exec.
+      unsafe {
+        cmd.pre_exec(move || {
+          if libc::dup2(raw, 3) < 0 || libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+          }
+          Ok(())
+        });
+      }
+    }
+    let mut v = cmd.spawn().unwrap();
+    drop(f);
+    let pid = v.id();
+    let r = helper(&deny, &j.root, "pidfd-getfd", &format!("{pid}:3"));
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    assert_eq!(
+      stolen.contains(&token),
+      !stopped,
+      "{deny}: pidfd_getfd: {}",
+      r.stderr
+    );
+    let r = helper(&opts, &j.root, "pidfd-kill", &pid.to_string());
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let dead = matches!(v.try_wait(), Ok(Some(_)));
+    assert_eq!(dead, !stopped, "{opts}: pidfd_send_signal: {}", r.stderr);
+    let _ = v.kill();
+    let _ = v.wait();
+  }
+}
+
+/// NOT STOPPED (README says so): `protect` keeps `.git/config` and `.git/hooks` read-only, but a
+/// new file `.git/commondir` (not there to bind over, and `.git` itself must stay writable for
+/// git) points git at a directory the command made, whose `config` and `hooks` git then uses. The
+/// next git run outside the sandbox (the operator's `git status`) runs the command's fsmonitor.
+/// ToolSandbox pins `GIT_COMMON_DIR` for the git it runs; a plain `git` on the host does not.
+#[test]
+fn a_commondir_file_redirects_git_past_protect() {
+  if find_git().is_none() || !can_ns() {
+    return;
+  }
+  for (opts, _stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "mkdir evil && cp -r .git/. evil/ &&
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch {m}; false\"\\n' > evil/config &&
+         echo ../evil > .git/commondir",
+        m = marker.display()
+      ),
+    );
+    // The host's own git, later, outside any sandbox.
+    let _ = sh(&off(), &j.root, "git status >/dev/null 2>&1");
+    assert!(
+      marker.exists(),
+      "{opts}: the redirect is expected to land (README): {}",
+      r.stderr
+    );
+  }
+}
+
+/// The i386 syscall ABI (`int 0x80`) from inside: seccomp's arch check kills the process rather
+/// than let numbers it does not filter through.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn the_i386_syscall_abi_is_killed() {
+  use std::os::unix::process::ExitStatusExt;
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let r = helper(&opts, &j.root, "int80", "");
+    let sig = r.status.signal();
+    if stopped {
+      assert_eq!(
+        sig,
+        Some(libc::SIGSYS),
+        "{opts}: {:?} {}",
+        r.status,
+        r.stderr
+      );
+    } else {
+      assert!(r.status.success(), "off: {:?} {}", r.status, r.stderr);
+    }
+  }
+}
+
+/// A `denyRead` path that does not exist when the job starts (`~/.aws` before `aws configure`),
+/// created by the host while the job runs: a mount cannot cover what is not there.
+#[test]
+fn a_denied_path_created_during_the_job_stays_unreadable() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let creds = j.out.join("creds");
+    let mut deny = opts.clone();
+    merge(
+      &mut deny,
+      &json!({"fs": {"denyRead": [creds.to_str().unwrap()]}}),
+    );
+    let script = format!(
+      "for i in $(seq 30); do cat {c} > stolen 2>/dev/null && [ -s stolen ] && break; sleep 0.05; done",
+      c = creds.display()
+    );
+    let (mut cmd, _p) = command(&deny, &j.root, &["/bin/bash", "-c", &script]);
+    let child = cmd.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    std::fs::write(&creds, "aws_secret_access_key=sk-created-later").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    assert_eq!(
+      stolen.contains("sk-created-later"),
+      !stopped,
+      "{deny}: {}",
+      String::from_utf8_lossy(&out.stderr)
+    );
+  }
+}
+
+/// A repository without `.git/hooks` (`git init --template=`, or made by a library that writes no
+/// template): the protect bind has nothing to cover, and a hook the command creates would run
+/// at the next git outside the sandbox.
+#[test]
+fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
+  if find_git().is_none() || !can_ns() {
+    return;
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q --template= . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m && test ! -e .git/hooks",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
+        m = marker.display()
+      ),
+    );
+    // The host's own git, later, outside any sandbox.
+    let _ = sh(
+      &off(),
+      &j.root,
+      "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m2",
+    );
+    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
+  }
+}
+
+/// With `extensions.worktreeConfig` (what `git sparse-checkout init` sets), git also reads
+/// `.git/config.worktree`: the next git outside the sandbox would run the fsmonitor the command
+/// wrote there, past the `.git/config` protect.
+#[test]
+fn config_worktree_is_protected_like_config() {
+  if find_git().is_none() || !can_ns() {
+    return;
+  }
+  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q . && git config extensions.worktreeConfig true && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "printf '[core]\\n\\tfsmonitor = \"touch {m}; false\"\\n' >> .git/config.worktree",
+        m = marker.display()
+      ),
+    );
+    let _ = sh(&off(), &j.root, "git status >/dev/null 2>&1");
+    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
+    // git still works on the repository afterwards.
+    let r = sh(&off(), &j.root, "git status >/dev/null");
+    assert!(r.status.success(), "{opts}: {}", r.stderr);
+  }
+}
+
+/// Resource limits and scheduling of an outside process of the same uid (Node, the supervisor):
+/// `prlimit` (RLIMIT_CPU 1 kills it once it has run a second), `renice`, `taskset`, `ionice`.
+/// Landlock's scopes do not cover these calls; seccomp refuses them for any pid but the caller's.
+#[test]
+fn limits_and_scheduling_of_an_outside_process_stay_unchanged() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let mut v = victim(&format!("sk-{}", rand_suffix()));
+    let pid = v.id();
+    let limits = || std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let stat = || std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let affinity = || proc_field(pid, "Cpus_allowed_list:");
+    let (l0, s0, a0) = (limits(), stat(), affinity());
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "prlimit --pid {pid} --cpu=1:1 --nofile=3:3; renice -n 19 -p {pid}; taskset -pc 0 {pid}; ionice -c 3 -p {pid}"
+      ),
+    );
+    let nice = |s: &str| {
+      s.rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .to_string()
+    };
+    let ionice = Command::new("ionice")
+      .args(["-p", &pid.to_string()])
+      .output()
+      .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+      .unwrap_or_default();
+    let (l1, s1, a1) = (limits(), stat(), affinity());
+    v.kill().unwrap();
+    v.wait().unwrap();
+    let changed: Vec<&str> = [
+      ("prlimit", l1 != l0),
+      ("renice", nice(&s1) != nice(&s0)),
+      ("taskset", a1 != a0 && a0.contains('-')),
+      ("ionice", ionice.contains("idle")),
+    ]
+    .into_iter()
+    .filter_map(|(n, hit)| hit.then_some(n))
+    .collect();
+    if stopped {
+      assert!(
+        changed.is_empty(),
+        "{opts}: changed {changed:?}: {}",
+        r.stderr
+      );
+      // The command's own limits and priority stay its own to change.
+      let own = sh(
+        &opts,
+        &j.root,
+        "ulimit -S -n 100 && nice -n 5 true && taskset -c 0 true && ionice -c 3 true",
+      );
+      assert!(own.status.success(), "{opts}: {}", own.stderr);
+    } else {
+      assert!(
+        changed.contains(&"prlimit") && changed.contains(&"renice"),
+        "off: {changed:?}: {}",
+        r.stderr
+      );
+    }
+  }
+}
+
+/// System V IPC outside (a shared memory segment of the same uid: another job's, Node's
+/// addons', a host service's): not files, so landlock does not see it; the command could attach
+/// and rewrite it, or remove it.
+#[test]
+fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
+  for (opts, stopped) in settings(json!({})) {
+    let j = jail();
+    let key = 0x4649_0000 | (rand_suffix() as i32 & 0xffff);
+    // SAFETY: shmget with a key, a size and flags.
+    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
+    assert!(id >= 0, "{}", std::io::Error::last_os_error());
+    let r = sh(&opts, &j.root, &format!("ipcrm -M {key}"));
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    // SAFETY: IPC_STAT into a shmid_ds on our stack.
+    let alive = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0;
+    let removed = !alive || ds.shm_perm.mode & 0o1000 != 0; // SHM_DEST: marked for removal
+    // SAFETY: IPC_RMID of our own segment (if it is still there).
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
+  }
+}
+
+/// Every mount is read-only but the writable roots: a writable root that is a file stays
+/// writable (bound back like a directory).
+#[test]
+fn a_writable_file_root_stays_writable() {
+  for (opts, _stopped) in settings(json!({})) {
+    let j = jail();
+    let log = j.out.join("log");
+    std::fs::write(&log, "").unwrap();
+    let mut o = opts.clone();
+    merge(
+      &mut o,
+      &json!({"fs": {"writable": [j.root.to_str().unwrap(), log.to_str().unwrap()]}}),
+    );
+    let r = sh(
+      &o,
+      &j.root,
+      &format!("echo line >> {}; echo x > mine", log.display()),
+    );
+    assert_eq!(
+      std::fs::read_to_string(&log).unwrap(),
+      "line\n",
+      "{o}: {}",
+      r.stderr
+    );
+    assert!(exists(&j.root.join("mine")), "{o}: {}", r.stderr);
   }
 }

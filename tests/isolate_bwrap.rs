@@ -1097,3 +1097,207 @@ fn the_protect_swap_race_never_leaves_hooks_writable() {
     }
   }
 }
+
+/// Metadata of the user's own files outside the writable roots (chmod, utimes): landlock does not
+/// cover them; bwrap's read-only root does.
+#[test]
+fn metadata_of_outside_files_stays_unchanged() {
+  use std::os::unix::fs::{MetadataExt, PermissionsExt};
+  if !bwrap_runs("metadata_of_outside_files_stays_unchanged") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let v = j.out.join("victim");
+    std::fs::write(&v, "orig").unwrap();
+    std::fs::set_permissions(&v, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::write(j.root.join("mine"), "data").unwrap();
+    let before = std::fs::metadata(&v).unwrap();
+    let script = format!(
+      "chmod 4777 {v}; touch -d 2001-01-01 {v}; chmod 755 mine",
+      v = v.display()
+    );
+    let r = sh(&opts, &j.root, &script);
+    let after = std::fs::metadata(&v).unwrap();
+    let changed = after.mode() != before.mode() || after.mtime() != before.mtime();
+    assert_eq!(changed, !stopped, "{opts}: {}", r.stderr);
+    let mine = std::fs::metadata(j.root.join("mine")).unwrap();
+    assert_eq!(mine.mode() & 0o777, 0o755, "{opts}: {}", r.stderr);
+  }
+}
+
+/// A terminal outside (the operator's) is a `/dev/pts/N` the same uid owns; bwrap's `--dev`
+/// gives the command a devpts of its own.
+#[test]
+fn an_outside_terminal_cannot_be_read_or_written() {
+  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+  if !bwrap_runs("an_outside_terminal_cannot_be_read_or_written") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let (mut master, mut slave) = (0, 0);
+    // SAFETY: openpty writes two fds; null name, termios and winsize.
+    let r = unsafe {
+      libc::openpty(
+        &mut master,
+        &mut slave,
+        std::ptr::null_mut(),
+        std::ptr::null(),
+        std::ptr::null(),
+      )
+    };
+    assert_eq!(r, 0);
+    // SAFETY: openpty returned two fresh fds we own.
+    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
+    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
+    let mut m = std::fs::File::from(master.try_clone().unwrap());
+    std::io::Write::write_all(&mut m, b"hunter2\n").unwrap();
+    let script = format!(
+      "echo INJECTED > {t}; timeout 2 head -n 1 < {t} > stolen",
+      t = name.display()
+    );
+    let ran = sh(&opts, &j.root, &script);
+    // SAFETY: O_NONBLOCK on our own fd.
+    unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
+    let mut buf = vec![0u8; 4096];
+    let n = std::io::Read::read(&mut m, &mut buf).unwrap_or(0);
+    let out = String::from_utf8_lossy(&buf[..n]).to_string();
+    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+    drop(slave);
+    assert_eq!(out.contains("INJECTED"), !stopped, "{opts}: {}", ran.stderr);
+    assert_eq!(
+      stolen.contains("hunter2"),
+      !stopped,
+      "{opts}: {}",
+      ran.stderr
+    );
+  }
+}
+
+/// A repository without `.git/hooks`: bwrap's read-only bind needs something to cover, so the
+/// missing directory is created empty first; a hook the command makes would run at the next git
+/// outside the sandbox.
+#[test]
+fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
+  if !bwrap_runs("a_missing_hooks_directory_cannot_be_created_with_a_hook")
+    || !Path::new("/usr/bin/git").exists()
+  {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let r = sh(
+      &off(),
+      &j.root,
+      "git init -q --template= . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m && test ! -e .git/hooks",
+    );
+    assert!(r.status.success(), "{}", r.stderr);
+    let marker = j.out.join("pwned");
+    let r = sh(
+      &opts,
+      &j.root,
+      &format!(
+        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
+        m = marker.display()
+      ),
+    );
+    let _ = sh(
+      &off(),
+      &j.root,
+      "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m2",
+    );
+    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
+  }
+}
+
+/// System V IPC outside (a shared memory segment of the same uid): `--unshare-ipc`.
+#[test]
+fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
+  if !bwrap_runs("an_outside_sysv_shared_memory_segment_stays_out_of_reach") {
+    return;
+  }
+  for (opts, stopped) in settings() {
+    let j = jail();
+    let nanos = std::time::SystemTime::now()
+      .duration_since(std::time::UNIX_EPOCH)
+      .unwrap()
+      .subsec_nanos();
+    let key = 0x4662_0000 | (nanos as i32 & 0xffff);
+    // SAFETY: shmget with a key, a size and flags.
+    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
+    assert!(id >= 0, "{}", std::io::Error::last_os_error());
+    let r = sh(&opts, &j.root, &format!("ipcrm -M {key}"));
+    // SAFETY: IPC_STAT into a shmid_ds on our stack.
+    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
+    let alive = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0;
+    let removed = !alive || ds.shm_perm.mode & 0o1000 != 0;
+    // SAFETY: IPC_RMID of our own segment (if it is still there).
+    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
+    assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
+  }
+}
+
+/// NOT STOPPED in bwrap (README says so): a `denyRead` path missing when the job starts has
+/// nothing to mount over (the native backend has landlock carve it); created by the host while
+/// the job runs, it is readable.
+#[test]
+fn a_denied_path_created_during_the_job_is_readable_in_bwrap() {
+  if !bwrap_runs("a_denied_path_created_during_the_job_is_readable_in_bwrap") {
+    return;
+  }
+  let j = jail();
+  let creds = j.out.join("creds");
+  let opts = json!({"mode": "bwrap", "fs": {"denyRead": [creds.to_str().unwrap()]}});
+  let script = format!(
+    "for i in $(seq 30); do cat {c} > stolen 2>/dev/null && [ -s stolen ] && break; sleep 0.05; done",
+    c = creds.display()
+  );
+  // Kept until the end: dropping it would tear down the job's cgroup (root) under the command.
+  let mut cmd = command(&opts, &j.root, &["/bin/bash", "-c", &script]);
+  let child = cmd.spawn().unwrap();
+  std::thread::sleep(Duration::from_millis(300));
+  std::fs::write(&creds, "sk-created-later").unwrap();
+  let out = child.wait_with_output().unwrap();
+  let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
+  assert!(
+    stolen.contains("sk-created-later"),
+    "expected to land (README): {:?} {}",
+    out.status,
+    String::from_utf8_lossy(&out.stderr)
+  );
+}
+
+/// With `namespaces.pid: false` bwrap has nothing between the command and the same uid's
+/// processes outside (no landlock scope): a signal lands, and the report says so.
+#[test]
+fn without_the_pid_namespace_outside_processes_can_be_signalled_and_degraded_says_so() {
+  if !bwrap_runs("without_the_pid_namespace_outside_processes_can_be_signalled") {
+    return;
+  }
+  let j = jail();
+  let opts = json!({"mode": "bwrap", "namespaces": {"pid": false}});
+  let plan = Plan::resolve(
+    &IsolationOptions::from_json(opts.clone()).unwrap(),
+    &j.root,
+    probe(),
+  )
+  .unwrap()
+  .unwrap();
+  assert!(
+    plan
+      .degraded
+      .iter()
+      .any(|d| d.starts_with("pidns:") && d.contains("signalled")),
+    "{:?}",
+    plan.degraded
+  );
+  let mut v = victim(&token());
+  let pid = v.id();
+  let r = sh(&opts, &j.root, &format!("kill -KILL {pid}"));
+  std::thread::sleep(Duration::from_millis(50));
+  let dead = matches!(v.try_wait(), Ok(Some(_)));
+  let _ = v.kill();
+  let _ = v.wait();
+  assert!(dead, "pid: false: {}", r.stderr);
+}

@@ -235,15 +235,11 @@ fn build_now(
       grants.push((w.clone(), write_access() | AccessFs::ResolveUnix));
     }
   }
-  // Devices every shell uses; IoctlDev so terminals keep working.
-  for dev in [
-    "/dev/null",
-    "/dev/zero",
-    "/dev/full",
-    "/dev/tty",
-    "/dev/pts",
-    "/dev/ptmx",
-  ] {
+  // Devices every shell uses; IoctlDev so a controlling terminal keeps working. Not `/dev/pts`
+  // (nor `/dev/ptmx`, useless without it): a pty there belongs to the host, such as the
+  // operator's terminal, which the same uid could write to (inject output) and read from (steal
+  // keystrokes). The command has no controlling terminal (a new session, stdin `/dev/null`).
+  for dev in ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"] {
     grants.push((
       dev.into(),
       read_access() | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,

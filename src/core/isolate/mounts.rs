@@ -1,4 +1,6 @@
-//! The mount namespace's plan, made before the fork: read-only binds over `protect`, `.git` made
+//! The mount namespace's plan, made before the fork: every mount read-only but the writable roots
+//! (landlock does not cover metadata: without this, chmod, utimes and user xattrs of a file the
+//! user owns outside the writable roots land), read-only binds over `protect`, `.git` made
 //! a mount point (a rename of `.git` then fails with EBUSY, so read-only binds on `.git/hooks`
 //! cannot be defeated by moving `.git` away and recreating it), and empty read-only mounts over
 //! `denyRead`.
@@ -27,13 +29,23 @@ pub enum MountPlanError {
   ProtectSymlink(PathBuf),
   #[error("denyRead path {0} became a symlink while it was checked")]
   DenySwapped(PathBuf),
+  #[error("{0} writable roots; the mount namespace binds at most {MAX_WRITABLE}")]
+  TooManyWritable(usize),
 }
+
+/// How many writable roots the child holds cloned at once (a fixed array: no allocation there).
+pub const MAX_WRITABLE: usize = 32;
 
 /// What one step mounts onto its target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MountKind {
   /// `mount --make-rprivate /`: nothing we mount propagates back to the host.
   Private,
+  /// A writable root, cloned (recursively, with its own flags) before the rest goes read-only,
+  /// and bound back over itself after.
+  Writable,
+  /// Every mount in the namespace read-only (recursively), then the `Writable` clones bound back.
+  ReadOnlyRest,
   /// The target bound onto itself (a mount point, still writable: `.git`).
   SelfBind,
   /// The target bound onto itself, read-only, nosuid, nodev (`protect`, a `.git` file).
@@ -149,6 +161,73 @@ pub(super) fn open_beneath(
   Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// A `protect` path missing inside an existing directory of a writable root (a repository made
+/// with no hook templates has no `.git/hooks`) has nothing to bind over: the command could create
+/// it, and a hook or a config there runs at the next git outside the sandbox. Create it empty
+/// first: a file when it is named `config` or `config.worktree` (an empty git config is valid),
+/// else a directory (no hooks). Owned like its parent. Through the parent opened with no symlink on the way; a name
+/// that appeared meanwhile is left to the check that follows.
+pub fn create_missing_protect(writable: &[PathBuf], protect: &[PathBuf]) {
+  use std::os::unix::fs::OpenOptionsExt;
+  for p in protect {
+    if std::fs::symlink_metadata(p).is_ok() {
+      continue;
+    }
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+      continue;
+    };
+    if !writable.iter().any(|w| parent.starts_with(w)) {
+      continue;
+    }
+    let Ok(dir) = open_no_symlinks(&c(parent)) else {
+      continue;
+    };
+    // SAFETY: `open_no_symlinks` returned a fresh fd we own.
+    let dir = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(dir) };
+    let Ok(meta) = std::fs::File::from(dir).metadata() else {
+      continue;
+    };
+    if !meta.is_dir() {
+      continue;
+    }
+    let dirfd = std::fs::OpenOptions::new()
+      .read(true)
+      .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+      .open(parent);
+    let Ok(dirfd) = dirfd else { continue };
+    // Same directory as the one checked with no symlink on the way.
+    if dirfd.metadata().map(|m| (m.dev(), m.ino())).ok() != Some((meta.dev(), meta.ino())) {
+      continue;
+    }
+    use std::os::fd::AsRawFd;
+    let name = CString::new(name.as_bytes()).expect("paths from the filesystem have no NUL");
+    // SAFETY: a directory fd we own and a NUL-terminated name; failures leave nothing behind.
+    unsafe {
+      let fd = dirfd.as_raw_fd();
+      let made = if matches!(name.as_bytes(), b"config" | b"config.worktree") {
+        let f = libc::openat(
+          fd,
+          name.as_ptr(),
+          libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+          0o644,
+        );
+        f >= 0 && libc::close(f) == 0
+      } else {
+        libc::mkdirat(fd, name.as_ptr(), 0o755) == 0
+      };
+      if made && libc::geteuid() == 0 {
+        libc::fchownat(
+          fd,
+          name.as_ptr(),
+          meta.uid(),
+          meta.gid(),
+          libc::AT_SYMLINK_NOFOLLOW,
+        );
+      }
+    }
+  }
+}
+
 /// The steps, in order. `protect` entries are absolute (already joined with each writable root).
 /// `writable_fds`: the roots' checked fds, one per `writable` (or empty: checked by path).
 pub fn plan(
@@ -182,6 +261,48 @@ pub fn plan(
     dev: 0,
     ino: 0,
   }];
+  // Everything read-only but the writable roots; not when `/` itself is writable (nothing left
+  // to protect, and a bind over the root directory is not seen from it).
+  if !writable.iter().any(|w| w == Path::new("/")) {
+    if writable.len() > MAX_WRITABLE {
+      return Err(MountPlanError::TooManyWritable(writable.len()));
+    }
+    for w in writable {
+      // The identity of the root the addon checked (its fd), when it sent one: the child's
+      // re-open of the path must find that very object, or the start fails.
+      let from_fd = roots.iter().find(|(p, _)| *p == w).and_then(|(_, fd)| {
+        let m = std::fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
+        Some((
+          m.file_type(),
+          MountOp {
+            kind: MountKind::Private,
+            target: c(w),
+            dev: m.dev(),
+            ino: m.ino(),
+          },
+        ))
+      });
+      let Some((t, op)) = from_fd.or_else(|| checked(w)) else {
+        continue;
+      };
+      // A writable file is bound back like a directory; a symlink there was swapped in since
+      // the path was made canonical, and grants nothing.
+      if !t.is_dir() && !t.is_file() {
+        continue;
+      }
+      out.push(MountOp {
+        kind: MountKind::Writable,
+        ..op
+      });
+    }
+    out.push(MountOp {
+      kind: MountKind::ReadOnlyRest,
+      target: CString::from(c"/"),
+      dev: 0,
+      ino: 0,
+    });
+  }
+  create_missing_protect(writable, protect);
   // `.git` first: a later non-recursive bind of it would hide the protect binds inside it.
   for w in writable {
     let Some((t, op)) = check(&w.join(".git")) else {
@@ -229,6 +350,7 @@ pub fn plan(
 // The fd-based mount API (Linux 5.2; mount_setattr 5.12, below landlock's 5.13). Values from
 // include/uapi/linux/mount.h and openat2.h; libc has the syscall numbers only.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x04;
 const MOVE_MOUNT_T_EMPTY_PATH: libc::c_uint = 0x40;
 const MOUNT_ATTR_RDONLY: u64 = 0x01;
@@ -321,8 +443,16 @@ fn open_target(op: &MountOp) -> Result<Fd, Errno> {
 
 /// A detached, non-recursive copy of what `path` (relative to `dirfd`; empty: `dirfd` itself) names.
 fn clone_tree(dirfd: libc::c_int, path: &std::ffi::CStr) -> Result<Fd, Errno> {
+  clone_tree_flags(dirfd, path, 0)
+}
+
+fn clone_tree_flags(
+  dirfd: libc::c_int,
+  path: &std::ffi::CStr,
+  extra: libc::c_uint,
+) -> Result<Fd, Errno> {
   let flags =
-    OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint;
+    OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_EMPTY_PATH as libc::c_uint | extra;
   // SAFETY: an fd and a NUL-terminated path (empty with AT_EMPTY_PATH).
   fd(unsafe { libc::syscall(libc::SYS_open_tree, dirfd, path.as_ptr(), flags) })
 }
@@ -395,11 +525,83 @@ fn empty_tmpfs() -> Result<Fd, Errno> {
   }
 }
 
+/// Every mount under `/` read-only, recursively (only adds the flag: a mount locked read-only in a
+/// user namespace stays so, nothing is made writable).
+fn all_read_only() -> Result<(), Errno> {
+  let attr = MountAttr {
+    attr_set: MOUNT_ATTR_RDONLY,
+    attr_clr: 0,
+    propagation: 0,
+    userns_fd: 0,
+  };
+  // SAFETY: a static path, a mount_attr on our stack with its size.
+  ok(unsafe {
+    libc::syscall(
+      libc::SYS_mount_setattr,
+      libc::AT_FDCWD,
+      c"/".as_ptr(),
+      AT_RECURSIVE,
+      &attr,
+      std::mem::size_of::<MountAttr>(),
+    )
+  })
+}
+
+/// The working directory was entered before the mounts: it is still the old (now read-only)
+/// mount's directory. Enter the same directory again through the namespace as it is now, if it
+/// is the same object (else stay).
+fn reenter_cwd() -> Result<(), Errno> {
+  let mut buf = [0u8; libc::PATH_MAX as usize + 1];
+  // SAFETY: getcwd writes at most `buf.len()` bytes, NUL-terminated, into our stack buffer.
+  if unsafe { libc::syscall(libc::SYS_getcwd, buf.as_mut_ptr(), buf.len()) } < 0 {
+    return Err(Errno::last());
+  }
+  let Ok(path) = std::ffi::CStr::from_bytes_until_nul(&buf) else {
+    return Err(Errno::ENAMETOOLONG);
+  };
+  if path.to_bytes().first() != Some(&b'/') {
+    // "(unreachable)": nothing to re-enter.
+    return Ok(());
+  }
+  let Ok(new) = open_no_symlinks(path).map(Fd) else {
+    return Ok(());
+  };
+  // SAFETY: fstat/stat write into stat buffers on our stack; fchdir on an fd we own.
+  unsafe {
+    let mut a: libc::stat = std::mem::zeroed();
+    let mut b: libc::stat = std::mem::zeroed();
+    ok(libc::fstat(new.0, &mut a).into())?;
+    ok(libc::stat(c".".as_ptr(), &mut b).into())?;
+    if a.st_dev == b.st_dev && a.st_ino == b.st_ino {
+      ok(libc::fchdir(new.0).into())?;
+    }
+  }
+  Ok(())
+}
+
 /// Runs the steps. Async-signal-safe: syscalls on prepared strings and stack structs only.
 pub fn apply(ops: &[MountOp]) -> Result<(), Errno> {
   let read_only = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+  // The writable roots' clones and targets, held until the rest is read-only.
+  let mut held: [Option<(Fd, Fd)>; MAX_WRITABLE] = [const { None }; MAX_WRITABLE];
+  let mut n_held = 0;
   for op in ops {
     match op.kind {
+      MountKind::Writable => {
+        if n_held == MAX_WRITABLE {
+          return Err(Errno::E2BIG);
+        }
+        let target = open_target(op)?;
+        let tree = clone_tree_flags(target.0, c"", AT_RECURSIVE)?;
+        held[n_held] = Some((tree, target));
+        n_held += 1;
+      }
+      MountKind::ReadOnlyRest => {
+        all_read_only()?;
+        for (tree, target) in held.iter_mut().take(n_held).filter_map(Option::take) {
+          move_onto(&tree, &target)?;
+        }
+      }
       MountKind::Private => {
         // SAFETY: a NUL-terminated target; no source, type or data.
         ok(
@@ -436,6 +638,11 @@ pub fn apply(ops: &[MountOp]) -> Result<(), Errno> {
         move_onto(&empty_tmpfs()?, &target)?;
       }
     }
+  }
+  // The working directory was entered before the mounts, on the old mounts: enter it again
+  // through the namespace as it now is (under the writable root's bind, past `protect`).
+  if ops.len() > 1 {
+    reenter_cwd()?;
   }
   Ok(())
 }

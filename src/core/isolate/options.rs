@@ -121,10 +121,25 @@ pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 2 << 30;
 pub const MAX_WRITABLE_ROOTS: usize = 16;
 
 pub fn default_deny_read(home: Option<&Path>) -> Vec<PathBuf> {
-  let mut v: Vec<PathBuf> = ["/etc/shadow", "/etc/gshadow", "/etc/sudoers"]
-    .iter()
-    .map(PathBuf::from)
-    .collect();
+  // With the copies shadow's tools and Debian's daily cron leave beside them (`shadow-`, the
+  // previous file, holds the same hashes), and the host's SSH private keys.
+  let mut v: Vec<PathBuf> = [
+    "/etc/shadow",
+    "/etc/shadow-",
+    "/etc/gshadow",
+    "/etc/gshadow-",
+    "/etc/sudoers",
+    "/etc/sudoers.d",
+    "/var/backups/shadow.bak",
+    "/var/backups/gshadow.bak",
+    "/etc/ssh/ssh_host_rsa_key",
+    "/etc/ssh/ssh_host_ecdsa_key",
+    "/etc/ssh/ssh_host_ed25519_key",
+    "/etc/ssh/ssh_host_dsa_key",
+  ]
+  .iter()
+  .map(PathBuf::from)
+  .collect();
   if let Some(home) = home {
     for rel in [
       ".ssh",
@@ -144,8 +159,14 @@ pub fn default_deny_read(home: Option<&Path>) -> Vec<PathBuf> {
   v
 }
 
+/// `.git/config.worktree` too: git reads it under `extensions.worktreeConfig` (which
+/// `git sparse-checkout init` sets), and it can hold `core.fsmonitor` like `.git/config`.
 pub fn default_protect() -> Vec<PathBuf> {
-  vec![PathBuf::from(".git/hooks"), PathBuf::from(".git/config")]
+  vec![
+    PathBuf::from(".git/hooks"),
+    PathBuf::from(".git/config"),
+    PathBuf::from(".git/config.worktree"),
+  ]
 }
 
 /// Bad isolation options; the message names the field.

@@ -232,6 +232,14 @@ impl Plan {
       return super::bwrap::plan(opts, probe, bwrap, base).map(Some);
     }
 
+    // Always, whatever `denyRead` says: the host's ptys (the operator's terminal among them)
+    // are readable by the same uid through `/`'s read grant, and a read steals keystrokes.
+    // bwrap mounts a devpts of its own.
+    let mut deny_read = deny_read;
+    if !deny_read.iter().any(|d| d == Path::new("/dev/pts")) {
+      deny_read.push(PathBuf::from("/dev/pts"));
+    }
+
     let mut degraded = Vec::new();
     // What makes the job fail: required layers that are missing.
     let mut missing_required = Vec::new();
@@ -275,7 +283,8 @@ impl Plan {
         ));
       } else {
         degraded.push(format!(
-          "cgroup: {why}; maxProcesses counts all of uid {}'s processes",
+          "cgroup: {why}; maxProcesses counts all of uid {}'s processes, and maxMemoryBytes \
+           bounds each process (RLIMIT_AS), not the tree: up to maxProcesses times as much",
           probe.uid
         ));
       }
@@ -306,12 +315,14 @@ impl Plan {
       false,
       "seccomp and landlock still refuse sockets",
     );
-    let mount_useful = !protect.is_empty() || !deny_read.is_empty();
+    // Always useful: it makes every mount but the writable roots read-only, and landlock does
+    // not cover metadata (chmod, utimes, xattrs of the user's own files outside).
     layers.mountns = want_ns(
       "mountns",
       ns.mount,
-      mount_useful,
-      "protect paths stay writable; denyRead still holds by landlock",
+      true,
+      "protect paths stay writable, and metadata (chmod, utimes, xattrs) of the user's own files \
+       outside; denyRead still holds by landlock",
     );
     // Opt-in: the command becomes pid 1 of its namespace, which ignores SIGTERM unless it installs
     // a handler, so a graceful stop waits out the grace period before SIGKILL. In exchange, when
@@ -484,8 +495,13 @@ mod tests {
         .iter()
         .any(|d| d.starts_with("mountns") || d.starts_with("protect"))
     );
-    // No namespace asked for or useful: no user namespace either.
+    // Nothing to protect or deny: the mount namespace still makes the rest read-only (landlock
+    // does not cover chmod/utimes/xattrs outside), so still a user namespace.
     let o = opts(json!({"mode": "auto", "fs": {"protect": [], "denyRead": []}}));
+    let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
+    assert!(p.layers.userns && p.layers.mountns);
+    // No namespace asked for: no user namespace either.
+    let o = opts(json!({"mode": "auto", "namespaces": {"mount": false}}));
     let p = Plan::resolve(&o, Path::new("/tmp"), &h).unwrap().unwrap();
     assert!(!p.layers.userns && !p.layers.mountns);
     // Root never needs one.
