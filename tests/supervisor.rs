@@ -506,3 +506,23 @@ fn a_reaper_retiring_right_after_its_job_fails_neither_that_job_nor_the_next() {
   // check may take one more job, so not every job need have a reaper of its own).
   assert!(reapers.len() >= 2, "{reapers:?}");
 }
+
+/// What the drain is for: a background child that finishes within it is waited for, and its
+/// output is part of the result (the drain kills only what outlives it).
+#[test]
+fn a_background_child_that_ends_within_the_drain_is_waited_for() {
+  let sup = Arc::new(supervisor());
+  let cell: StopCell<&'static str> = StopCell::new();
+  let done = supervisor::run_blocking(
+    &sup,
+    &sh("(sleep 0.1; echo late) & echo early"),
+    None,
+    &limits(20_000, 100),
+    Duration::from_secs(5),
+    &cell,
+    |_| (),
+  )
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Exit);
+  assert_eq!(done.stdout, "early\nlate\n");
+}
