@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 
+use super::child::{cloexec_from_3, join_cgroup};
 use super::error::IsolationError;
 use super::options::{IsolationOptions, Mode, OptionsError};
 use super::plan::{Layers, Plan};
@@ -493,47 +494,6 @@ impl Bwrapped {
     }
     Ok(())
   }
-}
-
-/// Moves the calling process into the group: writing "0" means "the writer".
-fn join_cgroup(procs: &CStr) -> Result<(), Errno> {
-  // SAFETY: `procs` is a NUL-terminated path; open/write/close touch only our stack.
-  unsafe {
-    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-    if fd < 0 {
-      return Err(Errno::last());
-    }
-    let r = libc::write(fd, c"0".as_ptr().cast(), 1);
-    let err = Errno::last();
-    libc::close(fd);
-    if r != 1 {
-      return Err(err);
-    }
-  }
-  Ok(())
-}
-
-/// Marks every fd above 2 close-on-exec (the exec-error pipe stays usable until exec).
-fn cloexec_from_3() -> Result<(), Errno> {
-  const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
-  // SAFETY: close_range only changes flags of our own fds.
-  let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
-  if r == 0 {
-    return Ok(());
-  }
-  // Before Linux 5.11: walk the table up to the soft limit.
-  let mut lim = libc::rlimit {
-    rlim_cur: 0,
-    rlim_max: 0,
-  };
-  // SAFETY: getrlimit writes into `lim` on our stack; fcntl on any int is harmless (EBADF).
-  unsafe {
-    libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
-    for fd in 3..lim.rlim_cur.min(1 << 20) as libc::c_int {
-      libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
-    }
-  }
-  Ok(())
 }
 
 fn c(p: &Path) -> CString {

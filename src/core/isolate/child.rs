@@ -152,7 +152,7 @@ fn enter_pid_namespace() -> Result<(), Errno> {
 }
 
 /// Moves the calling process into the group: writing "0" means "the writer".
-fn join_cgroup(procs: &CStr) -> Result<(), Errno> {
+pub(super) fn join_cgroup(procs: &CStr) -> Result<(), Errno> {
   write_file(procs, c"0")
 }
 
@@ -177,7 +177,7 @@ fn write_file(path: &CStr, text: &CStr) -> Result<(), Errno> {
 
 /// Marks every fd above 2 close-on-exec: only 0-2 reach the command. CLOEXEC rather than close,
 /// because the landlock ruleset fd and std's exec-error pipe are still needed until exec.
-fn cloexec_from_3() -> Result<(), Errno> {
+pub(super) fn cloexec_from_3() -> Result<(), Errno> {
   const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
   // SAFETY: close_range only changes flags of our own fds.
   let r = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, CLOSE_RANGE_CLOEXEC) };
