@@ -71,7 +71,10 @@ function vitestOnOtherNodes() {
   for (const major of NODE_MAJORS) {
     const bin = tools[`node${major}`]
     console.log(`\n== vitest on Node ${versionOf(bin)} (${bin})`)
-    const res = spawnSync(bin, [vitest, 'run', '--exclude', '__test__/pack.test.ts'], { cwd: root, stdio: 'inherit' })
+    // threats.test.ts alone, as in `npm test`: its bombs and busy loops would otherwise share the
+    // two cores with the event-loop measurements of the other files.
+    let res = spawnSync(bin, [vitest, 'run', '--exclude', '__test__/pack.test.ts', '--exclude', '__test__/threats.test.ts'], { cwd: root, stdio: 'inherit' })
+    if (res.status === 0) res = spawnSync(bin, [vitest, 'run', '__test__/threats.test.ts'], { cwd: root, stdio: 'inherit' })
     if (res.status !== 0) process.exit(res.status ?? 1)
   }
 }
