@@ -287,6 +287,27 @@ mod tests {
         .contains("has a hook (receive-pack would run it): hooks/pre-receive")
     );
     std::fs::remove_file(jail.join("remote.git/hooks/pre-receive")).unwrap();
+    // No hooks/ at all is fine; a hooks/ that cannot be listed (a file there) is refused.
+    let hooks = jail.join("remote.git/hooks");
+    std::fs::rename(&hooks, jail.join("hooks-away")).unwrap();
+    assert_eq!(check("remote.git").unwrap(), "file");
+    std::fs::write(&hooks, "").unwrap();
+    assert!(
+      check("remote.git")
+        .unwrap_err()
+        .contains("hooks/ cannot be read")
+    );
+    std::fs::remove_file(&hooks).unwrap();
+    std::fs::rename(jail.join("hooks-away"), &hooks).unwrap();
+    // file:// takes an absolute path only; a name starting with `-` is refused even when a bare
+    // repository by that name checks out.
+    assert!(check("file://remote.git").is_err());
+    git(&jail, &["init", "-q", "--bare", "--", "-remote.git"]);
+    assert!(
+      check("-remote.git")
+        .unwrap_err()
+        .contains("plainly spelled")
+    );
     // The local remote is checked like the jail's repository: alternates pointing out refused.
     git(
       &jail,

@@ -287,6 +287,8 @@ mod tests {
       .unwrap();
     assert_eq!(fetch.fs.writable, Some(vec![PathBuf::from("/j")]));
     assert_eq!(fetch.network, Access::Allow);
+    // A command that may read everywhere keeps `readable: "all"`.
+    assert_eq!(fetch.fs.readable, Readable::All);
   }
 
   #[test]
