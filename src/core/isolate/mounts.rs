@@ -127,26 +127,11 @@ pub(super) fn open_beneath_raw(
   root: libc::c_int,
   rel: &std::ffi::CStr,
 ) -> Result<libc::c_int, Errno> {
-  let how = OpenHow {
-    flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
-    mode: 0,
-    resolve: RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-  };
-  // SAFETY: a dirfd, a NUL-terminated relative path and an open_how on our stack.
-  let r = unsafe {
-    libc::syscall(
-      libc::SYS_openat2,
-      root,
-      rel.as_ptr(),
-      &how,
-      std::mem::size_of::<OpenHow>(),
-    )
-  };
-  if r < 0 {
-    Err(Errno::last())
-  } else {
-    Ok(r as libc::c_int)
-  }
+  openat2_path(
+    root,
+    rel,
+    RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+  )
 }
 
 /// [`open_beneath_raw`] with owned fds.
@@ -406,16 +391,30 @@ fn ok(r: libc::c_long) -> Result<(), Errno> {
 /// for canonical paths, a symlink met means the path was swapped since it was made canonical.
 /// Async-signal-safe. The caller owns the returned fd.
 pub(super) fn open_no_symlinks(path: &std::ffi::CStr) -> Result<libc::c_int, Errno> {
+  openat2_path(
+    libc::AT_FDCWD,
+    path,
+    RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+  )
+}
+
+/// `openat2(dirfd, path, O_PATH | O_NOFOLLOW | O_CLOEXEC, resolve)`: the object itself (a final
+/// symlink is opened, not followed). Async-signal-safe: raw syscall, everything on our stack.
+fn openat2_path(
+  dirfd: libc::c_int,
+  path: &std::ffi::CStr,
+  resolve: u64,
+) -> Result<libc::c_int, Errno> {
   let how = OpenHow {
     flags: (libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC) as u64,
     mode: 0,
-    resolve: RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    resolve,
   };
-  // SAFETY: a NUL-terminated path and an open_how on our stack, with its size.
+  // SAFETY: a dirfd, a NUL-terminated path and an open_how on our stack, with its size.
   let r = unsafe {
     libc::syscall(
       libc::SYS_openat2,
-      libc::AT_FDCWD,
+      dirfd,
       path.as_ptr(),
       &how,
       std::mem::size_of::<OpenHow>(),
