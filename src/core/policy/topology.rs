@@ -36,7 +36,7 @@ const READ_ONLY: Topology = Topology {
   network: Network::Deny,
   reads_jail: false,
 };
-const READ_ONLY_PROGRAM: Topology = Topology {
+pub const READ_ONLY_PROGRAM: Topology = Topology {
   writes: Writes::Nothing,
   network: Network::Deny,
   reads_jail: true,
@@ -46,7 +46,7 @@ const LOCAL_WRITE: Topology = Topology {
   network: Network::Deny,
   reads_jail: false,
 };
-const REMOTE: Topology = Topology {
+pub const REMOTE: Topology = Topology {
   writes: Writes::Jail,
   network: Network::Allow,
   reads_jail: false,

@@ -209,16 +209,7 @@ pub fn options_json(o: &IsolationOptions) -> Value {
 mod tests {
   use super::*;
 
-  const READ: Topology = Topology {
-    writes: Writes::Nothing,
-    network: Network::Deny,
-    reads_jail: true,
-  };
-  const FETCH: Topology = Topology {
-    writes: Writes::Jail,
-    network: Network::Allow,
-    reads_jail: false,
-  };
+  use crate::core::policy::topology::{READ_ONLY_PROGRAM as READ, REMOTE as FETCH};
 
   #[test]
   fn the_default_is_auto_and_a_missing_mode_is_auto() {
