@@ -163,24 +163,28 @@ pub(super) fn execute(
     max_output_bytes: job.max_buffer,
     kill_grace: inner.config.kill_grace,
   };
-  let on_spawn = |pid| {
+  let register = |pid| {
     leader.store(pid, Ordering::SeqCst);
     if inner.exiting.load(Ordering::SeqCst) {
       inner.kill_trees_now(&[pid]);
     }
-    on_spawned();
   };
   let ran = match &inner.supervisor {
-    Some(sup) => supervisor::run_blocking(
+    Some(sup) => supervisor::run_blocking_with(
       sup,
       &spec,
       isolation.as_ref(),
       &limits,
       inner.config.drain,
       stop,
-      on_spawn,
+      on_spawned,
+      register,
     ),
-    None => exec::run_blocking(&spec, &limits, stop, on_spawn).map_err(Into::into),
+    None => exec::run_blocking(&spec, &limits, stop, |pid| {
+      register(pid);
+      on_spawned();
+    })
+    .map_err(Into::into),
   };
   let finished = match ran {
     Ok(finished) => finished,

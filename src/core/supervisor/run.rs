@@ -61,6 +61,34 @@ pub fn run_blocking<R>(
   stop: &StopCell<R>,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
+  run_blocking_with(
+    supervisor,
+    spec,
+    isolation,
+    limits,
+    drain,
+    stop,
+    || (),
+    on_spawn,
+  )
+}
+
+/// [`run_blocking`] with `on_sent`, called once the job is on its way to a reaper (before the
+/// reaper has answered, or not at all if no reaper could be reached). The pool sends the
+/// previous job's reply there: the wake-up of Node's thread then overlaps with the reaper's
+/// start of this one instead of coming before it.
+#[allow(clippy::too_many_arguments)]
+pub fn run_blocking_with<R>(
+  supervisor: &Supervisor,
+  spec: &SpawnSpec,
+  isolation: Option<&Plan>,
+  limits: &Limits,
+  drain: Duration,
+  stop: &StopCell<R>,
+  on_sent: impl FnOnce(),
+  on_spawn: impl FnOnce(i32),
+) -> Result<Finished<R>, RunError> {
+  let mut on_sent = Some(on_sent);
   let stop_fd = stop.attach().map_err(SpawnError::Setup)?;
   struct Detach<'a, R>(&'a StopCell<R>);
   impl<R> Drop for Detach<'_, R> {
@@ -93,7 +121,12 @@ pub fn run_blocking<R>(
       // The reaper closed before reading the whole frame, so it cannot have started it.
       Err(e) if e.raw_os_error() == Some(libc::EPIPE) => Ok(FromReaper::Retired),
       Err(e) => Err(e),
-      Ok(()) => next_message(&mut reaper),
+      Ok(()) => {
+        if let Some(sent) = on_sent.take() {
+          sent();
+        }
+        next_message(&mut reaper)
+      }
     };
     match reply {
       // An idle reaper retiring as the job came: the job was not started; take another.
