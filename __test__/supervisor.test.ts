@@ -198,13 +198,18 @@ describe('a crash below the pool', () => {
   })
 })
 
+/** The reaper that ran a job of `p` (the command's parent), and the pool's supervisor, Node's child. */
+async function helpersOf(p: WorkerPool): Promise<{ reaper: number; supervisor: number }> {
+  const reaper = Number((await p.exec(sh('echo $PPID'))).stdout.trim())
+  const supervisor = stat(reaper)?.ppid as number
+  expect(stat(supervisor)?.ppid).toBe(process.pid)
+  return { reaper, supervisor }
+}
+
 describe('an idle pool', () => {
   test('its last worker thread retiring (10 s without a job) takes the supervisor and the reapers with it; the next job starts a new supervisor', async () => {
     const p = new WorkerPool({ interactiveWorkers: 2 })
-    const first = await p.exec(sh('echo $PPID'))
-    const reaper = Number(first.stdout.trim())
-    const supervisor = stat(reaper)?.ppid as number
-    expect(stat(supervisor)?.ppid).toBe(process.pid)
+    const { reaper, supervisor } = await helpersOf(p)
     const gone = (pid: number) => {
       const s = stat(pid)
       return s === undefined || s.state === 'Z'
@@ -220,6 +225,17 @@ describe('an idle pool', () => {
     expect(stat(newSupervisor)?.ppid).toBe(process.pid)
     await p.shutdown()
   }, 30_000)
+})
+
+describe('shutdown', () => {
+  test('once shutdown() settles, the supervisor and its reapers are gone and reaped: not even a zombie is left', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 2 })
+    const { reaper, supervisor } = await helpersOf(p)
+    await p.shutdown()
+    // Checked at once, not polled: the pool's processes are gone when the promise settles.
+    expect(stat(supervisor)).toBeUndefined()
+    expect(stat(reaper)).toBeUndefined()
+  })
 })
 
 describe("Node's child_process beside the pool", () => {

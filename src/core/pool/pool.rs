@@ -163,7 +163,10 @@ impl Pool {
 
   /// Stops accepting jobs, rejects the queued ones, terminates the running ones (SIGTERM now,
   /// SIGKILL at the shutdown deadline). All of that happens before this returns; the future
-  /// resolves once no child of the pool is alive. Idempotent: every call waits for the same end.
+  /// resolves once no child of the pool is alive, the supervisor included (reaped: not even a
+  /// zombie is left). Its last step blocks while the supervisor exits (a few ms, at most
+  /// [`SUPERVISOR_EXIT_WAIT`]): poll it where blocking is allowed, as [`Self::shutdown_then`]
+  /// does. Idempotent: every call waits for the same end.
   pub fn shutdown(&self) -> impl Future<Output = ()> + Send + 'static {
     let rejected: Vec<Queued> = {
       let mut state = self.inner.lock();
@@ -191,9 +194,15 @@ impl Pool {
         idle.as_mut().enable();
         if inner.lock().running.is_empty() {
           // No job will come any more: the supervisor and its idle reapers can go now
-          // rather than when the last handle on the pool is dropped.
+          // rather than when the last handle on the pool is dropped. Reaped before the
+          // shutdown settles (it exits at once when its socket closes), so none of the pool's
+          // processes is left then, not even a zombie: a soak that counted zombies right after
+          // `shutdown()` found the supervisor there once, under load, before its reap thread ran.
+          // This blocks the thread that polls the future, for as long as the supervisor takes
+          // to exit (a few ms): [`Pool::shutdown_then`] polls it on a thread of its own. (A
+          // thread of the runtime's blocking pool would linger 10 s after, as a job thread.)
           if let Some(supervisor) = &inner.supervisor {
-            supervisor.stop();
+            supervisor.stop_and_wait(SUPERVISOR_EXIT_WAIT);
           }
           return;
         }
@@ -202,6 +211,10 @@ impl Pool {
     }
   }
 }
+
+/// How long a shutdown waits for the supervisor to exit once its socket is closed (it exits at
+/// once; this only bounds a stopped or stuck one, which is then reaped on a thread of its own).
+const SUPERVISOR_EXIT_WAIT: Duration = Duration::from_secs(5);
 
 impl Pool {
   /// [`Self::shutdown`], with `then` called once its future resolves, on a thread of its own

@@ -132,6 +132,27 @@ impl Supervisor {
     stop(&mut self.lock());
   }
 
+  /// [`Self::stop`] for a pool that is shut down: waits up to `bound` for the supervisor to
+  /// exit and reaps it on the calling thread, so that once the shutdown settles the pool has
+  /// no process left, not even a zombie. Past the bound it is reaped as [`Self::stop`] does.
+  pub fn stop_and_wait(&self, bound: Duration) {
+    let running = {
+      let mut state = self.lock();
+      state.idle.clear();
+      state.running.take()
+    };
+    let Some(Running { pid, pidfd, conn }) = running else {
+      return;
+    };
+    drop(conn);
+    let until = Instant::now() + bound;
+    while !pidfd::exited(&pidfd) && Instant::now() < until {
+      let mut fds = [crate::core::exec::poll::watch(Some(pidfd.as_raw_fd()))];
+      crate::core::exec::poll::poll(&mut fds, Some(until));
+    }
+    reap(pid, pidfd);
+  }
+
   /// Returns a reaper whose job ended with its tree gone. Reapers idle for too long are let go.
   pub fn checkin(&self, reaper: Reaper) {
     let mut state = self.lock();
@@ -181,20 +202,25 @@ fn stop(state: &mut State) {
   if let Some(running) = state.running.take() {
     let Running { pid, pidfd, conn } = running;
     drop(conn);
-    if pidfd::exited(&pidfd) {
+    reap(pid, pidfd);
+  }
+}
+
+/// Reaps the supervisor now if it has exited, else on a thread of its own.
+fn reap(pid: i32, pidfd: OwnedFd) {
+  if pidfd::exited(&pidfd) {
+    let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
+  } else {
+    let reap = move || {
       let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
-    } else {
-      let reap = move || {
-        let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
-        drop(pidfd);
-      };
-      if std::thread::Builder::new()
-        .name("finn-supervisor-reap".into())
-        .spawn(reap)
-        .is_err()
-      {
-        tracing::warn!(pid, "could not start a thread to reap the supervisor");
-      }
+      drop(pidfd);
+    };
+    if std::thread::Builder::new()
+      .name("finn-supervisor-reap".into())
+      .spawn(reap)
+      .is_err()
+    {
+      tracing::warn!(pid, "could not start a thread to reap the supervisor");
     }
   }
 }
