@@ -166,6 +166,7 @@ fn swapped_between_check_and_run(opts: Value, backend: &str) {
           &limits,
           Duration::from_millis(100),
           &stop,
+          || (),
           |_| (),
         );
         match r {
@@ -348,6 +349,7 @@ fn the_checked_fds_are_closed_after_every_job() {
       &limits,
       Duration::from_millis(100),
       &stop,
+      || (),
       |pid| reaper = pid,
     );
     drop(plan);

@@ -124,6 +124,7 @@ fn run_on_thread(
         &limits,
         Duration::from_millis(100),
         &runner,
+        || (),
         |_| (),
       )
     }
@@ -520,6 +521,7 @@ fn a_background_child_that_ends_within_the_drain_is_waited_for() {
     &limits(20_000, 100),
     Duration::from_secs(5),
     &cell,
+    || (),
     |_| (),
   )
   .unwrap();

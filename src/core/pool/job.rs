@@ -170,7 +170,7 @@ pub(super) fn execute(
     }
   };
   let ran = match &inner.supervisor {
-    Some(sup) => supervisor::run_blocking_with(
+    Some(sup) => supervisor::run_blocking(
       sup,
       &spec,
       isolation.as_ref(),

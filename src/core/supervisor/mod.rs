@@ -13,4 +13,4 @@ pub mod server;
 pub mod wire;
 
 pub use client::Supervisor;
-pub use run::{RunError, kill_trees_now, run_blocking, run_blocking_with};
+pub use run::{RunError, kill_trees_now, run_blocking};

@@ -52,33 +52,12 @@ const MAX_RETIRED: usize = 64;
 /// reaper's pid once the command runs: every process of the job's tree is a descendant of it
 /// (see [`kill_trees_now`]). Once the leader exits, the rest of its tree is killed after
 /// `drain`.
-pub fn run_blocking<R>(
-  supervisor: &Supervisor,
-  spec: &SpawnSpec,
-  isolation: Option<&Plan>,
-  limits: &Limits,
-  drain: Duration,
-  stop: &StopCell<R>,
-  on_spawn: impl FnOnce(i32),
-) -> Result<Finished<R>, RunError> {
-  run_blocking_with(
-    supervisor,
-    spec,
-    isolation,
-    limits,
-    drain,
-    stop,
-    || (),
-    on_spawn,
-  )
-}
-
-/// [`run_blocking`] with `on_sent`, called once the job is on its way to a reaper (before the
-/// reaper has answered, or not at all if no reaper could be reached). The pool sends the
-/// previous job's reply there: the wake-up of Node's thread then overlaps with the reaper's
-/// start of this one instead of coming before it.
+/// `on_sent` is called once the job is on its way to a reaper (before the reaper has answered,
+/// or not at all if no reaper could be reached). The pool sends the previous job's reply there:
+/// the wake-up of Node's thread then overlaps with the reaper's start of this one instead of
+/// coming before it.
 #[allow(clippy::too_many_arguments)]
-pub fn run_blocking_with<R>(
+pub fn run_blocking<R>(
   supervisor: &Supervisor,
   spec: &SpawnSpec,
   isolation: Option<&Plan>,
