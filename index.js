@@ -264,6 +264,9 @@ class WorkerPool {
       }
       this.#pending.set(id, entry)
       hold()
+      // Aborted before the job was submitted (ToolSandbox awaits its checks first): the abort
+      // event has already fired, so stop the job now.
+      if (signal && signal.aborted) this.#native.abort(id)
     })
   }
 
@@ -429,6 +432,8 @@ class ToolSandbox {
   #executor
   #jail
   #warnedNoExecutor = false
+  /** Settles once the previous execute() has started its command (see execute). */
+  #turn = Promise.resolve()
 
   constructor(config, auditLog, executor) {
     if (!(auditLog instanceof AuditLog)) throw new TypeError('ToolSandbox needs an AuditLog from finn-sandbox')
@@ -479,10 +484,30 @@ class ToolSandbox {
     if (signal && signal.aborted) throw abortedError(signal)
     const command = String(commandString)
     const pool = poolOf(this.#executor)
+    // Stages 1-7 (policy, jail, the repository's check with git, the audit entry) run on
+    // libuv's thread pool; only starting the checked command happens on this thread. Checks
+    // run side by side, but commands start in the order execute() was called.
+    const checking = this.#native.check(command, sessionId)
+    const turn = this.#turn
+    let done
+    this.#turn = new Promise((resolve) => {
+      done = resolve
+    })
+    try {
+      const checked = await checking
+      await turn
+      return this.#start(checked, pool, signal)
+    } finally {
+      done()
+    }
+  }
+
+  /** Starts a checked command (synchronously: what is left to await comes back as a promise). */
+  #start(checked, pool, signal) {
     if (pool) {
       let ticket
       try {
-        ticket = this.#native.executeWithPool(command, WorkerPool.nativeOf(pool), sessionId)
+        ticket = this.#native.startWithPool(checked, WorkerPool.nativeOf(pool))
       } catch (err) {
         rethrowSandbox(err)
       }
@@ -492,7 +517,7 @@ class ToolSandbox {
     if (!this.#executor) {
       let result
       try {
-        result = this.#native.executeWithoutExecutor(command, sessionId)
+        result = this.#native.startWithoutExecutor(checked)
       } catch (err) {
         rethrowSandbox(err)
       }
@@ -504,14 +529,19 @@ class ToolSandbox {
     }
     let spec, prepared, isolation
     try {
-      ;({ spec, prepared, isolation } = this.#native.prepare(command, sessionId))
+      ;({ spec, prepared, isolation } = this.#native.startWithExecutor(checked))
     } catch (err) {
       rethrowSandbox(err)
     }
     if (isolation !== undefined) spec.isolation = JSON.parse(isolation)
+    return this.#complete(() => this.#executor.exec(spec), prepared)
+  }
+
+  /** Awaits the JS executor (a synchronous throw of `exec` included) and completes with it. */
+  async #complete(exec, prepared) {
     let result
     try {
-      result = await this.#executor.exec(spec)
+      result = await exec()
     } catch (err) {
       if (err && err.name === 'PoolError' && err.code === PoolErrorCode.EXEC_TIMEOUT) {
         return prepared.complete({ timeoutMessage: String(err.message) })

@@ -17,6 +17,12 @@ export declare class NativeAuditLog {
   getLogDir(): string
 }
 
+/**
+ * A command after stages 1-7: allowed (to be started once by one `start*` call) or refused
+ * (each `start*` call throws the refusal's `SANDBOX_ERROR`).
+ */
+export declare class NativeCheckedCommand {}
+
 /** The filesystem jail. */
 export declare class NativeJail {
   /** Throws when `dir` does not exist (its realpath is the jail root). */
@@ -49,24 +55,30 @@ export declare class NativeToolSandbox {
   tokenize(command: string): SandboxCommand
   getJailRoot(): string
   /**
-   * Stages 1-7 for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
-   * executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error
-   * for a refusal (already audited).
+   * Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of libuv's pool:
+   * they read the file system, run git to check a repository and append to the audit log,
+   * none of which may hold up Node's thread. Resolves to the checked command (a refusal is
+   * already audited; it is thrown by the `start*` call), never rejects except on a panic.
    */
-  prepare(command: string, sessionId?: string | undefined | null): { spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }
+  check(command: string, sessionId?: string | undefined | null): Promise<NativeCheckedCommand>
   /**
-   * The whole pipeline without an executor: an allowed command resolves as "Sandbox is
-   * disabled (no executor available)", audited `no_executor`. Throws a
-   * `SANDBOX_ERROR` error for a refusal (already audited).
-   */
-  executeWithoutExecutor(command: string, sessionId?: string | undefined | null): SandboxResult
-  /**
-   * The whole pipeline in Rust on the native pool's interactive lane, with the jail as
+   * Starts a checked command on the native pool's interactive lane, with the jail as
    * jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's
    * ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
    * through the pool's `onSettled`.
    */
-  executeWithPool(command: string, pool: NativeWorkerPool, sessionId?: string | undefined | null): Ticket
+  startWithPool(checked: NativeCheckedCommand, pool: NativeWorkerPool): Ticket
+  /**
+   * A checked command without an executor: resolves as "Sandbox is disabled (no executor
+   * available)", audited `no_executor`. Throws a `SANDBOX_ERROR` error for a refusal.
+   */
+  startWithoutExecutor(checked: NativeCheckedCommand): SandboxResult
+  /**
+   * A checked command for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
+   * executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error for
+   * a refusal.
+   */
+  startWithExecutor(checked: NativeCheckedCommand): { spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }
 }
 
 /** The native pool. Use `WorkerPool` from the package entry instead. */

@@ -63,8 +63,8 @@ function git(cwd: string, ...args: string[]) {
 }
 
 /** A jail that is a git repository with one commit, and a marker path hostile config would create. */
-function repoJail() {
-  const { sandbox, jail, auditLog } = make()
+function repoJail(overrides: Partial<SandboxConfig> = {}, executor: unknown = pool) {
+  const { sandbox, jail, auditLog } = make(overrides, executor)
   git(jail, 'init', '-q')
   writeFileSync(join(jail, 'a.txt'), 'one\n')
   git(jail, 'add', 'a.txt')
@@ -221,6 +221,18 @@ describe('pipeline stages, messages and audit entries', () => {
     expect(err).toBeInstanceOf(PoolError)
     expect((err as PoolError).code).toBe(PoolErrorCode.ABORTED)
   })
+
+  test('an abort while the command is still being checked (off the JS thread) stops it too', async () => {
+    const { sandbox } = make({ policies: { sleep: policy('/bin/sleep') } })
+    const ac = new AbortController()
+    const started = performance.now()
+    const running = sandbox.execute('sleep 30', { signal: ac.signal })
+    ac.abort()
+    const err = await running.then(() => null, (e: unknown) => e)
+    expect(err).toBeInstanceOf(PoolError)
+    expect((err as PoolError).code).toBe(PoolErrorCode.ABORTED)
+    expect(performance.now() - started).toBeLessThan(10_000)
+  })
 })
 
 describe('the holes found in loa-finn, closed', () => {
@@ -297,6 +309,55 @@ describe('the holes found in loa-finn, closed', () => {
     const { sandbox, jail } = make()
     writeFileSync(join(jail, '.git'), 'gitdir: /etc\n')
     expect((await refusal(sandbox.execute('git status'))).message).toBe('Repository config rejected: gitdir points outside the jail')
+  })
+})
+
+describe("Node's thread", () => {
+  /** A repository jail whose git (found on PATH when the sandbox is made) sleeps 0.4 s per run. */
+  function slowGitJail(overrides: Partial<SandboxConfig> = {}, executor: unknown = pool) {
+    const bin = jailDir('finn-slow-git-')
+    const runs = join(bin, 'runs')
+    const fake = join(bin, 'git')
+    writeFileSync(fake, `#!/bin/sh\necho run >> ${runs}\nsleep 0.4\nexec ${GIT} "$@"\n`)
+    chmodSync(fake, 0o755)
+    const path = process.env.PATH
+    process.env.PATH = `${bin}:${path}`
+    try {
+      return { ...repoJail(overrides, executor), runs: () => readFileSync(runs, 'utf8').split('\n').filter(Boolean).length }
+    } finally {
+      process.env.PATH = path
+    }
+  }
+
+  // The checks before a git command run git (the index's entries, the remote); an agent's
+  // repository can make that slow (a huge index). They used to run inside execute()'s
+  // synchronous part, holding up the event loop for as long as git took.
+  test('the repository check runs git off the JS thread: a slow git never holds up execute()', async () => {
+    const { sandbox, runs } = slowGitJail()
+    const t0 = performance.now()
+    const pending = sandbox.execute('git status --short')
+    const syncMs = performance.now() - t0
+    const result = await pending
+    expect(result.exitCode).toBe(0)
+    expect(result.stdout).toContain('a.txt')
+    // The check ran the slow git (the command's own run cannot write the log: read-only git).
+    expect(runs()).toBeGreaterThanOrEqual(1)
+    expect(syncMs).toBeLessThan(150)
+  })
+
+  test('commands start in the order execute() was called, even when a later check ends first', async () => {
+    const tiny = new WorkerPool({ interactiveWorkers: 1, maxQueueDepth: 0 })
+    try {
+      const { sandbox } = slowGitJail({}, tiny)
+      // The git command's check takes 0.4 s or more, ls's a few ms: the pool has room for one.
+      const first = sandbox.execute('git status --short')
+      const second = sandbox.execute('ls')
+      const err = await second.then(() => null, (e: unknown) => e)
+      expect(err).toMatchObject({ name: 'PoolError', code: 'WORKER_UNAVAILABLE' })
+      expect((await first).exitCode).toBe(0)
+    } finally {
+      await tiny.shutdown()
+    }
   })
 })
 

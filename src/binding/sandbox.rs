@@ -6,7 +6,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use napi::Env;
-use napi::bindgen_prelude::{Object, Unknown};
+use napi::Task;
+use napi::bindgen_prelude::{AsyncTask, Object, Unknown};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
@@ -19,7 +20,7 @@ use crate::core::limits::{
 };
 use crate::core::policy::{self, CommandPolicy};
 use crate::core::pool::PoolError;
-use crate::core::sandbox::{self, NoRunner, Refusal, SandboxConfig};
+use crate::core::sandbox::{self, NoRunner, RunError, SandboxConfig};
 
 /// A refusal of bad input, as a sandbox error naming the field.
 pub(crate) fn checked_to_sandbox(env: &Env) -> impl Fn(PoolError) -> napi::Error + '_ {
@@ -375,44 +376,58 @@ impl NativeToolSandbox {
     self.sandbox.jail().root().to_string_lossy().into_owned()
   }
 
-  /// Stages 1-7 for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
-  /// executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error
-  /// for a refusal (already audited).
-  #[napi(
-    catch_unwind,
-    ts_return_type = "{ spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }"
-  )]
-  pub fn prepare<'env>(
-    &self,
-    env: &'env Env,
-    command: String,
-    session_id: Option<String>,
-  ) -> napi::Result<Object<'env>> {
-    let hand_off = HandOff::default();
-    let (result, land) = landing();
-    self
-      .sandbox
-      .execute(&command, session_id, &hand_off, land)
-      .map_err(refusal(env))?;
-    let (job, prepared) = hand_off.prepared(result);
-    executor::prepared_to_js(env, &job, prepared)
+  /// Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of libuv's pool:
+  /// they read the file system, run git to check a repository and append to the audit log,
+  /// none of which may hold up Node's thread. Resolves to the checked command (a refusal is
+  /// already audited; it is thrown by the `start*` call), never rejects except on a panic.
+  #[napi(catch_unwind, ts_return_type = "Promise<NativeCheckedCommand>")]
+  pub fn check(&self, command: String, session_id: Option<String>) -> AsyncTask<CheckTask> {
+    AsyncTask::new(CheckTask {
+      sandbox: Arc::clone(&self.sandbox),
+      command,
+      session_id,
+    })
   }
 
-  /// The whole pipeline without an executor: an allowed command resolves as "Sandbox is
-  /// disabled (no executor available)", audited `no_executor`. Throws a
-  /// `SANDBOX_ERROR` error for a refusal (already audited).
+  /// Starts a checked command on the native pool's interactive lane, with the jail as
+  /// jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's
+  /// ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
+  /// through the pool's `onSettled`.
   #[napi(catch_unwind)]
-  pub fn execute_without_executor(
+  pub fn start_with_pool(
     &self,
     env: &Env,
-    command: String,
-    session_id: Option<String>,
+    checked: &mut NativeCheckedCommand,
+    pool: &NativeWorkerPool,
+  ) -> napi::Result<Ticket> {
+    let checked = checked.take(env)?;
+    let settler = Arc::clone(&pool.settler);
+    let started = self.sandbox.start(checked, &pool.pool, move |id, outcome| {
+      settler.push(match outcome {
+        Ok(result) => JobSettled::sandbox(id, result.into()),
+        Err(e) => JobSettled::error(id, &e),
+      })
+    });
+    Ok(match started {
+      Ok(id) => Ticket::accepted(id),
+      Err(e) => Ticket::refused(&e),
+    })
+  }
+
+  /// A checked command without an executor: resolves as "Sandbox is disabled (no executor
+  /// available)", audited `no_executor`. Throws a `SANDBOX_ERROR` error for a refusal.
+  #[napi(catch_unwind)]
+  pub fn start_without_executor(
+    &self,
+    env: &Env,
+    checked: &mut NativeCheckedCommand,
   ) -> napi::Result<SandboxResult> {
+    let checked = checked.take(env)?;
     let (result, land) = landing();
-    self
-      .sandbox
-      .execute(&command, session_id, &NoRunner, land)
-      .map_err(refusal(env))?;
+    match self.sandbox.start(checked, &NoRunner, land) {
+      Ok(_) => {}
+      Err(never) => match never {},
+    }
     let settled = result.lock().unwrap_or_else(|e| e.into_inner()).take();
     match settled {
       Some(Ok(result)) => Ok(result.into()),
@@ -421,31 +436,77 @@ impl NativeToolSandbox {
     }
   }
 
-  /// The whole pipeline in Rust on the native pool's interactive lane, with the jail as
-  /// jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's
-  /// ticket (a refused job is audited `execution_failed`), and the `SandboxResult` arrives
-  /// through the pool's `onSettled`.
-  #[napi(catch_unwind)]
-  pub fn execute_with_pool(
+  /// A checked command for a JS executor: `{ spec, prepared }`, the `ExecSpec` to hand to the
+  /// executor and the handle to complete with its outcome. Throws a `SANDBOX_ERROR` error for
+  /// a refusal.
+  #[napi(
+    catch_unwind,
+    ts_return_type = "{ spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }"
+  )]
+  pub fn start_with_executor<'env>(
     &self,
-    env: &Env,
-    command: String,
-    pool: &NativeWorkerPool,
-    session_id: Option<String>,
-  ) -> napi::Result<Ticket> {
-    let settler = Arc::clone(&pool.settler);
-    let started = self
-      .sandbox
-      .execute(&command, session_id, &pool.pool, move |id, outcome| {
-        settler.push(match outcome {
-          Ok(result) => JobSettled::sandbox(id, result.into()),
-          Err(e) => JobSettled::error(id, &e),
-        })
-      });
-    match started {
-      Ok(id) => Ok(Ticket::accepted(id)),
-      Err(Refusal::NotRun(e)) => Ok(Ticket::refused(&e)),
-      Err(Refusal::Denied(d)) => Err(sandbox_error(env, d.message)),
+    env: &'env Env,
+    checked: &mut NativeCheckedCommand,
+  ) -> napi::Result<Object<'env>> {
+    let checked = checked.take(env)?;
+    let hand_off = HandOff::default();
+    let (result, land) = landing();
+    if let Err(e) = self.sandbox.start(checked, &hand_off, land) {
+      // HandOff never refuses; a refusal would still have been audited.
+      return Err(sandbox_error(
+        env,
+        format!("the executor refused the command: {}", e.audit_code()),
+      ));
+    }
+    let (job, prepared) = hand_off.prepared(result);
+    executor::prepared_to_js(env, &job, prepared)
+  }
+}
+
+/// Stages 1-7 of one command, off Node's thread (see [`NativeToolSandbox::check`]).
+pub struct CheckTask {
+  sandbox: Arc<sandbox::ToolSandbox>,
+  command: String,
+  session_id: Option<String>,
+}
+
+impl Task for CheckTask {
+  type Output = Result<sandbox::Checked, String>;
+  type JsValue = NativeCheckedCommand;
+
+  fn compute(&mut self) -> napi::Result<Self::Output> {
+    let (sandbox, command, session_id) = (&self.sandbox, &self.command, self.session_id.take());
+    // A panic here would unwind into libuv's thread: it becomes this promise's rejection.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+      sandbox.check(command, session_id).map_err(|d| d.message)
+    }))
+    .map_err(|_| napi::Error::from_reason("the sandbox's check panicked"))
+  }
+
+  fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
+    Ok(NativeCheckedCommand {
+      checked: Some(output),
+    })
+  }
+}
+
+/// A command after stages 1-7: allowed (to be started once by one `start*` call) or refused
+/// (each `start*` call throws the refusal's `SANDBOX_ERROR`).
+#[napi]
+pub struct NativeCheckedCommand {
+  checked: Option<Result<sandbox::Checked, String>>,
+}
+
+impl NativeCheckedCommand {
+  fn take(&mut self, env: &Env) -> napi::Result<sandbox::Checked> {
+    match self.checked.take() {
+      Some(Ok(checked)) => Ok(checked),
+      Some(Err(message)) => {
+        let error = sandbox_error(env, &message);
+        self.checked = Some(Err(message));
+        Err(error)
+      }
+      None => Err(sandbox_error(env, "command already started")),
     }
   }
 }
@@ -456,13 +517,4 @@ fn landing<T: Send + 'static>() -> (Arc<Mutex<Option<T>>>, impl FnOnce(u64, T) +
   let fill = Arc::clone(&slot);
   let land = move |_, outcome| *fill.lock().unwrap_or_else(|e| e.into_inner()) = Some(outcome);
   (slot, land)
-}
-
-/// A policy refusal as JS sees it; a runner's refusal never reaches here (its type has none, or
-/// the caller maps it to a ticket).
-fn refusal<E>(env: &Env) -> impl Fn(Refusal<E>) -> napi::Error + '_ {
-  move |r| match r {
-    Refusal::Denied(d) => sandbox_error(env, d.message),
-    Refusal::NotRun(_) => sandbox_error(env, "the runner refused the command"),
-  }
 }

@@ -12,5 +12,5 @@ pub mod runner;
 
 pub use config::{SandboxConfig, SandboxResult};
 pub use isolation::{SandboxIsolation, options_json};
-pub use pipeline::{Refusal, ToolSandbox};
+pub use pipeline::{Checked, Refusal, ToolSandbox};
 pub use runner::{Done, NoRunner, Output, RunError, RunOutcome, Runner};

@@ -26,6 +26,12 @@ pub enum Refusal<E> {
   NotRun(E),
 }
 
+/// A command stages 1-7 allowed (see [`ToolSandbox::check`]), waiting to be started.
+pub struct Checked {
+  job: RawJob,
+  pending: Pending,
+}
+
 /// An allowed command's audit entry, completed once the runner answers.
 struct Pending {
   allow: AuditEntry,
@@ -97,7 +103,29 @@ impl ToolSandbox {
     runner: &R,
     on_done: impl FnOnce(u64, Result<SandboxResult, R::Error>) + Send + 'static,
   ) -> Result<u64, Refusal<R::Error>> {
-    let (job, pending) = self.prepare(command, session_id).map_err(Refusal::Denied)?;
+    let checked = self.check(command, session_id).map_err(Refusal::Denied)?;
+    self
+      .start(checked, runner, on_done)
+      .map_err(Refusal::NotRun)
+  }
+
+  /// Stages 1-7 alone: the part that reads the file system, runs git to check a repository
+  /// and writes the audit log, so a caller can run it off Node's thread. The allowed command
+  /// then goes to [`Self::start`]; a refusal is already audited.
+  pub fn check(&self, command: &str, session_id: Option<String>) -> Result<Checked, Denial> {
+    let (job, pending) = self.prepare(command, session_id)?;
+    Ok(Checked { job, pending })
+  }
+
+  /// Stage 8 onwards for a command [`Self::check`] allowed; a runner's refusal is audited and
+  /// returned.
+  pub fn start<R: Runner>(
+    self: &Arc<Self>,
+    checked: Checked,
+    runner: &R,
+    on_done: impl FnOnce(u64, Result<SandboxResult, R::Error>) + Send + 'static,
+  ) -> Result<u64, R::Error> {
+    let Checked { job, pending } = checked;
     // Shared with the completion: a runner that refuses the job drops the completion
     // uncalled, and the refusal is audited from here.
     let slot = Arc::new(Mutex::new(Some(pending)));
@@ -108,11 +136,10 @@ impl ToolSandbox {
         on_done(id, sandbox.complete(pending, outcome));
       }
     });
-    runner.run(job, done).map_err(|e| {
+    runner.run(job, done).inspect_err(|e| {
       if let Some(pending) = take(&slot) {
-        self.audit_failure(pending, &e);
+        self.audit_failure(pending, e);
       }
-      Refusal::NotRun(e)
     })
   }
 
