@@ -376,3 +376,59 @@ fn the_checked_fds_are_closed_after_every_job() {
     "reapers kept fds: {reaper_fds:?}"
   );
 }
+
+/// The reaper refuses a `Run` whose checked fds do not match its plan's writable roots (only a
+/// confused addon sends one): it exits without starting the command, rather than run it with
+/// grants that no longer line up with the roots.
+#[test]
+fn a_run_with_fewer_checked_fds_than_writable_roots_starts_nothing() {
+  use finn_sandbox::core::supervisor::protocol::{Attached, FromReaper, ToReaper};
+  use std::os::fd::AsRawFd;
+  let d = dirs();
+  let other = d.jail.join("other");
+  std::fs::create_dir(&other).unwrap();
+  let o = IsolationOptions::from_json(json!({
+    "mode": "native",
+    "fs": {"writable": [d.w.to_str().unwrap(), other.to_str().unwrap()]}
+  }))
+  .unwrap();
+  let plan = Plan::resolve(&o, &d.w, probe()).unwrap().unwrap();
+  assert_eq!(plan.checked.writable.len(), 2);
+  let marker = d.w.join("ran");
+  let spec = SpawnSpec {
+    program: CString::new("/usr/bin/touch").unwrap(),
+    argv: vec![CString::new("touch").unwrap(), cstr(&marker)],
+    env: vec![],
+    cwd: cstr(&d.w),
+  };
+  // The cwd's fd and the first root's, not the second's.
+  let mut checked = plan.checked.raw_fds();
+  checked.pop();
+  let attached = Attached {
+    cwd: plan.checked.cwd.is_some(),
+    writable: 1,
+  };
+  let (_out_r, out_w) = nix::unistd::pipe().unwrap();
+  let (_err_r, err_w) = nix::unistd::pipe().unwrap();
+  let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
+  fds.extend(checked);
+  let run = ToReaper::Run {
+    spec: Box::new(spec),
+    drain_ms: 100,
+    isolation: Some(Box::new(plan)),
+    attached,
+  }
+  .encode();
+  let sup = Supervisor::new(env!("CARGO_BIN_EXE_finn-supervisor").into());
+  let mut reaper = sup.checkout().unwrap();
+  reaper.conn.send(&run, &fds).unwrap();
+  drop((out_w, err_w));
+  // The reaper exits: its socket ends without a report (a `Spawned` would mean it ran).
+  let answer = reaper.conn.recv();
+  assert!(
+    matches!(answer, Ok(None)),
+    "{:?}",
+    answer.map(|f| f.map(|f| FromReaper::decode(&f)))
+  );
+  assert!(!marker.exists(), "the command ran");
+}

@@ -134,6 +134,40 @@ async fn shutdown_rejects_everything_and_waits_for_term_ignoring_trees() {
   p.shutdown().await; // idempotent
 }
 
+/// `shutdown_then` (what the addon's `shutdown()` uses) calls back on its own thread once the
+/// running tree is dead and the supervisor has exited and been reaped: nothing of the pool is
+/// left, not even a zombie.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_then_calls_back_once_the_trees_and_the_supervisor_are_gone() {
+  let p = pool(1, 4);
+  let reaper: i32 = settle(p.submit(job("echo $PPID", Lane::Interactive)).unwrap())
+    .await
+    .unwrap()
+    .trim()
+    .parse()
+    .unwrap();
+  let parent = |pid: i32| -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat[stat.rfind(')')? + 2..].split(' ').nth(1)?.parse().ok()
+  };
+  let supervisor = parent(reaper).expect("the reaper is alive between jobs");
+  assert_eq!(parent(supervisor), Some(std::process::id() as i32));
+  let running = p.submit(job("sleep 100", Lane::Interactive)).unwrap();
+  let (tx, rx) = std::sync::mpsc::channel();
+  p.shutdown_then(move || tx.send(()).unwrap()).unwrap();
+  // A few ms here (SIGTERM ends the sleep, the supervisor exits once its socket closes); 3 s
+  // is under the 5 s bound a shutdown waits for a supervisor that does not exit.
+  tokio::task::spawn_blocking(move || rx.recv_timeout(Duration::from_secs(3)))
+    .await
+    .unwrap()
+    .expect("shutdown_then called back within 3 s");
+  assert!(
+    parent(supervisor).is_none(),
+    "the supervisor is still there"
+  );
+  assert_eq!(settle(running).await, Err(PoolError::ShutDown));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spawn_failures_resolve_and_count_as_failed() {
   let p = pool(1, 1);

@@ -528,3 +528,108 @@ fn a_background_child_that_ends_within_the_drain_is_waited_for() {
   assert_eq!(done.ended_by, EndedBy::Exit);
   assert_eq!(done.stdout, "early\nlate\n");
 }
+
+/// The job's exit status is its leader's, never that of an orphan the reaper reaps later: the
+/// leader exits 3, its background child (an orphan of the reaper by then) exits 7 within the
+/// drain.
+#[test]
+fn the_exit_status_is_the_leaders_not_an_orphans() {
+  let sup = Arc::new(supervisor());
+  let cell: StopCell<&'static str> = StopCell::new();
+  let done = supervisor::run_blocking(
+    &sup,
+    &sh("(sleep 0.1; echo orphan; exit 7) & exit 3"),
+    None,
+    &limits(20_000, 100),
+    Duration::from_secs(5),
+    &cell,
+    || (),
+    |_| (),
+  )
+  .unwrap();
+  // The orphan ran to its end within the drain: its exit was reaped after the leader's.
+  assert_eq!(done.stdout, "orphan\n");
+  assert_eq!(done.status, Some(ExitStatus::Exited(3)));
+}
+
+/// A leader killed by a signal reports that signal (a reaper that took only exits would report
+/// no status at all).
+#[test]
+fn a_leader_killed_by_a_signal_reports_it() {
+  let sup = Arc::new(supervisor());
+  let cell: StopCell<&'static str> = StopCell::new();
+  let done = supervisor::run_blocking(
+    &sup,
+    &sh("kill -KILL $$"),
+    None,
+    &limits(20_000, 100),
+    Duration::from_millis(100),
+    &cell,
+    || (),
+    |_| (),
+  )
+  .unwrap();
+  assert_eq!(done.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
+}
+
+/// A timeout sends SIGTERM and leaves the grace to the tree: a command that cleans up on TERM
+/// gets to finish doing so (a SIGKILL sent with the TERM, or at once after it, would cut it).
+#[test]
+fn the_grace_after_a_timeouts_sigterm_lets_a_term_handler_finish() {
+  let sup = Arc::new(supervisor());
+  let done = run(
+    &sup,
+    // The handler leaves an orphan that exits 10 ms in (the reaper, its new parent, wakes for
+    // it within the grace), then takes 100 ms: a SIGKILL sent at any point of the grace, at
+    // once or at a wake-up, cuts it.
+    sh("trap '(sleep 0.01 &); sleep 0.1; echo cleaned; exit 0' TERM; echo ready; sleep 100 & wait"),
+    limits(300, 5_000),
+  )
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert_eq!(done.stdout, "ready\ncleaned\n");
+  assert_eq!(done.status, Some(ExitStatus::Exited(0)));
+  // Well before the grace's end: the SIGKILL was never needed.
+  assert!(
+    done.duration < Duration::from_secs(3),
+    "{:?}",
+    done.duration
+  );
+}
+
+/// An abort with a shorter, non-zero grace during a timeout's grace: the SIGKILL comes when the
+/// shorter grace ends, neither at once nor when the timeout's own grace would have ended.
+#[test]
+fn an_abort_during_a_timeouts_grace_kills_when_its_own_shorter_grace_ends() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let dir = tempfile::tempdir().unwrap();
+  let termed = dir.path().join("termed");
+  // Survives SIGTERM (its loop goes on), and says when the first one came.
+  let script = format!(
+    ": {tok}; trap 'touch {}' TERM; while :; do sleep 0.02; done",
+    termed.display()
+  );
+  let (cell, handle) = run_on_thread(&sup, sh(&script), limits(200, 30_000));
+  let until = Instant::now() + Duration::from_secs(10);
+  while !termed.exists() {
+    assert!(Instant::now() < until, "the timeout's SIGTERM never came");
+    std::thread::sleep(Duration::from_millis(2));
+  }
+  let asked = Instant::now();
+  cell.request(Stop {
+    grace: Duration::from_millis(400),
+    reason: "abort",
+  });
+  let done = handle.join().unwrap().unwrap();
+  let took = asked.elapsed();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  assert!(
+    took >= Duration::from_millis(350) && took < Duration::from_secs(5),
+    "{took:?}"
+  );
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+}
