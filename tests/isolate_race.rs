@@ -72,6 +72,18 @@ impl Dirs {
   }
 }
 
+/// The native plan of a job in `w` that may write `w` and `other`, with both checked fds.
+fn two_root_plan(w: &Path, other: &Path) -> Plan {
+  let o = IsolationOptions::from_json(json!({
+    "mode": "native",
+    "fs": {"writable": [w.to_str().unwrap(), other.to_str().unwrap()]}
+  }))
+  .unwrap();
+  let plan = Plan::resolve(&o, w, probe()).unwrap().unwrap();
+  assert_eq!(plan.checked.writable.len(), 2);
+  plan
+}
+
 fn cstr(p: &Path) -> CString {
   CString::new(p.to_str().unwrap()).unwrap()
 }
@@ -327,13 +339,7 @@ fn the_checked_fds_are_closed_after_every_job() {
     } else {
       std::fs::create_dir(&hooks).unwrap();
     }
-    let o = IsolationOptions::from_json(json!({
-      "mode": "native",
-      "fs": {"writable": [d.w.to_str().unwrap(), other.to_str().unwrap()]}
-    }))
-    .unwrap();
-    let plan = Plan::resolve(&o, &d.w, probe()).unwrap().unwrap();
-    assert_eq!(plan.checked.writable.len(), 2);
+    let plan = two_root_plan(&d.w, &other);
     let spec = SpawnSpec {
       program: CString::new("/bin/true").unwrap(),
       argv: vec![CString::new("true").unwrap()],
@@ -387,13 +393,7 @@ fn a_run_with_fewer_checked_fds_than_writable_roots_starts_nothing() {
   let d = dirs();
   let other = d.jail.join("other");
   std::fs::create_dir(&other).unwrap();
-  let o = IsolationOptions::from_json(json!({
-    "mode": "native",
-    "fs": {"writable": [d.w.to_str().unwrap(), other.to_str().unwrap()]}
-  }))
-  .unwrap();
-  let plan = Plan::resolve(&o, &d.w, probe()).unwrap().unwrap();
-  assert_eq!(plan.checked.writable.len(), 2);
+  let plan = two_root_plan(&d.w, &other);
   let marker = d.w.join("ran");
   let spec = SpawnSpec {
     program: CString::new("/usr/bin/touch").unwrap(),

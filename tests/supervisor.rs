@@ -508,23 +508,31 @@ fn a_reaper_retiring_right_after_its_job_fails_neither_that_job_nor_the_next() {
   assert!(reapers.len() >= 2, "{reapers:?}");
 }
 
-/// What the drain is for: a background child that finishes within it is waited for, and its
-/// output is part of the result (the drain kills only what outlives it).
-#[test]
-fn a_background_child_that_ends_within_the_drain_is_waited_for() {
+/// Runs `spec` on this thread with a 20 s timeout and the given drain; it must finish.
+fn run_with_drain(spec: SpawnSpec, drain: Duration) -> Finished<&'static str> {
   let sup = Arc::new(supervisor());
   let cell: StopCell<&'static str> = StopCell::new();
-  let done = supervisor::run_blocking(
+  supervisor::run_blocking(
     &sup,
-    &sh("(sleep 0.1; echo late) & echo early"),
+    &spec,
     None,
     &limits(20_000, 100),
-    Duration::from_secs(5),
+    drain,
     &cell,
     || (),
     |_| (),
   )
-  .unwrap();
+  .unwrap()
+}
+
+/// What the drain is for: a background child that finishes within it is waited for, and its
+/// output is part of the result (the drain kills only what outlives it).
+#[test]
+fn a_background_child_that_ends_within_the_drain_is_waited_for() {
+  let done = run_with_drain(
+    sh("(sleep 0.1; echo late) & echo early"),
+    Duration::from_secs(5),
+  );
   assert_eq!(done.ended_by, EndedBy::Exit);
   assert_eq!(done.stdout, "early\nlate\n");
 }
@@ -534,19 +542,10 @@ fn a_background_child_that_ends_within_the_drain_is_waited_for() {
 /// drain.
 #[test]
 fn the_exit_status_is_the_leaders_not_an_orphans() {
-  let sup = Arc::new(supervisor());
-  let cell: StopCell<&'static str> = StopCell::new();
-  let done = supervisor::run_blocking(
-    &sup,
-    &sh("(sleep 0.1; echo orphan; exit 7) & exit 3"),
-    None,
-    &limits(20_000, 100),
+  let done = run_with_drain(
+    sh("(sleep 0.1; echo orphan; exit 7) & exit 3"),
     Duration::from_secs(5),
-    &cell,
-    || (),
-    |_| (),
-  )
-  .unwrap();
+  );
   // The orphan ran to its end within the drain: its exit was reaped after the leader's.
   assert_eq!(done.stdout, "orphan\n");
   assert_eq!(done.status, Some(ExitStatus::Exited(3)));
@@ -556,19 +555,7 @@ fn the_exit_status_is_the_leaders_not_an_orphans() {
 /// no status at all).
 #[test]
 fn a_leader_killed_by_a_signal_reports_it() {
-  let sup = Arc::new(supervisor());
-  let cell: StopCell<&'static str> = StopCell::new();
-  let done = supervisor::run_blocking(
-    &sup,
-    &sh("kill -KILL $$"),
-    None,
-    &limits(20_000, 100),
-    Duration::from_millis(100),
-    &cell,
-    || (),
-    |_| (),
-  )
-  .unwrap();
+  let done = run_with_drain(sh("kill -KILL $$"), Duration::from_millis(100));
   assert_eq!(done.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
 }
 
