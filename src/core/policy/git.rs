@@ -256,26 +256,11 @@ fn check_index(git: &str, repo: &Repository) -> Result<(), Denial> {
   if std::fs::symlink_metadata(repo.git_dir.join("index")).is_err() {
     return Ok(());
   }
-  let out = std::process::Command::new(git)
-    .env_clear()
-    .env("PATH", "/usr/bin:/bin")
-    .env("HOME", "/nonexistent-finn-sandbox-home")
-    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
-    .env("GIT_CONFIG_NOSYSTEM", "1")
-    .env("GIT_CONFIG_GLOBAL", "/dev/null")
-    .env("GIT_NO_LAZY_FETCH", "1")
-    .env("GIT_ALLOW_PROTOCOL", "")
+  let out = git_config::sealed(git)
     .env("GIT_OPTIONAL_LOCKS", "0")
-    .env("LC_ALL", "C")
     .envs(repo.env())
-    .env("GIT_CONFIG_COUNT", "2")
-    .env("GIT_CONFIG_KEY_0", "core.fsmonitor")
-    .env("GIT_CONFIG_VALUE_0", "false")
-    .env("GIT_CONFIG_KEY_1", "core.hooksPath")
-    .env("GIT_CONFIG_VALUE_1", "/dev/null")
     .current_dir(work_tree)
     .args(["ls-files", "-z", "--cached", "--sparse"])
-    .stdin(std::process::Stdio::null())
     .output()
     .map_err(|e| refuse(format!("git ls-files could not run ({e})")))?;
   if !out.status.success() {

@@ -96,10 +96,11 @@ fn refuse(what: String) -> Denial {
 const LISTING_OVERRIDES: &[(&str, &str)] =
   &[("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
 
-/// Runs `git config --list` as `git` would read config for `git_dir`, with no system, global or
-/// XDG file, no includes followed (an include is itself a refused key), and `file` instead of
-/// the repository's files when given.
-fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigEntry>, Denial> {
+/// `git` as the host-side checks run it: an empty environment with no system, global or XDG
+/// config, no lazy fetch and no transport, hooks and fsmonitor off (`LISTING_OVERRIDES`), C
+/// messages, stdin `/dev/null`. The caller adds the repository (`GIT_DIR`, or
+/// `Repository::env`), the directory and the arguments.
+pub(super) fn sealed(git: &str) -> Command {
   let mut command = Command::new(git);
   command
     .env_clear()
@@ -108,17 +109,25 @@ fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigE
     .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
     .env("GIT_CONFIG_NOSYSTEM", "1")
     .env("GIT_CONFIG_GLOBAL", "/dev/null")
-    .env("GIT_DIR", git_dir)
     .env("GIT_NO_LAZY_FETCH", "1")
     .env("GIT_ALLOW_PROTOCOL", "")
     .env("LC_ALL", "C")
-    .env("GIT_CONFIG_COUNT", LISTING_OVERRIDES.len().to_string());
+    .env("GIT_CONFIG_COUNT", LISTING_OVERRIDES.len().to_string())
+    .stdin(Stdio::null());
   for (i, (k, v)) in LISTING_OVERRIDES.iter().enumerate() {
     command
       .env(format!("GIT_CONFIG_KEY_{i}"), k)
       .env(format!("GIT_CONFIG_VALUE_{i}"), v);
   }
-  command.current_dir(git_dir).args([
+  command
+}
+
+/// Runs `git config --list` as `git` would read config for `git_dir`, with no system, global or
+/// XDG file, no includes followed (an include is itself a refused key), and `file` instead of
+/// the repository's files when given.
+fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigEntry>, Denial> {
+  let mut command = sealed(git);
+  command.env("GIT_DIR", git_dir).current_dir(git_dir).args([
     "config",
     "--list",
     "--show-origin",
@@ -133,7 +142,6 @@ fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigE
     None => command.arg("--local"),
   };
   let out = command
-    .stdin(Stdio::null())
     .output()
     .map_err(|e| refuse(format!("git config could not run ({e})")))?;
   if !out.status.success() {

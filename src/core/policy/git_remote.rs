@@ -5,10 +5,10 @@
 //! hooks or config would otherwise be read by `upload-pack`/`receive-pack` unchecked).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use super::error::Denial;
 use super::git::{self, Repository};
+use super::git_config;
 use super::jail::resolve_lexically;
 
 fn refuse(what: impl Into<String>) -> Denial {
@@ -78,19 +78,11 @@ pub fn remote_of<'a>(sub: &str, operands: &[&'a str]) -> Result<&'a str, Denial>
 
 /// Every `remote.<name>.url` git would use, read by git with no system or global file.
 fn urls(git_bin: &str, repo: &Repository, name: &str) -> Result<Vec<String>, Denial> {
-  let out = Command::new(git_bin)
-    .env_clear()
-    .env("PATH", "/usr/bin:/bin")
-    .env("HOME", "/nonexistent-finn-sandbox-home")
-    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
-    .env("GIT_CONFIG_NOSYSTEM", "1")
-    .env("GIT_CONFIG_GLOBAL", "/dev/null")
+  let out = git_config::sealed(git_bin)
     .envs(repo.env())
-    .env("LC_ALL", "C")
     .current_dir(&repo.git_dir)
     .args(["config", "--no-includes", "-z", "--get-all"])
     .arg(format!("remote.{name}.url"))
-    .stdin(Stdio::null())
     .output()
     .map_err(|e| refuse(format!("git config could not run ({e})")))?;
   let text = String::from_utf8(out.stdout).map_err(|_| refuse("a remote URL is not UTF-8"))?;
@@ -182,6 +174,7 @@ pub fn protocols(
 #[cfg(test)]
 mod tests {
   use super::*;
+  use std::process::{Command, Stdio};
 
   #[test]
   fn operands_are_a_remote_name_and_for_push_branch_names() {
