@@ -69,15 +69,9 @@ fn c(p: &Path) -> CString {
   CString::new(p.as_os_str().as_bytes()).expect("paths from the filesystem have no NUL")
 }
 
-/// The check: opens `path` without following a final symlink; what it is (and so which step
-/// applies) is decided from the fd, not from an earlier lookup by path. `None`: nothing there.
-fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
-  use std::os::unix::fs::OpenOptionsExt;
-  let fd = std::fs::OpenOptions::new()
-    .read(true)
-    .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
-    .open(path)
-    .ok()?;
+/// What an opened target is, and the private-mount step that records its identity under the
+/// name `path` (the child re-opens that name and compares).
+fn identity(fd: &std::fs::File, path: &Path) -> Option<(std::fs::FileType, MountOp)> {
   let m = fd.metadata().ok()?;
   Some((
     m.file_type(),
@@ -88,6 +82,18 @@ fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
       ino: m.ino(),
     },
   ))
+}
+
+/// The check: opens `path` without following a final symlink; what it is (and so which step
+/// applies) is decided from the fd, not from an earlier lookup by path. `None`: nothing there.
+fn checked(path: &Path) -> Option<(std::fs::FileType, MountOp)> {
+  use std::os::unix::fs::OpenOptionsExt;
+  let fd = std::fs::OpenOptions::new()
+    .read(true)
+    .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+    .open(path)
+    .ok()?;
+  identity(&fd, path)
 }
 
 /// The check relative to a writable root's checked fd: `rel` opened beneath it with no symlink
@@ -108,16 +114,7 @@ fn checked_beneath(
     Err(Errno::ELOOP) => return checked(path),
     Err(_) => return None,
   };
-  let m = fd.metadata().ok()?;
-  Some((
-    m.file_type(),
-    MountOp {
-      kind: MountKind::Private,
-      target: c(path),
-      dev: m.dev(),
-      ino: m.ino(),
-    },
-  ))
+  identity(&fd, path)
 }
 
 /// `rel` opened beneath `root` (`O_PATH | O_NOFOLLOW`, `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`):

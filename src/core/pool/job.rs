@@ -87,6 +87,18 @@ fn result(
   }
 }
 
+/// A working directory outside the jail: loa-finn's sanitized result (exit 1), not an error.
+fn jail_rejected() -> (JobOutcome, Tally) {
+  let rejected = result(
+    String::new(),
+    JAIL_REJECTION.into(),
+    1,
+    false,
+    Duration::ZERO,
+  );
+  (Ok(rejected), Tally::Completed(0.0))
+}
+
 pub(super) fn execute(
   job: JobSpec,
   stop: &StopCell<StopReason>,
@@ -99,14 +111,7 @@ pub(super) fn execute(
   {
     // The caller sees the sanitized message only; the detail goes to the log.
     tracing::warn!(%detail, "working directory rejected");
-    let rejected = result(
-      String::new(),
-      JAIL_REJECTION.into(),
-      1,
-      false,
-      Duration::ZERO,
-    );
-    return (Ok(rejected), Tally::Completed(0.0));
+    return jail_rejected();
   }
   let isolation = match resolve_isolation(
     job.isolation.as_ref().or(inner.config.isolation.as_ref()),
@@ -126,14 +131,7 @@ pub(super) fn execute(
     };
     if !inside {
       tracing::warn!(cwd = ?plan.cwd, "working directory rejected (its checked fd)");
-      let rejected = result(
-        String::new(),
-        JAIL_REJECTION.into(),
-        1,
-        false,
-        Duration::ZERO,
-      );
-      return (Ok(rejected), Tally::Completed(0.0));
+      return jail_rejected();
     }
   }
   let report = isolation.as_ref().map(Plan::report);
