@@ -345,12 +345,18 @@ describe('git topology', () => {
     ])
   })
 
+  /** A jail holding a repository with one commit, whose `origin` is the bare `remote.git` beside it. */
+  function withLocalRemote() {
+    const made = dirs()
+    git(made.jail, 'init', '-q', '-b', 'main')
+    git(made.jail, 'commit', '-q', '--allow-empty', '-m', 'local')
+    git(made.jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
+    git(made.jail, 'config', 'remote.origin.url', 'remote.git')
+    return made
+  }
+
   test("a hook in the local remote: git push would run it, with push's network", async () => {
-    const { jail, data } = dirs()
-    git(jail, 'init', '-q', '-b', 'main')
-    git(jail, 'commit', '-q', '--allow-empty', '-m', 'local')
-    git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
-    git(jail, 'config', 'remote.origin.url', 'remote.git')
+    const { jail, data } = withLocalRemote()
     const l = await listener()
     try {
       const ran = join(jail, 'hook-ran')
@@ -378,11 +384,7 @@ describe('git topology', () => {
 
   test('a hook planted in the local remote between the check and the run reaches no network', async () => {
     for (const mode of ['auto', 'off'] as const) {
-      const { jail, data } = dirs()
-      git(jail, 'init', '-q', '-b', 'main')
-      git(jail, 'commit', '-q', '--allow-empty', '-m', 'local')
-      git(jail, 'init', '-q', '--bare', '-b', 'main', 'remote.git')
-      git(jail, 'config', 'remote.origin.url', 'remote.git')
+      const { jail, data } = withLocalRemote()
       const l = await listener()
       try {
         const ran = join(jail, 'hook-ran')
