@@ -99,19 +99,25 @@ fn jail_rejected() -> (JobOutcome, Tally) {
   (Ok(rejected), Tally::Completed(0.0))
 }
 
-pub(super) fn execute(
-  job: JobSpec,
-  stop: &StopCell<StopReason>,
-  inner: &Inner,
-  leader: &AtomicI32,
-  on_spawned: impl FnOnce(),
-) -> (JobOutcome, Tally) {
+/// A job whose checks passed, resolved to what a runner needs.
+pub(super) struct Prepared {
+  pub(super) spec: SpawnSpec,
+  pub(super) isolation: Option<Plan>,
+  report: Option<IsolationReport>,
+  pub(super) limits: Limits,
+  timeout_ms: u64,
+  started: std::time::Instant,
+}
+
+/// The jail check, the isolation plan and the program's path: a job ready to run, or its
+/// outcome when it cannot run (a rejected cwd is a result, as in loa-finn).
+pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, (JobOutcome, Tally)> {
   if let Some(root) = &job.jail_root
     && let Err(detail) = cwd_inside_jail(&job.cwd, root)
   {
     // The caller sees the sanitized message only; the detail goes to the log.
     tracing::warn!(%detail, "working directory rejected");
-    return jail_rejected();
+    return Err(jail_rejected());
   }
   let isolation = match resolve_isolation(
     job.isolation.as_ref().or(inner.config.isolation.as_ref()),
@@ -119,7 +125,7 @@ pub(super) fn execute(
     inner.supervisor.is_some(),
   ) {
     Ok(plan) => plan,
-    Err(e) => return (Err(e), Tally::Failed),
+    Err(e) => return Err((Err(e), Tally::Failed)),
   };
   // Isolated, the cwd the reaper enters (and the rules it builds) is the object opened by
   // `Plan::resolve`: check that one, by the path the kernel names it by now. The path check
@@ -131,24 +137,14 @@ pub(super) fn execute(
     };
     if !inside {
       tracing::warn!(cwd = ?plan.cwd, "working directory rejected (its checked fd)");
-      return jail_rejected();
+      return Err(jail_rejected());
     }
   }
   let report = isolation.as_ref().map(Plan::report);
   let started = std::time::Instant::now();
-  let spawn_failure = |e: exec::SpawnError| {
-    let failed = result(
-      String::new(),
-      format!("{e}\n"),
-      e.exit_code(),
-      false,
-      started.elapsed(),
-    );
-    (Ok(failed), Tally::Failed)
-  };
   let program = match exec::resolve_program(&job.binary_path, job.path_var.as_deref()) {
     Ok(program) => program,
-    Err(e) => return spawn_failure(e),
+    Err(e) => return Err(spawn_failure(e, started)),
   };
   let spec = SpawnSpec {
     program,
@@ -161,32 +157,75 @@ pub(super) fn execute(
     max_output_bytes: job.max_buffer,
     kill_grace: inner.config.kill_grace,
   };
-  let register = |pid| {
-    leader.store(pid, Ordering::SeqCst);
-    if inner.exiting.load(Ordering::SeqCst) {
-      inner.kill_trees_now(&[pid]);
-    }
+  Ok(Prepared {
+    spec,
+    isolation,
+    report,
+    limits,
+    timeout_ms: job.timeout_ms,
+    started,
+  })
+}
+
+fn spawn_failure(e: exec::SpawnError, started: std::time::Instant) -> (JobOutcome, Tally) {
+  let failed = result(
+    String::new(),
+    format!("{e}\n"),
+    e.exit_code(),
+    false,
+    started.elapsed(),
+  );
+  (Ok(failed), Tally::Failed)
+}
+
+/// Records the pid whose tree is the job's (see `Running::leader`); a job that starts while
+/// the host exits kills its tree at once.
+pub(super) fn register(inner: &Inner, leader: &AtomicI32, pid: i32) {
+  leader.store(pid, Ordering::SeqCst);
+  if inner.exiting.load(Ordering::SeqCst) {
+    inner.kill_trees_now(&[pid]);
+  }
+}
+
+pub(super) fn execute(
+  job: JobSpec,
+  stop: &StopCell<StopReason>,
+  inner: &Inner,
+  leader: &AtomicI32,
+  on_spawned: impl FnOnce(),
+) -> (JobOutcome, Tally) {
+  let prepared = match prepare(job, inner) {
+    Ok(prepared) => prepared,
+    Err(done) => return done,
   };
   let ran = match &inner.supervisor {
     Some(sup) => supervisor::run_blocking(
       sup,
-      &spec,
-      isolation.as_ref(),
-      &limits,
+      &prepared.spec,
+      prepared.isolation.as_ref(),
+      &prepared.limits,
       inner.config.drain,
       stop,
       on_spawned,
-      register,
+      |pid| register(inner, leader, pid),
     ),
-    None => exec::run_blocking(&spec, &limits, stop, |pid| {
-      register(pid);
+    None => exec::run_blocking(&prepared.spec, &prepared.limits, stop, |pid| {
+      register(inner, leader, pid);
       on_spawned();
     })
     .map_err(Into::into),
   };
+  conclude(prepared, ran)
+}
+
+/// A run's end as the pool's outcome and tally.
+pub(super) fn conclude(
+  prepared: Prepared,
+  ran: Result<exec::Finished<StopReason>, supervisor::RunError>,
+) -> (JobOutcome, Tally) {
   let finished = match ran {
     Ok(finished) => finished,
-    Err(supervisor::RunError::Spawn(e)) => return spawn_failure(e),
+    Err(supervisor::RunError::Spawn(e)) => return spawn_failure(e, prepared.started),
     Err(supervisor::RunError::Crashed(msg)) => {
       tracing::error!(%msg, "the job's supervisor failed");
       return (Err(PoolError::Crashed(msg)), Tally::Failed);
@@ -205,11 +244,14 @@ pub(super) fn execute(
         finished.truncated,
         finished.duration,
       );
-      done.isolation = report;
+      done.isolation = prepared.report;
       let ms = done.duration_ms;
       (Ok(done), Tally::Completed(ms))
     }
-    EndedBy::Timeout => (Err(PoolError::Timeout(job.timeout_ms)), Tally::TimedOut),
+    EndedBy::Timeout => (
+      Err(PoolError::Timeout(prepared.timeout_ms)),
+      Tally::TimedOut,
+    ),
     EndedBy::Stopped(StopReason::Abort) => (Err(PoolError::Aborted), Tally::Uncounted),
     EndedBy::Stopped(StopReason::Shutdown) => (Err(PoolError::ShutDown), Tally::Uncounted),
   }

@@ -126,6 +126,20 @@ impl Supervisor {
     }
   }
 
+  /// An idle reaper of the running supervisor, if one is at hand; never starts anything (so
+  /// it never waits).
+  pub fn checkout_idle(&self) -> Option<Reaper> {
+    let mut state = self.lock();
+    let generation = state.generation;
+    state.running.as_ref()?;
+    while let Some((reaper, _)) = state.idle.pop() {
+      if reaper.generation == generation {
+        return Some(reaper);
+      }
+    }
+    None
+  }
+
   /// Lets the supervisor and its idle reapers go (the pool is shut down). A later checkout
   /// would start a new one.
   pub fn stop(&self) {

@@ -67,7 +67,151 @@ pub fn run_blocking<R>(
   on_sent: impl FnOnce(),
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
-  let mut on_sent = Some(on_sent);
+  let outgoing = Outgoing::new(spec, isolation, drain)?;
+  let (reaper, outgoing) = outgoing.send(supervisor, isolation, on_sent)?;
+  resume(
+    supervisor, reaper, outgoing, spec, isolation, limits, stop, on_spawn,
+  )
+}
+
+/// A job's `Run` frame with the pipes it carries: built once, sent to one reaper (or, when a
+/// reaper turns out retired, to the next).
+pub struct Outgoing {
+  run: Vec<u8>,
+  /// The pipes' write ends, kept until a reaper has answered: a retired reaper closes its
+  /// socket with them unread, and the next one needs them again.
+  writes: Option<(OwnedFd, OwnedFd)>,
+  reads: (OwnedFd, OwnedFd),
+  started: Instant,
+  /// The last reaper it went to had closed before reading it (it retired): nothing started.
+  unread: bool,
+}
+
+impl Outgoing {
+  pub fn new(
+    spec: &SpawnSpec,
+    isolation: Option<&Plan>,
+    drain: Duration,
+  ) -> Result<Outgoing, RunError> {
+    let started = Instant::now();
+    let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+    let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+    // The write ends must block in the child: clear O_NONBLOCK on them (it is per open file).
+    for w in [&out_w, &err_w] {
+      nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+        .map_err(|e| SpawnError::Setup(e.into()))?;
+    }
+    Ok(Outgoing {
+      run: ToReaper::encode_run(spec, drain.as_millis() as u64, isolation),
+      writes: Some((out_w, err_w)),
+      reads: (out_r, err_r),
+      started,
+      unread: false,
+    })
+  }
+
+  /// The size of the `Run` frame.
+  pub fn len(&self) -> usize {
+    self.run.len()
+  }
+
+  pub fn is_empty(&self) -> bool {
+    self.run.is_empty()
+  }
+
+  /// The pipes' write ends, then the fds that passed the check (see `Plan::checked`).
+  fn fds(&self, isolation: Option<&Plan>) -> Vec<RawFd> {
+    let (out_w, err_w) = self.writes.as_ref().expect("kept until an answer");
+    let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
+    fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
+    fds
+  }
+
+  /// Sends the frame to `reaper`; false when it had closed (retired) before reading it.
+  fn send_to(&self, reaper: &Reaper, isolation: Option<&Plan>) -> io::Result<bool> {
+    match reaper.conn.send(&self.run, &self.fds(isolation)) {
+      // The reaper closed before reading the whole frame, so it cannot have started it.
+      Err(e) if e.raw_os_error() == Some(libc::EPIPE) => Ok(false),
+      Err(e) => Err(e),
+      Ok(()) => Ok(true),
+    }
+  }
+
+  /// Sends the job to a reaper (starting the supervisor or a reaper if needed), blocking,
+  /// and returns the reaper it went to. `on_sent` is called once it is on its way.
+  pub fn send(
+    self,
+    supervisor: &Supervisor,
+    isolation: Option<&Plan>,
+    on_sent: impl FnOnce(),
+  ) -> Result<(Reaper, Outgoing), RunError> {
+    let reaper = supervisor.checkout().map_err(RunError::Crashed)?;
+    let mut on_sent = Some(on_sent);
+    match self.send_to(&reaper, isolation) {
+      Ok(sent) => {
+        if let Some(f) = on_sent.take() {
+          f();
+        }
+        // Unread, it reads as the `Retired` it is: `resume` takes another reaper.
+        Ok((
+          reaper,
+          Outgoing {
+            unread: !sent,
+            ..self
+          },
+        ))
+      }
+      Err(e) => Err(crashed(&reaper, &e)),
+    }
+  }
+
+  /// Sends the job to an idle reaper without blocking (the frame must be small: an idle
+  /// reaper's socket is empty, so it never fills). `Err` gives the job back when no idle
+  /// reaper is at hand or the one taken had closed; nothing was started then.
+  pub fn send_to_idle(
+    self,
+    supervisor: &Supervisor,
+    isolation: Option<&Plan>,
+  ) -> Result<(Reaper, Outgoing), Outgoing> {
+    let Some(reaper) = supervisor.checkout_idle() else {
+      return Err(self);
+    };
+    match self.send_to(&reaper, isolation) {
+      Ok(true) => Ok((reaper, self)),
+      _ => Err(self),
+    }
+  }
+}
+
+fn crashed(reaper: &Reaper, e: &dyn std::fmt::Display) -> RunError {
+  RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
+}
+
+/// Whether `reaper` has the whole end of its job buffered: `resume` then runs to the end
+/// without blocking. Reads what the socket has now, without waiting; `Err` when the reaper is
+/// gone or sent garbage (`resume` then reports it).
+pub fn ended_without_waiting(reaper: &mut Reaper) -> io::Result<bool> {
+  reaper.conn.fill_now()?;
+  reaper
+    .conn
+    .has_frame(|frame| matches!(FromReaper::decode(frame), Ok(FromReaper::TreeGone)))
+}
+
+/// The rest of [`run_blocking`] once the job is on its way to `reaper`: its first answer,
+/// the job's supervision until the tree is gone, and the final drain of the pipes.
+#[allow(clippy::too_many_arguments)]
+pub fn resume<R>(
+  supervisor: &Supervisor,
+  mut reaper: Reaper,
+  mut outgoing: Outgoing,
+  spec: &SpawnSpec,
+  isolation: Option<&Plan>,
+  limits: &Limits,
+  stop: &StopCell<R>,
+  on_spawn: impl FnOnce(i32),
+) -> Result<Finished<R>, RunError> {
   let stop_fd = stop.attach().map_err(SpawnError::Setup)?;
   struct Detach<'a, R>(&'a StopCell<R>);
   impl<R> Drop for Detach<'_, R> {
@@ -76,46 +220,32 @@ pub fn run_blocking<R>(
     }
   }
   let _detach = Detach(stop);
-  let crashed = |reaper: &Reaper, e: &dyn std::fmt::Display| {
-    RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
-  };
-  let started = Instant::now();
-  let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
-    .map_err(|e| SpawnError::Setup(e.into()))?;
-  let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
-    .map_err(|e| SpawnError::Setup(e.into()))?;
-  // The write ends must block in the child: clear O_NONBLOCK on them (it is per open file).
-  for w in [&out_w, &err_w] {
-    nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
-      .map_err(|e| SpawnError::Setup(e.into()))?;
-  }
-  let run = ToReaper::encode_run(spec, drain.as_millis() as u64, isolation);
-  // The pipes' write ends, then the fds that passed the check (see `Plan::checked`).
-  let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
-  fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
+  let started = outgoing.started;
   let mut retired = 0;
-  let (mut reaper, first) = loop {
-    let mut reaper = supervisor.checkout().map_err(RunError::Crashed)?;
-    let reply = match reaper.conn.send(&run, &fds) {
-      // The reaper closed before reading the whole frame, so it cannot have started it.
-      Err(e) if e.raw_os_error() == Some(libc::EPIPE) => Ok(FromReaper::Retired),
-      Err(e) => Err(e),
-      Ok(()) => {
-        if let Some(sent) = on_sent.take() {
-          sent();
-        }
-        next_message(&mut reaper)
-      }
+  let first = loop {
+    let reply = if std::mem::take(&mut outgoing.unread) {
+      Ok(FromReaper::Retired)
+    } else {
+      next_message(&mut reaper)
     };
     match reply {
       // An idle reaper retiring as the job came: the job was not started; take another.
-      Ok(FromReaper::Retired) if retired < MAX_RETIRED => retired += 1,
-      Ok(msg) => break (reaper, msg),
+      Ok(FromReaper::Retired) if retired < MAX_RETIRED => {
+        retired += 1;
+        reaper = supervisor.checkout().map_err(RunError::Crashed)?;
+        match outgoing.send_to(&reaper, isolation) {
+          Ok(true) => {}
+          Ok(false) => outgoing.unread = true,
+          Err(e) => return Err(crashed(&reaper, &e)),
+        }
+      }
+      Ok(msg) => break msg,
       Err(e) => return Err(crashed(&reaper, &e)),
     }
   };
   // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
-  drop((out_w, err_w));
+  drop(outgoing.writes.take());
+  let (out_r, err_r) = outgoing.reads;
   match first {
     FromReaper::Spawned { .. } => {}
     FromReaper::SpawnFailed { errno } => {

@@ -95,6 +95,41 @@ impl Conn {
 
   /// One read from the socket (it blocks if nothing is there). Returns false at EOF.
   pub fn fill(&mut self) -> io::Result<bool> {
+    self.fill_with(MsgFlags::MSG_CMSG_CLOEXEC)
+  }
+
+  /// Reads what the socket has now, without waiting; false at EOF.
+  pub fn fill_now(&mut self) -> io::Result<bool> {
+    match self.fill_with(MsgFlags::MSG_CMSG_CLOEXEC | MsgFlags::MSG_DONTWAIT) {
+      Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(true),
+      other => other,
+    }
+  }
+
+  /// Whether a whole frame already read satisfies `pred` (a bad length is an error, as in
+  /// [`Self::take_frame`]).
+  pub fn has_frame(&self, pred: impl Fn(&[u8]) -> bool) -> io::Result<bool> {
+    let mut at = 0;
+    while self.buf.len() >= at + 4 {
+      let len = u32::from_le_bytes(self.buf[at..at + 4].try_into().expect("4 bytes")) as usize;
+      if len > MAX_FRAME {
+        return Err(io::Error::new(
+          io::ErrorKind::InvalidData,
+          format!("frame of {len} bytes"),
+        ));
+      }
+      if self.buf.len() < at + 4 + len {
+        break;
+      }
+      if pred(&self.buf[at + 4..at + 4 + len]) {
+        return Ok(true);
+      }
+      at += 4 + len;
+    }
+    Ok(false)
+  }
+
+  fn fill_with(&mut self, flags: MsgFlags) -> io::Result<bool> {
     if self.eof {
       return Ok(false);
     }
@@ -102,12 +137,7 @@ impl Conn {
     let mut cmsg = nix::cmsg_space!([RawFd; MAX_FDS]);
     let (n, received) = loop {
       let mut iov = [IoSliceMut::new(&mut chunk)];
-      match recvmsg::<()>(
-        self.fd.as_raw_fd(),
-        &mut iov,
-        Some(&mut cmsg),
-        MsgFlags::MSG_CMSG_CLOEXEC,
-      ) {
+      match recvmsg::<()>(self.fd.as_raw_fd(), &mut iov, Some(&mut cmsg), flags) {
         Ok(msg) => {
           let mut received = Vec::new();
           for c in msg.cmsgs().map_err(io::Error::from)? {
