@@ -111,13 +111,13 @@ pub(super) struct Prepared {
 
 /// The jail check, the isolation plan and the program's path: a job ready to run, or its
 /// outcome when it cannot run (a rejected cwd is a result, as in loa-finn).
-pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, (JobOutcome, Tally)> {
+pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, Box<(JobOutcome, Tally)>> {
   if let Some(root) = &job.jail_root
     && let Err(detail) = cwd_inside_jail(&job.cwd, root)
   {
     // The caller sees the sanitized message only; the detail goes to the log.
     tracing::warn!(%detail, "working directory rejected");
-    return Err(jail_rejected());
+    return Err(Box::new(jail_rejected()));
   }
   let isolation = match resolve_isolation(
     job.isolation.as_ref().or(inner.config.isolation.as_ref()),
@@ -125,7 +125,7 @@ pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, (JobOutco
     inner.supervisor.is_some(),
   ) {
     Ok(plan) => plan,
-    Err(e) => return Err((Err(e), Tally::Failed)),
+    Err(e) => return Err(Box::new((Err(e), Tally::Failed))),
   };
   // Isolated, the cwd the reaper enters (and the rules it builds) is the object opened by
   // `Plan::resolve`: check that one, by the path the kernel names it by now. The path check
@@ -137,14 +137,14 @@ pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, (JobOutco
     };
     if !inside {
       tracing::warn!(cwd = ?plan.cwd, "working directory rejected (its checked fd)");
-      return Err(jail_rejected());
+      return Err(Box::new(jail_rejected()));
     }
   }
   let report = isolation.as_ref().map(Plan::report);
   let started = std::time::Instant::now();
   let program = match exec::resolve_program(&job.binary_path, job.path_var.as_deref()) {
     Ok(program) => program,
-    Err(e) => return Err(spawn_failure(e, started)),
+    Err(e) => return Err(Box::new(spawn_failure(e, started))),
   };
   let spec = SpawnSpec {
     program,
@@ -196,7 +196,7 @@ pub(super) fn execute(
 ) -> (JobOutcome, Tally) {
   let prepared = match prepare(job, inner) {
     Ok(prepared) => prepared,
-    Err(done) => return done,
+    Err(done) => return *done,
   };
   let ran = match &inner.supervisor {
     Some(sup) => supervisor::run_blocking(
