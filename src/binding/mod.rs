@@ -2,6 +2,7 @@
 
 pub mod convert;
 pub mod error;
+pub mod event_loop;
 pub mod executor;
 pub mod isolate;
 pub mod limits;

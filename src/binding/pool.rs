@@ -12,6 +12,7 @@ use napi_derive::napi;
 
 use super::convert::{self, Checked};
 use super::error::{coded, pool_error};
+use super::event_loop::LoopHost;
 use super::sandbox::SandboxResult;
 use super::spec;
 use crate::core::limits::{
@@ -258,6 +259,9 @@ fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> 
 pub struct NativeWorkerPool {
   pub(crate) pool: Pool,
   pub(crate) settler: Arc<Settler>,
+  /// Where jobs started on this thread wait for their reaper (see `event_loop.rs`); `None`
+  /// where it cannot be set up (every job then runs on a worker thread).
+  inline: std::cell::RefCell<Option<LoopHost>>,
 }
 
 #[napi]
@@ -282,6 +286,7 @@ impl NativeWorkerPool {
     Ok(NativeWorkerPool {
       pool: Pool::new(config, runtime),
       settler: Arc::new(Settler::new(on_settled)?),
+      inline: std::cell::RefCell::new(LoopHost::new(env)),
     })
   }
 
@@ -311,10 +316,11 @@ impl NativeWorkerPool {
   fn admit(&self, raw: Checked<pool::RawJob>) -> Ticket {
     let settler = Arc::clone(&self.settler);
     let submitted = raw.and_then(JobSpec::new).and_then(|job| {
-      self.pool.submit_with(
-        job,
-        Box::new(move |id, outcome| settler.push(settle(id, outcome))),
-      )
+      let done = Box::new(move |id, outcome| settler.push(settle(id, outcome)));
+      match &*self.inline.borrow() {
+        Some(inline) => self.pool.submit_inline(job, done, inline.host()),
+        None => self.pool.submit_with(job, done),
+      }
     });
     match submitted {
       Ok(id) => Ticket::accepted(id),
@@ -358,6 +364,9 @@ impl NativeWorkerPool {
     // own tokio runtime, whose two worker threads every process that loads the addon would
     // keep for this one promise.
     let (deferred, promise) = env.create_deferred::<(), fn(Env) -> napi::Result<()>>()?;
+    // No job comes any more: the inline host's handle and descriptors go now (a job it still
+    // watches goes to a worker thread), not when the pool object is collected.
+    drop(self.inline.borrow_mut().take());
     self
       .pool
       .shutdown_then(move || deferred.resolve(|_| Ok(())))

@@ -111,7 +111,10 @@ pub(super) struct Prepared {
 
 /// The jail check, the isolation plan and the program's path: a job ready to run, or its
 /// outcome when it cannot run (a rejected cwd is a result, as in loa-finn).
-pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, Box<(JobOutcome, Tally)>> {
+pub(super) fn prepare(
+  job: &mut JobSpec,
+  inner: &Inner,
+) -> Result<Prepared, Box<(JobOutcome, Tally)>> {
   if let Some(root) = &job.jail_root
     && let Err(detail) = cwd_inside_jail(&job.cwd, root)
   {
@@ -148,8 +151,8 @@ pub(super) fn prepare(job: JobSpec, inner: &Inner) -> Result<Prepared, Box<(JobO
   };
   let spec = SpawnSpec {
     program,
-    argv: job.argv,
-    env: job.env,
+    argv: std::mem::take(&mut job.argv),
+    env: std::mem::take(&mut job.env),
     cwd: std::ffi::CString::new(job.cwd.as_str()).expect("validated without NUL"),
   };
   let limits = Limits {
@@ -188,13 +191,13 @@ pub(super) fn register(inner: &Inner, leader: &AtomicI32, pid: i32) {
 }
 
 pub(super) fn execute(
-  job: JobSpec,
+  mut job: JobSpec,
   stop: &StopCell<StopReason>,
   inner: &Inner,
   leader: &AtomicI32,
   on_spawned: impl FnOnce(),
 ) -> (JobOutcome, Tally) {
-  let prepared = match prepare(job, inner) {
+  let prepared = match prepare(&mut job, inner) {
     Ok(prepared) => prepared,
     Err(done) => return *done,
   };
@@ -216,6 +219,54 @@ pub(super) fn execute(
     .map_err(Into::into),
   };
   conclude(prepared, ran)
+}
+
+/// A job prepared and sent elsewhere (see `inline.rs`), seen through on this thread: sent
+/// first if no reaper has it yet. `stop: None` only once its whole end is read (see
+/// `supervisor::run::resume`).
+pub(super) fn resume(
+  resume: Resume,
+  stop: Option<&StopCell<StopReason>>,
+  inner: &Inner,
+  leader: &AtomicI32,
+  on_sent: impl FnOnce(),
+) -> (JobOutcome, Tally) {
+  let Resume {
+    prepared,
+    reaper,
+    outgoing,
+  } = resume;
+  let Some(sup) = &inner.supervisor else {
+    unreachable!("only jobs through the supervisor are resumed");
+  };
+  let isolation = prepared.isolation.as_ref();
+  let sent = match reaper {
+    Some(reaper) => {
+      on_sent();
+      Ok((reaper, outgoing))
+    }
+    None => outgoing.send(sup, isolation, on_sent),
+  };
+  let ran = sent.and_then(|(reaper, outgoing)| {
+    supervisor::run::resume(
+      sup,
+      reaper,
+      outgoing,
+      &prepared.spec,
+      isolation,
+      &prepared.limits,
+      stop,
+      |pid| register(inner, leader, pid),
+    )
+  });
+  conclude(prepared, ran)
+}
+
+/// A prepared job's `Run`, and the reaper it went to if it went.
+pub(super) struct Resume {
+  pub(super) prepared: Prepared,
+  pub(super) reaper: Option<supervisor::client::Reaper>,
+  pub(super) outgoing: supervisor::run::Outgoing,
 }
 
 /// A run's end as the pool's outcome and tally.

@@ -3,6 +3,7 @@
 
 pub mod config;
 pub mod error;
+pub mod inline;
 mod job;
 pub mod lane;
 #[expect(
@@ -19,6 +20,7 @@ pub mod worker;
 pub use crate::core::exec::TRUNCATION_MARKER;
 pub use config::{JobSpec, Lane, PoolConfig, RawJob};
 pub use error::{PoolError, PoolErrorCode};
+pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
 pub use job::{ExecResult, JobOutcome};
 pub use pool::{Completion, Pool, Submitted};
 pub use stats::PoolStats;

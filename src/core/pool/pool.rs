@@ -12,6 +12,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::config::{JobSpec, Lane, PoolConfig};
 use super::error::PoolError;
+use super::inline::InlineHost;
 use super::job::JobOutcome;
 use super::lane::{Admit, LaneQueue};
 use super::state::{Inner, Queued, Reply, State, StopReason, retire_parked};
@@ -86,6 +87,27 @@ impl Pool {
   /// uncalled). Otherwise `on_done` receives the outcome exactly once; it must not call back
   /// into the pool.
   pub fn submit_with(&self, job: JobSpec, on_done: Completion) -> Result<u64, PoolError> {
+    self.admit(job, on_done, None)
+  }
+
+  /// [`Self::submit_with`] called on the host's event-loop thread: a job that may start now
+  /// is started from this thread and watched through `host` (see `inline.rs`), when it
+  /// qualifies.
+  pub fn submit_inline(
+    &self,
+    job: JobSpec,
+    on_done: Completion,
+    host: &dyn InlineHost,
+  ) -> Result<u64, PoolError> {
+    self.admit(job, on_done, Some(host))
+  }
+
+  fn admit(
+    &self,
+    job: JobSpec,
+    on_done: Completion,
+    host: Option<&dyn InlineHost>,
+  ) -> Result<u64, PoolError> {
     let mut state = self.inner.lock();
     if state.closing {
       return Err(PoolError::Closed);
@@ -102,7 +124,16 @@ impl Pool {
       },
     };
     match state.lane(lane).admit(session, queued) {
-      Admit::Run(queued) => self.inner.start(&mut state, queued)?,
+      Admit::Run(queued) => match host {
+        Some(host) if self.inner.inline_ok(&queued.job) => {
+          let started = Inner::register(&mut state, queued);
+          state.next_id += 1;
+          drop(state);
+          self.inner.start_inline(started, host);
+          return Ok(id);
+        }
+        _ => self.inner.start(&mut state, queued)?,
+      },
       Admit::Queued => {}
       Admit::Full(mut refused) => {
         refused.reply.done = None;

@@ -141,6 +141,7 @@ impl Inner {
       queued,
       stop,
       leader,
+      resume: None,
     }
   }
 
@@ -293,4 +294,6 @@ pub(super) struct Started {
   pub(super) queued: Queued,
   pub(super) stop: Arc<StopCell<StopReason>>,
   pub(super) leader: Arc<AtomicI32>,
+  /// Prepared (and perhaps sent) on the host's thread already: see `inline.rs`.
+  pub(super) resume: Option<Box<super::job::Resume>>,
 }

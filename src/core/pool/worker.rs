@@ -129,6 +129,7 @@ impl Inner {
       queued: Queued { id, job, reply },
       stop,
       leader,
+      resume,
     } = started;
     // Frees the slot even if the job panics; the dropped `reply` then reads as a crash.
     let slot = SlotGuard {
@@ -139,7 +140,10 @@ impl Inner {
     };
     #[cfg(feature = "test-hooks")]
     super::test_hooks::before_run(self.test_hooks, job.session_id.as_deref(), id);
-    let (outcome, tally) = job::execute(job, &stop, self, &leader, || carried.flush());
+    let (outcome, tally) = match resume {
+      Some(resume) => job::resume(*resume, Some(&stop), self, &leader, || carried.flush()),
+      None => job::execute(job, &stop, self, &leader, || carried.flush()),
+    };
     carried.flush();
     tracing::debug!(?outcome, "job settled");
     let next = slot.finish(tally, me);

@@ -51,6 +51,8 @@ struct Reaper {
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
 /// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
 /// the supervisor holds.
+const SPIN_US: u64 = 600;
+
 pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> ! {
   let code = match setup(conn, lifeline, idle) {
     Ok(mut reaper) => {
@@ -98,7 +100,18 @@ impl Reaper {
             watch(Some(self.conn.raw())),
             watch(Some(self.lifeline.as_raw_fd())),
           ];
-          poll(&mut fds, idle_until);
+          if idle_until.is_some() {
+            let spin_until = Instant::now() + Duration::from_micros(SPIN_US);
+            loop {
+              poll(&mut fds, Some(Instant::now()));
+              if fds[0].revents != 0 || fds[1].revents != 0 || Instant::now() >= spin_until {
+                break;
+              }
+            }
+          }
+          if fds[0].revents == 0 && fds[1].revents == 0 {
+            poll(&mut fds, idle_until);
+          }
           if fds[1].revents != 0 {
             return;
           }

@@ -70,7 +70,14 @@ pub fn run_blocking<R>(
   let outgoing = Outgoing::new(spec, isolation, drain)?;
   let (reaper, outgoing) = outgoing.send(supervisor, isolation, on_sent)?;
   resume(
-    supervisor, reaper, outgoing, spec, isolation, limits, stop, on_spawn,
+    supervisor,
+    reaper,
+    outgoing,
+    spec,
+    isolation,
+    limits,
+    Some(stop),
+    on_spawn,
   )
 }
 
@@ -189,18 +196,42 @@ fn crashed(reaper: &Reaper, e: &dyn std::fmt::Display) -> RunError {
   RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
 }
 
-/// Whether `reaper` has the whole end of its job buffered: `resume` then runs to the end
-/// without blocking. Reads what the socket has now, without waiting; `Err` when the reaper is
-/// gone or sent garbage (`resume` then reports it).
-pub fn ended_without_waiting(reaper: &mut Reaper) -> io::Result<bool> {
-  reaper.conn.fill_now()?;
-  reaper
-    .conn
-    .has_frame(|frame| matches!(FromReaper::decode(frame), Ok(FromReaper::TreeGone)))
+/// What a reaper has answered so far, read without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+  /// The whole end of the job is there: [`resume`] runs to the end without blocking.
+  Ended,
+  /// Only progress (the spawn, the leader's exit) or nothing yet.
+  Running,
+  /// Anything else: a retired or failed reaper, a spawn failure, garbage. [`resume`] deals
+  /// with it.
+  Other,
+}
+
+/// Reads what `reaper`'s socket has now, without waiting, and says how far its job got.
+pub fn answered_now(reaper: &mut Reaper) -> Answered {
+  if !matches!(reaper.conn.fill_now(), Ok(true)) {
+    return Answered::Other;
+  }
+  let mut answered = Answered::Running;
+  let peeked = reaper.conn.peek_frames(|frame| {
+    answered = match (answered, FromReaper::decode(frame)) {
+      (Answered::Other, _) => Answered::Other,
+      (_, Ok(FromReaper::TreeGone)) => Answered::Ended,
+      (a, Ok(FromReaper::Spawned { .. } | FromReaper::Exited(_))) => a,
+      _ => Answered::Other,
+    }
+  });
+  if peeked.is_err() {
+    return Answered::Other;
+  }
+  answered
 }
 
 /// The rest of [`run_blocking`] once the job is on its way to `reaper`: its first answer,
-/// the job's supervision until the tree is gone, and the final drain of the pipes.
+/// the job's supervision until the tree is gone, and the final drain of the pipes. `stop` is
+/// `None` only when the reaper's whole answer is already read ([`Answered::Ended`]): nothing
+/// is waited for then, and no stop request could change the outcome.
 #[allow(clippy::too_many_arguments)]
 pub fn resume<R>(
   supervisor: &Supervisor,
@@ -209,14 +240,19 @@ pub fn resume<R>(
   spec: &SpawnSpec,
   isolation: Option<&Plan>,
   limits: &Limits,
-  stop: &StopCell<R>,
+  stop: Option<&StopCell<R>>,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
-  let stop_fd = stop.attach().map_err(SpawnError::Setup)?;
-  struct Detach<'a, R>(&'a StopCell<R>);
+  let stop_fd = match stop {
+    Some(stop) => Some(stop.attach().map_err(SpawnError::Setup)?),
+    None => None,
+  };
+  struct Detach<'a, R>(Option<&'a StopCell<R>>);
   impl<R> Drop for Detach<'_, R> {
     fn drop(&mut self) {
-      self.0.detach();
+      if let Some(stop) = self.0 {
+        stop.detach();
+      }
     }
   }
   let _detach = Detach(stop);
@@ -349,8 +385,8 @@ impl Job {
     &mut self,
     reaper: &mut Reaper,
     limits: &Limits,
-    stop: &StopCell<R>,
-    stop_fd: RawFd,
+    stop: Option<&StopCell<R>>,
+    stop_fd: Option<RawFd>,
     started: Instant,
   ) -> io::Result<EndedBy<R>> {
     let deadline = limits.timeout.and_then(|t| started.checked_add(t));
@@ -411,7 +447,7 @@ impl Job {
         watch(self.pipes[0].0.as_ref().map(AsRawFd::as_raw_fd)),
         watch(self.pipes[1].0.as_ref().map(AsRawFd::as_raw_fd)),
         watch(Some(reaper.conn.raw())),
-        watch(stop_pending.then_some(stop_fd)),
+        watch(stop_fd.filter(|_| stop_pending)),
       ];
       poll(&mut fds, wake);
       for (slot, (pipe, stream)) in self.pipes.iter_mut().enumerate() {
@@ -430,7 +466,8 @@ impl Job {
         ));
       }
       if fds[3].revents != 0
-        && let Some(request) = stop.take(stop_fd)
+        && let (Some(stop), Some(fd)) = (stop, stop_fd)
+        && let Some(request) = stop.take(fd)
       {
         stop_pending = false;
         if ended_by.is_none() {

@@ -106,9 +106,9 @@ impl Conn {
     }
   }
 
-  /// Whether a whole frame already read satisfies `pred` (a bad length is an error, as in
-  /// [`Self::take_frame`]).
-  pub fn has_frame(&self, pred: impl Fn(&[u8]) -> bool) -> io::Result<bool> {
+  /// Calls `f` with each whole frame already read, leaving them to be taken (a bad length is
+  /// an error, as in [`Self::take_frame`]).
+  pub fn peek_frames(&self, mut f: impl FnMut(&[u8])) -> io::Result<()> {
     let mut at = 0;
     while self.buf.len() >= at + 4 {
       let len = u32::from_le_bytes(self.buf[at..at + 4].try_into().expect("4 bytes")) as usize;
@@ -121,12 +121,10 @@ impl Conn {
       if self.buf.len() < at + 4 + len {
         break;
       }
-      if pred(&self.buf[at + 4..at + 4 + len]) {
-        return Ok(true);
-      }
+      f(&self.buf[at + 4..at + 4 + len]);
       at += 4 + len;
     }
-    Ok(false)
+    Ok(())
   }
 
   fn fill_with(&mut self, flags: MsgFlags) -> io::Result<bool> {

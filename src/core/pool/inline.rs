@@ -1,0 +1,259 @@
+//! Jobs started, and when they end quickly also finished, on the host's own thread (Node's),
+//! with no worker thread in between.
+//!
+//! Through a worker thread, a job's critical path has four wake-ups of a thread on another CPU:
+//! Node's thread wakes the worker, the worker the reaper, the reaper the worker, the worker
+//! Node's thread. On a VM whose idle vCPUs halt at once, each costs about 40 us (`perf sched
+//! timehist`, see BENCHMARKS.md). Inline, Node's thread sends the `Run` to an idle reaper
+//! itself and watches the reaper's socket in its own event loop: two wake-ups. The reaper
+//! sends `Spawned`, `Exited` and `TreeGone` in one write when the command ends within 1 ms;
+//! then the end is read, and the pipes drained, without waiting. Anything else (a longer
+//! command, a retired or failed reaper, no answer within [`INLINE_WINDOW`]) hands the job to a
+//! worker thread, which sees it through exactly as a job it had started itself.
+//!
+//! Only jobs without isolation go inline (preparing a plan opens the cwd's directories, which
+//! stays off Node's thread), and only to a reaper that is already idle (starting one waits for
+//! the supervisor).
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::config::{JobSpec, Lane};
+use super::job::{self, JobOutcome, Resume, Tally};
+use super::state::{Inner, Queued, Started};
+use crate::core::isolate::Mode;
+use crate::core::supervisor::run::{self, Answered, Outgoing};
+
+/// The host's event loop, as the pool sees it: where an inline job waits for its reaper.
+pub trait InlineHost {
+  /// Calls [`InlineJob::step`] when `job.fd()` is readable, or [`InlineJob::hand_off`] once
+  /// it has waited [`INLINE_WINDOW`] (or when the host goes away: dropping it hands it off).
+  fn watch(&self, job: InlineJob);
+}
+
+/// How long an inline job waits for its reaper's first answer before a worker thread takes
+/// it over. The reaper answers within 1 ms of the spawn; this only bounds a reaper that does
+/// not answer (stopped, or starved of CPU), whose job still needs its timeout applied.
+pub const INLINE_WINDOW: Duration = Duration::from_millis(5);
+
+/// The largest `Run` frame sent from the host's thread: an idle reaper's socket is empty, and
+/// takes this much without blocking.
+const INLINE_MAX_FRAME: usize = 64 * 1024;
+
+/// A job sent to a reaper from the host's thread, waiting for the reaper's first answer.
+pub struct InlineJob {
+  inner: Arc<Inner>,
+  /// Taken when the job is finished or handed off.
+  job: Option<(Started, Box<Resume>)>,
+  since: Instant,
+  fd: RawFd,
+}
+
+impl InlineJob {
+  /// The reaper's socket, to watch for input.
+  pub fn fd(&self) -> RawFd {
+    self.fd
+  }
+
+  /// When the job was sent.
+  pub fn since(&self) -> Instant {
+    self.since
+  }
+
+  /// The reaper's socket is readable: finishes the job on this thread when its whole end is
+  /// there (nothing then waits; the lane's next queued job goes to a worker thread). When
+  /// only progress came, within the window, the job goes back to `host` to be
+  /// watched; anything else hands it to a worker thread.
+  pub fn step(mut self, host: &dyn InlineHost) {
+    let Some((started, mut resume)) = self.job.take() else {
+      return;
+    };
+    let answered = resume
+      .reaper
+      .as_mut()
+      .map_or(Answered::Other, run::answered_now);
+    match answered {
+      Answered::Ended => {}
+      // Still within the window: the host keeps watching (it hands the job off once the
+      // window has passed).
+      Answered::Running if self.since.elapsed() < INLINE_WINDOW => {
+        self.job = Some((started, resume));
+        host.watch(self);
+        return;
+      }
+      answered => {
+        tracing::debug!(?answered, "inline job handed to a worker thread");
+        self.inner.elsewhere(Started {
+          resume: Some(resume),
+          ..started
+        });
+        return;
+      }
+    }
+    let guard = Finishing::new(&self.inner, &started);
+    // The whole end is read: nothing waits, and no stop request could change it.
+    let done = job::resume(*resume, None, &self.inner, &started.leader, || {});
+    guard.disarm();
+    if let Some(next) = self.inner.complete(started, done) {
+      self.inner.elsewhere(next);
+    }
+  }
+
+  /// Gives the job to a worker thread, which sees it through.
+  pub fn hand_off(mut self) {
+    self.release();
+  }
+
+  fn release(&mut self) {
+    if let Some((started, resume)) = self.job.take() {
+      tracing::debug!("inline job handed to a worker thread (its window passed)");
+      self.inner.elsewhere(Started {
+        resume: Some(resume),
+        ..started
+      });
+    }
+  }
+}
+
+impl Drop for InlineJob {
+  fn drop(&mut self) {
+    self.release();
+  }
+}
+
+/// Frees a job's slot if finishing it on the host's thread panics (its dropped reply then
+/// reads as a crash), as a worker's `SlotGuard` does.
+struct Finishing<'a> {
+  inner: &'a Arc<Inner>,
+  id: u64,
+  lane: Lane,
+  armed: bool,
+}
+
+impl<'a> Finishing<'a> {
+  fn new(inner: &'a Arc<Inner>, started: &Started) -> Self {
+    Finishing {
+      inner,
+      id: started.queued.id,
+      lane: started.queued.job.lane,
+      armed: true,
+    }
+  }
+
+  fn disarm(mut self) {
+    self.armed = false;
+  }
+}
+
+impl Drop for Finishing<'_> {
+  fn drop(&mut self) {
+    if self.armed
+      && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed, None)
+    {
+      self.inner.launch_or_fail(next);
+    }
+  }
+}
+
+impl Inner {
+  /// Whether `job` may start on the host's thread.
+  pub(super) fn inline_ok(&self, job: &JobSpec) -> bool {
+    #[cfg(feature = "test-hooks")]
+    if self.test_hooks {
+      return false;
+    }
+    let isolated = job
+      .isolation
+      .as_ref()
+      .or(self.config.isolation.as_ref())
+      .is_some_and(|o| o.mode != Mode::Off);
+    self.supervisor.is_some() && !isolated
+  }
+
+  /// Starts `started` (its slot taken) on the host's thread if it qualifies, else on a worker
+  /// thread. A job queued behind it goes to a worker thread: a worker runs its lane's queue
+  /// back to back, sending the next `Run` as soon as a job ends, where inline the next would
+  /// wait for Node's thread (that halved throughput with 2 workers at concurrency 8).
+  pub(super) fn start_inline(self: &Arc<Self>, started: Started, host: &dyn InlineHost) {
+    let next = if self.inline_ok(&started.queued.job) {
+      self.inline_one(started, host)
+    } else {
+      Some(started)
+    };
+    if let Some(next) = next {
+      self.elsewhere(next);
+    }
+  }
+
+  /// One job on the host's thread; returns the lane's next job when this one ended at once.
+  fn inline_one(self: &Arc<Self>, mut started: Started, host: &dyn InlineHost) -> Option<Started> {
+    let Some(supervisor) = &self.supervisor else {
+      self.elsewhere(started);
+      return None;
+    };
+    let prepared = match job::prepare(&mut started.queued.job, self) {
+      Ok(prepared) => prepared,
+      Err(done) => return self.complete(started, *done),
+    };
+    let outgoing = match Outgoing::new(
+      &prepared.spec,
+      prepared.isolation.as_ref(),
+      self.config.drain,
+    ) {
+      Ok(outgoing) => outgoing,
+      Err(e) => return self.complete(started, job::conclude(prepared, Err(e))),
+    };
+    let sent = if outgoing.len() > INLINE_MAX_FRAME {
+      Err(outgoing)
+    } else {
+      outgoing.send_to_idle(supervisor, prepared.isolation.as_ref())
+    };
+    match sent {
+      Ok((reaper, outgoing)) => {
+        job::register(self, &started.leader, reaper.pid);
+        let fd = reaper.conn.raw();
+        let resume = Box::new(Resume {
+          prepared,
+          reaper: Some(reaper),
+          outgoing,
+        });
+        host.watch(InlineJob {
+          inner: Arc::clone(self),
+          job: Some((started, resume)),
+          since: Instant::now(),
+          fd,
+        });
+      }
+      Err(outgoing) => {
+        started.resume = Some(Box::new(Resume {
+          prepared,
+          reaper: None,
+          outgoing,
+        }));
+        self.elsewhere(started);
+      }
+    }
+    None
+  }
+
+  /// Delivers a job's outcome and frees its slot; returns the lane's next job.
+  fn complete(self: &Arc<Self>, started: Started, done: (JobOutcome, Tally)) -> Option<Started> {
+    let Started {
+      queued: Queued { id, job, reply },
+      ..
+    } = started;
+    let (outcome, tally) = done;
+    reply.send(outcome);
+    self.finish(id, job.lane, tally, None)
+  }
+
+  /// Runs `started` (its slot taken) on a parked worker thread, or a new one.
+  pub(super) fn elsewhere(self: &Arc<Self>, started: Started) {
+    let parked = self.lock().parked.pop();
+    match parked {
+      Some(worker) => worker.hand(started),
+      None => self.launch_or_fail(started),
+    }
+  }
+}

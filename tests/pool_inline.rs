@@ -1,0 +1,233 @@
+//! core::pool's inline jobs (`inline.rs`) with real processes: started on the caller's thread,
+//! finished there when the command ends at once, handed to a worker thread otherwise. The
+//! host here is a plain `poll` loop standing in for Node's event loop.
+
+use std::cell::RefCell;
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+use std::time::{Duration, Instant};
+
+use finn_sandbox::core::pool::{
+  INLINE_WINDOW, InlineHost, InlineJob, JobOutcome, JobSpec, Lane, Pool, PoolConfig, RawJob,
+};
+use tokio::runtime::Handle;
+
+fn job(script: &str) -> JobSpec {
+  job_in(script, "/", None)
+}
+
+fn job_in(script: &str, cwd: &str, jail_root: Option<&str>) -> JobSpec {
+  JobSpec::new(RawJob {
+    binary_path: "/bin/sh".into(),
+    args: vec!["-c".into(), script.into()],
+    cwd: cwd.into(),
+    env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+    lane: Some(Lane::Interactive),
+    jail_root: jail_root.map(Into::into),
+    timeout_ms: Some(5_000),
+    ..RawJob::default()
+  })
+  .unwrap()
+}
+
+fn pool(workers: usize) -> Pool {
+  let config = PoolConfig {
+    interactive_workers: workers,
+    kill_grace: Duration::from_millis(200),
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  Pool::new(config, Handle::current())
+}
+
+/// The watched jobs, and how many were stepped (readable) or handed off (window passed).
+#[derive(Default)]
+struct Host {
+  jobs: RefCell<Vec<InlineJob>>,
+  watched: RefCell<usize>,
+  handed_off: RefCell<usize>,
+}
+
+impl InlineHost for Host {
+  fn watch(&self, job: InlineJob) {
+    *self.watched.borrow_mut() += 1;
+    self.jobs.borrow_mut().push(job);
+  }
+}
+
+impl Host {
+  /// Runs the loop until nothing is watched: steps each job whose socket is readable, hands
+  /// off each that waited past the window.
+  fn run(&self) {
+    loop {
+      let jobs: Vec<InlineJob> = self.jobs.borrow_mut().drain(..).collect();
+      if jobs.is_empty() {
+        return;
+      }
+      let mut fds: Vec<libc::pollfd> = jobs
+        .iter()
+        .map(|j| libc::pollfd {
+          fd: j.fd(),
+          events: libc::POLLIN,
+          revents: 0,
+        })
+        .collect();
+      // SAFETY: a valid array of pollfd.
+      unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
+      for (job, fd) in jobs.into_iter().zip(fds) {
+        if fd.revents != 0 {
+          job.step(self);
+        } else if job.since().elapsed() >= INLINE_WINDOW {
+          *self.handed_off.borrow_mut() += 1;
+          job.hand_off();
+        } else {
+          self.jobs.borrow_mut().push(job);
+        }
+      }
+    }
+  }
+}
+
+type Settled = Arc<Mutex<Vec<(u64, JobOutcome, ThreadId)>>>;
+
+fn submit(p: &Pool, host: &Host, settled: &Settled, job: JobSpec) -> u64 {
+  let settled = Arc::clone(settled);
+  p.submit_inline(
+    job,
+    Box::new(move |id, outcome| {
+      settled
+        .lock()
+        .unwrap()
+        .push((id, outcome, std::thread::current().id()))
+    }),
+    host,
+  )
+  .unwrap()
+}
+
+/// Waits (bounded) until `n` jobs have settled.
+fn wait_for(settled: &Settled, n: usize) -> Vec<(u64, JobOutcome, ThreadId)> {
+  let until = Instant::now() + Duration::from_secs(10);
+  while settled.lock().unwrap().len() < n {
+    assert!(Instant::now() < until, "jobs did not settle within 10 s");
+    std::thread::sleep(Duration::from_millis(5));
+  }
+  std::mem::take(&mut *settled.lock().unwrap())
+}
+
+fn stdout(outcome: &JobOutcome) -> &str {
+  &outcome.as_ref().expect("a result").stdout
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quick_job_ends_on_the_callers_thread_once_a_reaper_is_idle() {
+  let p = pool(1);
+  let host = Host::default();
+  let settled = Settled::default();
+  // The first job starts the supervisor, which waits: a worker thread sends it.
+  submit(&p, &host, &settled, job("echo warm"));
+  host.run();
+  let first = wait_for(&settled, 1);
+  assert_eq!(stdout(&first[0].1), "warm\n");
+  assert_eq!(*host.watched.borrow(), 0, "no idle reaper yet: not inline");
+  // Now a reaper is idle: the job goes from this thread and, ending within the window, ends
+  // here. A loaded machine may stretch a run past the window (then a worker ends it, with the
+  // same result): one of 20 runs must end here.
+  let mut inline = 0;
+  for round in 1..=20 {
+    submit(&p, &host, &settled, job("echo out; echo err >&2; exit 3"));
+    assert!(*host.watched.borrow() >= round, "sent from this thread");
+    host.run();
+    let done = wait_for(&settled, 1);
+    let result = done[0].1.as_ref().unwrap();
+    assert_eq!(
+      (
+        result.stdout.as_str(),
+        result.stderr.as_str(),
+        result.exit_code
+      ),
+      ("out\n", "err\n", 3)
+    );
+    if done[0].2 == std::thread::current().id() {
+      inline += 1;
+      break;
+    }
+  }
+  assert_eq!(inline, 1, "no job ended on the caller's thread");
+  let totals = p.stats().totals;
+  assert_eq!(totals.failed, 0);
+  assert_eq!(p.stats().interactive.active, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_longer_job_or_a_missed_window_goes_to_a_worker_and_still_ends_whole() {
+  let p = pool(2);
+  let host = Host::default();
+  let settled = Settled::default();
+  submit(&p, &host, &settled, job("true"));
+  submit(&p, &host, &settled, job("true"));
+  host.run();
+  wait_for(&settled, 2);
+  // Runs past the reaper's 1 ms: its `Spawned` comes alone, and a worker takes the job.
+  submit(&p, &host, &settled, job("sleep 0.05; echo slow"));
+  // Never stepped: handed off as a host does when the window passes with no answer.
+  submit(&p, &host, &settled, job("echo quick"));
+  assert_eq!(*host.watched.borrow(), 2);
+  let unwatched: Vec<InlineJob> = host.jobs.borrow_mut().drain(1..).collect();
+  for job in unwatched {
+    job.hand_off();
+  }
+  host.run();
+  let mut done = wait_for(&settled, 2);
+  done.sort_by_key(|d| d.0);
+  assert_eq!(stdout(&done[0].1), "slow\n");
+  assert_eq!(stdout(&done[1].1), "quick\n");
+  for d in &done {
+    assert_ne!(
+      d.2,
+      std::thread::current().id(),
+      "a worker thread settled it"
+    );
+  }
+  assert_eq!(p.stats().totals.completed, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queued_jobs_go_to_a_worker_in_order_and_a_rejected_cwd_ends_at_once() {
+  let p = pool(1);
+  let host = Host::default();
+  let settled = Settled::default();
+  submit(&p, &host, &settled, job("true"));
+  host.run();
+  wait_for(&settled, 1);
+  let jail = std::env::temp_dir();
+  let jail = jail.to_str().unwrap();
+  // Outside the jail: loa-finn's sanitized result, without running anything, on this thread.
+  let rejected = submit(&p, &host, &settled, job_in("echo never", "/", Some(jail)));
+  let done = wait_for(&settled, 1);
+  assert_eq!(done[0].0, rejected);
+  let result = done[0].1.as_ref().unwrap();
+  assert_eq!(
+    (result.exit_code, result.stderr.as_str()),
+    (1, "Working directory validation failed")
+  );
+  assert_eq!(done[0].2, std::thread::current().id());
+  assert_eq!(*host.watched.borrow(), 0);
+  // The first goes inline; the two queued behind it go to a worker thread, in order.
+  let first = submit(&p, &host, &settled, job("echo 1"));
+  submit(&p, &host, &settled, job_in("echo never", "/", Some(jail)));
+  submit(&p, &host, &settled, job("echo 3"));
+  assert_eq!(p.stats().interactive.queued, 2);
+  assert_eq!(*host.watched.borrow(), 1);
+  host.run();
+  let done = wait_for(&settled, 3);
+  let ids: Vec<u64> = done.iter().map(|d| d.0).collect();
+  assert_eq!(ids, vec![first, first + 1, first + 2]);
+  assert_eq!(stdout(&done[0].1), "1\n");
+  assert_eq!(done[1].1.as_ref().unwrap().exit_code, 1);
+  assert_eq!(stdout(&done[2].1), "3\n");
+  for d in &done[1..] {
+    assert_ne!(d.2, std::thread::current().id(), "queued: run by a worker");
+  }
+  assert_eq!(p.stats().totals.completed, 5);
+}
