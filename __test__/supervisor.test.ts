@@ -302,3 +302,40 @@ describe('the supervisor binary', () => {
     await p.shutdown()
   })
 })
+
+describe('a command that stops its helpers', () => {
+  // The command runs as the same user as its reaper and the supervisor, so it can SIGSTOP
+  // them. Before the fix, the job below hung past its timeout (the addon waited for the stopped
+  // reaper's first answer without a bound) and its tree outlived even Node.
+  const stops: Record<string, string> = {
+    'its reaper': 'kill -STOP $PPID',
+    'its reaper and the supervisor': "kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat)",
+    'its reaper and the supervisor, again and again': "while :; do kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat); done",
+  }
+  test('its reaper, then exits: the supervisor continues the reaper at once, and the job resolves long before its timeout', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 1 })
+    await p.exec(sh('true'))
+    const started = performance.now()
+    const result = await p.exec(sh('kill -STOP $PPID; echo done', { timeoutMs: 10_000 }))
+    expect(result).toMatchObject({ exitCode: 0, stdout: 'done\n' })
+    expect(performance.now() - started).toBeLessThan(2000)
+    await p.shutdown()
+  })
+
+  test.each(Object.entries(stops))('%s: the job still times out on time, no process of its tree survives, the next job runs', async (_, stop) => {
+    const p = new WorkerPool({ interactiveWorkers: 1, killGraceMs: 100 })
+    // Warm: the next job is sent to an idle reaper, from Node's thread.
+    await p.exec(sh('true'))
+    const tok = token()
+    const started = performance.now()
+    const job = p.exec(sh(`(setsid sleep ${tok} &); ${stop} & sleep ${tok}; : ${tok}`, { timeoutMs: 300 }))
+    const err = await rejectionOf(job, PoolError)
+    const ms = performance.now() - started
+    expect(err.code).toBe('EXEC_TIMEOUT')
+    // The timeout, the grace, and one nudge period with room for a loaded machine.
+    expect(ms).toBeLessThan(1500)
+    expect((await survivors(tok, 2000)).left).toEqual([])
+    expect((await p.exec(sh('echo next'))).stdout).toBe('next\n')
+    await p.shutdown()
+  })
+})

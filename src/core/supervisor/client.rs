@@ -126,6 +126,13 @@ impl Supervisor {
     }
   }
 
+  /// SIGCONTs the supervisor, if one runs (a job's command may have stopped it).
+  pub fn nudge(&self) {
+    if let Some(running) = &self.lock().running {
+      pidfd::send_signal(&running.pidfd, Signal::SIGCONT);
+    }
+  }
+
   /// An idle reaper of the running supervisor, if one is at hand; never starts anything (so
   /// it never waits).
   pub fn checkout_idle(&self) -> Option<Reaper> {

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::OFlag;
+use nix::sys::signal::Signal;
 
 use super::client::{Reaper, Supervisor};
 use super::descendants;
@@ -257,12 +258,19 @@ pub fn resume<R>(
   }
   let _detach = Detach(stop);
   let started = outgoing.started;
+  let deadline = limits.timeout.and_then(|t| started.checked_add(t));
   let mut retired = 0;
   let first = loop {
     let reply = if std::mem::take(&mut outgoing.unread) {
       Ok(FromReaper::Retired)
     } else {
-      next_message(&mut reaper)
+      first_answer(
+        supervisor,
+        &mut reaper,
+        deadline,
+        limits.kill_grace,
+        stop_fd,
+      )
     };
     match reply {
       // An idle reaper retiring as the job came: the job was not started; take another.
@@ -304,7 +312,7 @@ pub fn resume<R>(
     tree_gone: false,
     retired: false,
   };
-  let outcome = job.supervise(&mut reaper, limits, stop, stop_fd, started);
+  let outcome = job.supervise(supervisor, &mut reaper, limits, stop, stop_fd, started);
   let ended_by = match outcome {
     Ok(ended_by) => ended_by,
     Err(e) => return Err(crashed(&reaper, &e)),
@@ -354,13 +362,72 @@ pub fn kill_trees_now(reaper_pids: &[i32]) {
 /// uninterruptible sleep (the reapers still finish the job once the host is gone).
 pub const EXIT_KILL_WAIT: Duration = Duration::from_millis(200);
 
-/// The next message from the reaper, blocking.
-fn next_message(reaper: &mut Reaper) -> io::Result<FromReaper> {
-  match reaper.conn.recv()? {
-    Some(frame) => FromReaper::decode(&frame),
-    None => Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited")),
+/// The reaper's first answer to a `Run`. Past the job's deadline (or once a stop is asked)
+/// without one, the command may have stopped its reaper and the supervisor (it runs as their
+/// user, and SIGSTOP cannot be blocked): they are sent SIGCONT every [`NUDGE_EVERY`], and once
+/// the grace has passed too, the addon SIGKILLs the reaper's tree itself. Past that by
+/// [`REAP_BOUND`], the reaper counts as failed.
+fn first_answer(
+  supervisor: &Supervisor,
+  reaper: &mut Reaper,
+  deadline: Option<Instant>,
+  grace: Duration,
+  stop_fd: Option<RawFd>,
+) -> io::Result<FromReaper> {
+  let mut due = deadline;
+  let mut stop_pending = stop_fd.is_some();
+  loop {
+    if let Some(frame) = reaper.conn.take_frame()? {
+      return FromReaper::decode(&frame);
+    }
+    if reaper.conn.at_eof() {
+      return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
+    }
+    let now = Instant::now();
+    if let Some(at) = due
+      && now >= at
+    {
+      nudge(supervisor, reaper);
+      if now >= at + grace + FALLBACK_AFTER {
+        descendants::kill_now(reaper.pid, &|_| false);
+      }
+      if now >= at + grace + REAP_BOUND {
+        return Err(io::Error::new(
+          io::ErrorKind::TimedOut,
+          "it stopped answering",
+        ));
+      }
+    }
+    let wake = due.map(|at| if now >= at { now + NUDGE_EVERY } else { at });
+    let mut fds = [
+      watch(Some(reaper.conn.raw())),
+      watch(stop_fd.filter(|_| stop_pending)),
+    ];
+    poll(&mut fds, wake);
+    if fds[0].revents != 0 {
+      reaper.conn.fill()?;
+    }
+    if fds[1].revents != 0 {
+      // Left for `supervise` to take; from now on it counts as a deadline.
+      stop_pending = false;
+      due = Some(due.map_or(now, |at| at.min(now)));
+    }
   }
 }
+
+/// SIGCONTs the job's reaper and the supervisor (harmless when they run). The command runs as
+/// their user and may have stopped them; the supervisor also continues a reaper it sees
+/// stopped, but not itself.
+fn nudge(supervisor: &Supervisor, reaper: &Reaper) {
+  let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(reaper.pid), Signal::SIGCONT);
+  supervisor.nudge();
+}
+
+/// How often a job past its deadline nudges its helpers.
+const NUDGE_EVERY: Duration = Duration::from_millis(50);
+/// How long after the SIGKILL was due the addon kills the reaper's tree itself, when the
+/// reaper has not reported it gone (it may be stopped again and again).
+const FALLBACK_AFTER: Duration = Duration::from_millis(100);
 
 struct Job {
   pipes: [(Option<OwnedFd>, Stream); 2],
@@ -383,6 +450,7 @@ impl Job {
   /// reaper failed.
   fn supervise<R>(
     &mut self,
+    supervisor: &Supervisor,
     reaper: &mut Reaper,
     limits: &Limits,
     stop: Option<&StopCell<R>>,
@@ -403,6 +471,7 @@ impl Job {
       let msg = ToReaper::Terminate {
         grace_ms: grace.as_millis() as u64,
       };
+      nudge(supervisor, reaper);
       reaper.conn.send(&msg.encode(), &[])
     };
     loop {
@@ -426,9 +495,14 @@ impl Job {
       }
       let now = Instant::now();
       if let Some(a) = &asked
-        && now >= a.kill_at + REAP_BOUND
+        && now >= a.kill_at + FALLBACK_AFTER
       {
-        return Ok(ended_by.unwrap_or(EndedBy::Exit));
+        // The reaper has not reported the tree gone: it may be stopped (again and again).
+        nudge(supervisor, reaper);
+        descendants::kill_now(reaper.pid, &|_| false);
+        if now >= a.kill_at + REAP_BOUND {
+          return Ok(ended_by.unwrap_or(EndedBy::Exit));
+        }
       }
       // The deadline counts until the leader exits; after that the drain bounds the rest.
       let deadline = deadline.filter(|_| self.status.is_none() && asked.is_none());
@@ -440,7 +514,8 @@ impl Job {
         continue;
       }
       let wake = match &asked {
-        Some(a) => Some(a.kill_at + REAP_BOUND),
+        Some(a) if now >= a.kill_at + FALLBACK_AFTER => Some(now + NUDGE_EVERY),
+        Some(a) => Some(a.kill_at + FALLBACK_AFTER),
         None => deadline,
       };
       let mut fds = [

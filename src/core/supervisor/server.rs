@@ -162,8 +162,16 @@ impl Supervisor {
 
   fn reap(&mut self) -> bool {
     loop {
-      match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+      match waitpid(
+        Pid::from_raw(-1),
+        Some(WaitPidFlag::WNOHANG | WaitPidFlag::WUNTRACED),
+      ) {
         Ok(WaitStatus::StillAlive) => return false,
+        // A job's command may stop its reaper (same user; SIGSTOP cannot be blocked): let it
+        // go on at once.
+        Ok(WaitStatus::Stopped(pid, _)) => {
+          let _ = nix::sys::signal::kill(pid, Signal::SIGCONT);
+        }
         Ok(status) => {
           if let Some(pid) = status.pid() {
             self.reapers.remove(&pid.as_raw());

@@ -88,6 +88,11 @@ impl Conn {
     Ok(Some(frame))
   }
 
+  /// Whether the peer has closed (seen by a read).
+  pub fn at_eof(&self) -> bool {
+    self.eof
+  }
+
   /// A descriptor that arrived with the frames read so far, oldest first.
   pub fn take_fd(&mut self) -> Option<OwnedFd> {
     self.fds.pop_front()
