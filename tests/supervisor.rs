@@ -620,3 +620,56 @@ fn an_abort_during_a_timeouts_grace_kills_when_its_own_shorter_grace_ends() {
     Vec::<i32>::new()
   );
 }
+
+/// The command runs as its reaper's and the supervisor's user, and SIGSTOP cannot be blocked:
+/// it stops them (once, or in a loop), and the job must still time out on time and leave no
+/// process. Before, the first hung (the wait for the reaper's first answer had no bound) and
+/// the others took the 10 s reap bound.
+#[test]
+fn a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_nothing() {
+  if direct() {
+    // $PPID would be this test process.
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  let stops = [
+    "kill -STOP $PPID",
+    "kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat)",
+    "while :; do kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat); done",
+  ];
+  for stop in stops {
+    let tok = token();
+    let started = Instant::now();
+    let script = format!("(setsid sleep {tok} &); {stop} & sleep {tok}; : {tok}");
+    let done = run(&sup, sh(&script), limits(300, 100)).unwrap();
+    assert_eq!(done.ended_by, EndedBy::Timeout, "{stop}");
+    assert!(
+      started.elapsed() < Duration::from_millis(1500),
+      "{stop}: {:?}",
+      started.elapsed()
+    );
+    assert_eq!(
+      survivors_after(&tok, Duration::from_secs(2)),
+      Vec::<i32>::new(),
+      "{stop}"
+    );
+  }
+}
+
+/// A reaper stopped by its command is continued by the supervisor at once: a job that stops
+/// it and exits resolves long before its timeout (before: at the timeout, 10 s).
+#[test]
+fn a_reaper_stopped_by_its_command_is_continued_at_once() {
+  if direct() {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  let started = Instant::now();
+  let done = run(&sup, sh("kill -STOP $PPID; echo done"), limits(10_000, 100)).unwrap();
+  assert_eq!((done.exit_code(), done.stdout.as_str()), (0, "done\n"));
+  assert!(
+    started.elapsed() < Duration::from_secs(2),
+    "{:?}",
+    started.elapsed()
+  );
+}

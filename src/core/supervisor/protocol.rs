@@ -34,6 +34,11 @@ pub enum ToReaper {
   Run {
     spec: Box<SpawnSpec>,
     drain_ms: u64,
+    /// After the job, how long the reaper polls for the next `Run` before it sleeps: the
+    /// addon asks for it when it sent the job from Node's thread (sequential use, where the
+    /// next `Run` comes within a few hundred microseconds), never from a worker running a
+    /// queue (there the polling would take the CPU from the thread about to send it).
+    linger_us: u32,
     isolation: Option<Box<Plan>>,
     /// The plan's checked fds attached after the two pipes (`Plan::checked`).
     attached: Attached,
@@ -156,9 +161,10 @@ impl ToReaper {
       ToReaper::Run {
         spec,
         drain_ms,
+        linger_us,
         isolation,
         attached,
-      } => Self::encode_run_with(spec, *drain_ms, isolation.as_deref(), *attached),
+      } => Self::encode_run_with(spec, *drain_ms, *linger_us, isolation.as_deref(), *attached),
       ToReaper::Terminate { grace_ms } => {
         let mut w = Writer::default();
         w.u8(TERMINATE).u64(*grace_ms);
@@ -169,13 +175,25 @@ impl ToReaper {
 
   /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
   /// With the plan's own checked fds attached (`Plan::checked`, sent by the caller).
-  pub fn encode_run(spec: &SpawnSpec, drain_ms: u64, isolation: Option<&Plan>) -> Vec<u8> {
-    Self::encode_run_with(spec, drain_ms, isolation, Attached::of(isolation))
+  pub fn encode_run(
+    spec: &SpawnSpec,
+    drain_ms: u64,
+    linger_us: u32,
+    isolation: Option<&Plan>,
+  ) -> Vec<u8> {
+    Self::encode_run_with(
+      spec,
+      drain_ms,
+      linger_us,
+      isolation,
+      Attached::of(isolation),
+    )
   }
 
   fn encode_run_with(
     spec: &SpawnSpec,
     drain_ms: u64,
+    linger_us: u32,
     isolation: Option<&Plan>,
     attached: Attached,
   ) -> Vec<u8> {
@@ -190,6 +208,7 @@ impl ToReaper {
     let mut w = Writer(Vec::with_capacity(size));
     w.u8(RUN)
       .u64(drain_ms)
+      .u32(linger_us)
       .bytes(spec.program.as_bytes())
       .bytes(spec.cwd.as_bytes());
     for list in [&spec.argv, &spec.env] {
@@ -210,6 +229,7 @@ impl ToReaper {
     let msg = match r.u8()? {
       RUN => {
         let drain_ms = r.u64()?;
+        let linger_us = r.u32()?;
         let program = c_string(r.bytes()?)?;
         let cwd = c_string(r.bytes()?)?;
         let argv = c_strings(&mut r)?;
@@ -240,6 +260,7 @@ impl ToReaper {
             cwd,
           }),
           drain_ms,
+          linger_us,
           isolation,
           attached,
         }
@@ -297,6 +318,7 @@ mod tests {
         cwd: c("/tmp"),
       }),
       drain_ms: 100,
+      linger_us: 0,
       isolation: None,
       attached: Attached::default(),
     };
@@ -329,6 +351,7 @@ mod tests {
     let isolated = ToReaper::Run {
       spec: spec.clone(),
       drain_ms: 100,
+      linger_us: 600,
       isolation: Some(Box::new(plan)),
       attached,
     };

@@ -51,8 +51,6 @@ struct Reaper {
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
 /// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
 /// the supervisor holds.
-const SPIN_US: u64 = 600;
-
 pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> ! {
   let code = match setup(conn, lifeline, idle) {
     Ok(mut reaper) => {
@@ -92,6 +90,9 @@ impl Reaper {
     // first sent the job around again, to another fresh one that could retire too). It still
     // exits when the addon or the supervisor is gone.
     let mut idle_until: Option<Instant> = None;
+    // After a job whose `Run` asked for it: poll for the next one before sleeping (see
+    // `ToReaper::Run::linger_us`).
+    let mut linger_until: Option<Instant> = None;
     loop {
       let msg = match self.conn.take_frame() {
         Ok(Some(frame)) => frame,
@@ -100,8 +101,9 @@ impl Reaper {
             watch(Some(self.conn.raw())),
             watch(Some(self.lifeline.as_raw_fd())),
           ];
-          if idle_until.is_some() {
-            let spin_until = Instant::now() + Duration::from_micros(SPIN_US);
+          if let Some(spin_until) = linger_until.take() {
+            // Polls without sleeping: the next `Run` then finds this reaper running, and its
+            // wake-up (about 40 us when it lands on an idle vCPU) leaves the job's path.
             loop {
               poll(&mut fds, Some(Instant::now()));
               if fds[0].revents != 0 || fds[1].revents != 0 || Instant::now() >= spin_until {
@@ -132,6 +134,7 @@ impl Reaper {
         Ok(ToReaper::Run {
           spec,
           drain_ms,
+          linger_us,
           mut isolation,
           attached,
         }) => {
@@ -167,6 +170,8 @@ impl Reaper {
             return;
           }
           idle_until = Some(Instant::now() + self.idle);
+          linger_until =
+            (linger_us > 0).then(|| Instant::now() + Duration::from_micros(u64::from(linger_us)));
         }
         // A request for a job that already ended.
         Ok(ToReaper::Terminate { .. }) => {}

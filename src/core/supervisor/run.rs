@@ -68,7 +68,7 @@ pub fn run_blocking<R>(
   on_sent: impl FnOnce(),
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
-  let outgoing = Outgoing::new(spec, isolation, drain)?;
+  let outgoing = Outgoing::new(spec, isolation, drain, Duration::ZERO)?;
   let (reaper, outgoing) = outgoing.send(supervisor, isolation, on_sent)?;
   resume(
     supervisor,
@@ -96,10 +96,13 @@ pub struct Outgoing {
 }
 
 impl Outgoing {
+  /// `linger`: how long the reaper polls for its next job after this one (see
+  /// `ToReaper::Run::linger_us`).
   pub fn new(
     spec: &SpawnSpec,
     isolation: Option<&Plan>,
     drain: Duration,
+    linger: Duration,
   ) -> Result<Outgoing, RunError> {
     let started = Instant::now();
     let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
@@ -112,7 +115,12 @@ impl Outgoing {
         .map_err(|e| SpawnError::Setup(e.into()))?;
     }
     Ok(Outgoing {
-      run: ToReaper::encode_run(spec, drain.as_millis() as u64, isolation),
+      run: ToReaper::encode_run(
+        spec,
+        drain.as_millis() as u64,
+        linger.as_micros().min(u32::MAX as u128) as u32,
+        isolation,
+      ),
       writes: Some((out_w, err_w)),
       reads: (out_r, err_r),
       started,
