@@ -76,7 +76,7 @@ impl Host {
       unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, 1) };
       for (job, fd) in jobs.into_iter().zip(fds) {
         if fd.revents != 0 {
-          job.step(self);
+          job.step();
         } else if job.since().elapsed() >= INLINE_WINDOW {
           *self.handed_off.borrow_mut() += 1;
           job.hand_off();

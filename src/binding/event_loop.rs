@@ -234,7 +234,7 @@ impl Shared {
       if data == TIMER {
         self.expire();
       } else if let Some(job) = self.unwatch(data as RawFd) {
-        job.step(self);
+        job.step();
       }
     }
   }

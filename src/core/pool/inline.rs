@@ -4,7 +4,7 @@
 //! Through a worker thread, a job's critical path has four wake-ups of a thread on another CPU:
 //! Node's thread wakes the worker, the worker the reaper, the reaper the worker, the worker
 //! Node's thread. On a VM whose idle vCPUs halt at once, each costs about 40 us (`perf sched
-//! timehist`, see BENCHMARKS.md). Inline, Node's thread sends the `Run` to an idle reaper
+//! timehist`, README, Benchmarks). Inline, Node's thread sends the `Run` to an idle reaper
 //! itself and watches the reaper's socket in its own event loop: two wake-ups. The reaper
 //! sends `Spawned`, `Exited` and `TreeGone` in one write when the command ends within 1 ms;
 //! then the end is read, and the pipes drained, without waiting. Anything else (a longer
@@ -70,10 +70,9 @@ impl InlineJob {
   }
 
   /// The reaper's socket is readable: finishes the job on this thread when its whole end is
-  /// there (nothing then waits; the lane's next queued job goes to a worker thread). When
-  /// only progress came, within the window, the job goes back to `host` to be
-  /// watched; anything else hands it to a worker thread.
-  pub fn step(mut self, host: &dyn InlineHost) {
+  /// there (nothing then waits; the lane's next queued job goes to a worker thread); anything
+  /// else hands it to a worker thread.
+  pub fn step(mut self) {
     let Some((started, mut resume)) = self.job.take() else {
       return;
     };
@@ -83,13 +82,10 @@ impl InlineJob {
       .map_or(Answered::Other, run::answered_now);
     match answered {
       Answered::Ended => {}
-      // Still within the window: the host keeps watching (it hands the job off once the
-      // window has passed).
-      Answered::Running if self.since.elapsed() < INLINE_WINDOW => {
-        self.job = Some((started, resume));
-        host.watch(self);
-        return;
-      }
+      // The reaper answered without the end: the command runs past the reaper's 1 ms batch.
+      // A worker thread takes it now, not at the window's end: nobody reads its pipes before
+      // that, and a command writing more than a pipe holds (64 KiB) would wait for it (`yes`
+      // under a 1 MiB cap took 1.24x execFile's time with the job kept here up to 5 ms).
       answered => {
         tracing::debug!(?answered, "inline job handed to a worker thread");
         self.inner.elsewhere(Started {
