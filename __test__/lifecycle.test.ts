@@ -48,6 +48,37 @@ describe('process lifetime', () => {
     // was never killed still runs `sleep 100` when the bound is over.
     for (const pid of Object.values(pids)) await until(() => !alive(pid), 5_000)
   })
+
+  test('a pool in a worker thread: the thread ending idle, with jobs in flight, or by process.exit() leaves Node running and well', async () => {
+    // A pool's inline host is a libuv handle on the worker thread's loop (binding/event_loop.rs):
+    // Node aborts when a loop closes with a handle still open, so the thread's end must close it
+    // (an async cleanup hook), handing a job still watched to a worker thread.
+    const { stdout } = await node(`
+      const { Worker } = require('node:worker_threads')
+      const body = (mode) => \`
+        const sandbox = require(\${JSON.stringify(${JSON.stringify(join(root, 'index.js'))})})
+        const pool = new sandbox.WorkerPool()
+        const spec = (args) => ({ binaryPath: '/bin/sh', args: ['-c', args], cwd: '/', env: {} })
+        ;(async () => {
+          for (let i = 0; i < 5; i++) await pool.exec(spec('true'))
+          if ('\${mode}' === 'inflight') {
+            pool.exec(spec('sleep 0.2')).catch(() => {})
+            pool.exec(spec('true')).catch(() => {})
+            setImmediate(() => process.exit(0))
+          } else if ('\${mode}' === 'exit') process.exit(3)
+        })()\`
+      ;(async () => {
+        for (const mode of ['idle', 'inflight', 'exit']) {
+          const w = new Worker(body(mode), { eval: true })
+          const code = await new Promise((resolve) => w.on('exit', resolve))
+          console.log(mode, code)
+        }
+        const pool = new sandbox.WorkerPool()
+        console.log((await pool.exec({ binaryPath: '/bin/echo', args: ['main'], cwd: '/', env: {} })).stdout.trim())
+        await pool.shutdown()
+      })()`)
+    expect(stdout).toBe('idle 0\ninflight 0\nexit 3\nmain\n')
+  })
 })
 
 describe('packaging', () => {
