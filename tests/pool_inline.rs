@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
+use finn_sandbox::core::isolate::{IsolationOptions, Mode};
 use finn_sandbox::core::pool::{
   INLINE_WINDOW, InlineHost, InlineJob, JobOutcome, JobSpec, Lane, Pool, PoolConfig, RawJob,
 };
@@ -161,35 +162,83 @@ async fn a_quick_job_ends_on_the_callers_thread_once_a_reaper_is_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_longer_job_or_a_missed_window_goes_to_a_worker_and_still_ends_whole() {
-  let p = pool(2);
+  let p = pool(3);
   let host = Host::default();
   let settled = Settled::default();
-  submit(&p, &host, &settled, job("true"));
-  submit(&p, &host, &settled, job("true"));
+  // Three at once: each starts a reaper of its own, idle afterwards.
+  for _ in 0..3 {
+    submit(&p, &host, &settled, job("true"));
+  }
   host.run();
-  wait_for(&settled, 2);
+  wait_for(&settled, 3);
   // Runs past the reaper's 1 ms: its `Spawned` comes alone, and a worker takes the job.
   submit(&p, &host, &settled, job("sleep 0.05; echo slow"));
   // Never stepped: handed off as a host does when the window passes with no answer.
   submit(&p, &host, &settled, job("echo quick"));
-  assert_eq!(*host.watched.borrow(), 2);
-  let unwatched: Vec<InlineJob> = host.jobs.borrow_mut().drain(1..).collect();
-  for job in unwatched {
-    job.hand_off();
-  }
+  // Dropped by its host (a panic, or a host going away): it goes to a worker all the same.
+  submit(&p, &host, &settled, job("echo dropped"));
+  assert_eq!(*host.watched.borrow(), 3);
+  let mut unwatched: Vec<InlineJob> = host.jobs.borrow_mut().drain(1..).collect();
+  drop(unwatched.pop());
+  unwatched.pop().unwrap().hand_off();
   host.run();
-  let mut done = wait_for(&settled, 2);
+  let mut done = wait_for(&settled, 3);
   done.sort_by_key(|d| d.0);
   assert_eq!(stdout(&done[0].1), "slow\n");
   assert_eq!(stdout(&done[1].1), "quick\n");
+  assert_eq!(stdout(&done[2].1), "dropped\n");
   for d in &done {
-    assert_ne!(
-      d.2,
-      std::thread::current().id(),
-      "a worker thread settled it"
-    );
+    assert_ne!(d.2, std::thread::current().id(), "a worker settled it");
   }
-  assert_eq!(p.stats().totals.completed, 4);
+  assert_eq!(p.stats().totals.completed, 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn isolated_jobs_and_large_frames_go_to_a_worker_the_rest_inline() {
+  let p = pool(1);
+  let host = Host::default();
+  let settled = Settled::default();
+  submit(&p, &host, &settled, job("true"));
+  host.run();
+  wait_for(&settled, 1);
+  let isolated = |mode| {
+    let mut j = job("echo iso");
+    j.isolation = Some(IsolationOptions {
+      mode,
+      ..IsolationOptions::default()
+    });
+    j
+  };
+  // `off` said outright is no isolation: inline.
+  submit(&p, &host, &settled, isolated(Mode::Off));
+  assert_eq!(*host.watched.borrow(), 1);
+  host.run();
+  assert_eq!(stdout(&wait_for(&settled, 1)[0].1), "iso\n");
+  // Isolated: its plan opens the cwd's directories, which stays off the host's thread.
+  submit(&p, &host, &settled, isolated(Mode::Auto));
+  assert_eq!(*host.watched.borrow(), 1, "an isolated job went inline");
+  host.run();
+  assert_ne!(wait_for(&settled, 1)[0].2, std::thread::current().id());
+  // A 16 KiB argument: the frame is well under the inline bound (64 KiB).
+  let with_arg = |len: usize| {
+    let mut j = job("echo ${#0}");
+    j.argv
+      .push(std::ffi::CString::new("x".repeat(len)).unwrap());
+    j
+  };
+  submit(&p, &host, &settled, with_arg(16 * 1024));
+  assert_eq!(
+    *host.watched.borrow(),
+    2,
+    "a 16 KiB frame did not go inline"
+  );
+  host.run();
+  assert_eq!(stdout(&wait_for(&settled, 1)[0].1), "16384\n");
+  // 100 KiB: over the bound; a worker sends it (it may fill the socket and wait).
+  submit(&p, &host, &settled, with_arg(100 * 1024));
+  assert_eq!(*host.watched.borrow(), 2, "a 100 KiB frame went inline");
+  host.run();
+  assert_eq!(stdout(&wait_for(&settled, 1)[0].1), "102400\n");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -654,6 +654,25 @@ fn a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_
       "{stop}"
     );
   }
+  // The supervisor alone, stopped by a job that then ends well: the next job that needs a new
+  // reaper (three at once, where one reaper is idle) still gets one.
+  let stop_supervisor = "kill -STOP $(cut -d' ' -f4 /proc/$PPID/stat); echo stopped";
+  let done = run(&sup, sh(stop_supervisor), limits(5000, 100)).unwrap();
+  assert_eq!(done.stdout, "stopped\n");
+  let (tx, rx) = std::sync::mpsc::channel();
+  for i in 0..3 {
+    let (sup, tx) = (Arc::clone(&sup), tx.clone());
+    std::thread::spawn(move || {
+      let done = run(&sup, sh(&format!("sleep 0.2; echo {i}")), limits(5000, 100));
+      let _ = tx.send(done.map(|d| d.stdout));
+    });
+  }
+  for _ in 0..3 {
+    let out = rx
+      .recv_timeout(Duration::from_secs(5))
+      .expect("a job waited for a stopped supervisor");
+    assert!(out.is_ok(), "{out:?}");
+  }
 }
 
 /// A reaper stopped by its command is continued by the supervisor at once: a job that stops
@@ -672,4 +691,75 @@ fn a_reaper_stopped_by_its_command_is_continued_at_once() {
     "{:?}",
     started.elapsed()
   );
+}
+
+/// Live children of `parent`.
+fn children_of(parent: i32) -> Vec<i32> {
+  std::fs::read_dir("/proc")
+    .unwrap()
+    .flatten()
+    .filter_map(|e| e.file_name().to_string_lossy().parse::<i32>().ok())
+    .filter(|&pid| {
+      std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| finn_sandbox::core::exec::tree::parse_stat(&stat))
+        .is_some_and(|p| p.ppid == parent)
+    })
+    .collect()
+}
+
+/// The state letter of `pid` (`None`: gone).
+fn proc_state(pid: i32) -> Option<char> {
+  let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+  stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// An idle reaper and the supervisor, both stopped before the job comes (an earlier job's
+/// command can do that): the reaper cannot answer the `Run`, not even with `Spawned`. The
+/// addon's wait for that first answer must end at the job's deadline, or at once at a stop
+/// request, by continuing them; before, it had no bound.
+#[test]
+fn a_reaper_stopped_while_idle_is_continued_at_the_deadline_or_at_a_stop() {
+  if direct() {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  for stop_request in [false, true] {
+    run(&sup, sh("true"), limits(5000, 100)).unwrap();
+    let supervisor_pid = sup.pid().unwrap();
+    let mut stopped = children_of(supervisor_pid);
+    assert!(!stopped.is_empty(), "an idle reaper");
+    stopped.push(supervisor_pid);
+    for &pid in &stopped {
+      nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGSTOP).unwrap();
+    }
+    let until = Instant::now() + Duration::from_secs(5);
+    while stopped.iter().any(|&pid| proc_state(pid) != Some('T')) {
+      assert!(Instant::now() < until, "they never stopped");
+      std::thread::yield_now();
+    }
+    let started = Instant::now();
+    let timeout_ms = if stop_request { 10_000 } else { 300 };
+    let (cell, handle) = run_on_thread(&sup, sh("sleep 10"), limits(timeout_ms, 100));
+    if stop_request {
+      // An abort while the job waits for the first answer.
+      std::thread::sleep(Duration::from_millis(200));
+      cell.request(Stop {
+        grace: Duration::from_millis(100),
+        reason: "abort",
+      });
+    }
+    let done = handle.join().unwrap().unwrap();
+    let expected = if stop_request {
+      EndedBy::Stopped("abort")
+    } else {
+      EndedBy::Timeout
+    };
+    assert_eq!(done.ended_by, expected);
+    assert!(
+      started.elapsed() < Duration::from_millis(1500),
+      "stop request {stop_request}: {:?}",
+      started.elapsed()
+    );
+  }
 }

@@ -209,7 +209,7 @@ impl Inner {
       Ok(outgoing) => outgoing,
       Err(e) => return self.complete(started, job::conclude(prepared, Err(e))),
     };
-    let sent = if outgoing.len() > INLINE_MAX_FRAME {
+    let sent = if outgoing.frame_len() > INLINE_MAX_FRAME {
       Err(outgoing)
     } else {
       outgoing.send_to_idle(supervisor, prepared.isolation.as_ref())

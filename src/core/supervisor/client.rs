@@ -248,10 +248,29 @@ fn reap(pid: i32, pidfd: OwnedFd) {
 
 fn new_reaper(running: &mut Running) -> io::Result<(i32, Conn)> {
   running.conn.send(&ToSupervisor::NewReaper.encode(), &[])?;
-  let frame = running
-    .conn
-    .recv()?
-    .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"))?;
+  // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
+  // while the answer does not come, and given up on after `NEW_REAPER_BOUND`.
+  let asked = Instant::now();
+  let frame = loop {
+    if let Some(frame) = running.conn.take_frame()? {
+      break frame;
+    }
+    let mut fds = [crate::core::exec::poll::watch(Some(running.conn.raw()))];
+    crate::core::exec::poll::poll(&mut fds, Some(Instant::now() + NUDGE_EVERY));
+    if fds[0].revents == 0 {
+      pidfd::send_signal(&running.pidfd, Signal::SIGCONT);
+      if asked.elapsed() >= NEW_REAPER_BOUND {
+        return Err(io::Error::new(
+          io::ErrorKind::TimedOut,
+          "it did not answer a request for a reaper",
+        ));
+      }
+      continue;
+    }
+    if !running.conn.fill()? {
+      return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
+    }
+  };
   let FromSupervisor::ReaperReady { pid } = FromSupervisor::decode(&frame)?;
   let fd = running
     .conn
@@ -259,6 +278,11 @@ fn new_reaper(running: &mut Running) -> io::Result<(i32, Conn)> {
     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no socket came with the reaper"))?;
   Ok((pid, Conn::new(fd)))
 }
+
+/// How often a request for a reaper that gets no answer sends the supervisor SIGCONT.
+const NUDGE_EVERY: Duration = Duration::from_millis(50);
+/// How long a request for a reaper waits for the supervisor's answer.
+const NEW_REAPER_BOUND: Duration = Duration::from_secs(10);
 
 /// RAII for the libc spawn attribute objects.
 struct Attrs {

@@ -129,12 +129,8 @@ impl Outgoing {
   }
 
   /// The size of the `Run` frame.
-  pub fn len(&self) -> usize {
+  pub fn frame_len(&self) -> usize {
     self.run.len()
-  }
-
-  pub fn is_empty(&self) -> bool {
-    self.run.is_empty()
   }
 
   /// The pipes' write ends, then the fds that passed the check (see `Plan::checked`).
@@ -416,9 +412,11 @@ fn first_answer(
       reaper.conn.fill()?;
     }
     if fds[1].revents != 0 {
-      // Left for `supervise` to take; from now on it counts as a deadline.
+      // Left for `supervise` to take; from now on it counts as a deadline (now: after the
+      // poll, not before it, or the grace would seem to have passed already).
       stop_pending = false;
-      due = Some(due.map_or(now, |at| at.min(now)));
+      let asked = Instant::now();
+      due = Some(due.map_or(asked, |at| at.min(asked)));
     }
   }
 }
