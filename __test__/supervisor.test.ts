@@ -322,6 +322,35 @@ describe('a command that stops its helpers', () => {
     await p.shutdown()
   })
 
+  test('its reaper and the supervisor, then Node is SIGKILLed: the supervisor is continued (parent-death SIGCONT) and no process of the tree survives', async () => {
+    const tok = token()
+    // The supervisor first: stopped second, it would continue the reaper at once.
+    const script = `(setsid sleep ${tok} &); kill -STOP $(cut -d' ' -f4 /proc/$PPID/stat) $PPID; sleep ${tok}; : ${tok}`
+    const body = `
+      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+      const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', ${JSON.stringify(script)}], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
+      setInterval(() => {}, 1000)`
+    const child = spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+    // Up once the double-forked sleep has been reparented to the reaper (one outside parent).
+    let reaper = 0
+    await until(() => {
+      // Node's own command line carries the token too.
+      const pids = holders(tok).filter((p) => p !== child.pid)
+      const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
+      for (const p of pids) parents.delete(p)
+      reaper = [...parents][0]
+      return pids.length >= 3 && parents.size === 1
+    })
+    const supervisor = stat(reaper)?.ppid as number
+    await until(() => stat(reaper)?.state === 'T' && stat(supervisor)?.state === 'T')
+    child.kill('SIGKILL')
+    await exited
+    // The supervisor's wind-down waits 2 s for its reapers before it SIGKILLs all below it.
+    expect((await survivors(tok, 5000)).left).toEqual([])
+  })
+
   test.each(Object.entries(stops))('%s: the job still times out on time, no process of its tree survives, the next job runs', async (_, stop) => {
     const p = new WorkerPool({ interactiveWorkers: 1, killGraceMs: 100 })
     // Warm: the next job is sent to an idle reaper, from Node's thread.

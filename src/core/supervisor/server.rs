@@ -84,6 +84,11 @@ fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
   // then fail with EPIPE instead of killing the supervisor.
   unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn) }?;
   nix::sys::prctl::set_child_subreaper(true)?;
+  // A job's command may stop this process (it runs as our user) and Node may then die: a
+  // stopped process never sees its socket close. SIGCONT when the thread that started us
+  // exits (Node's death, or only that worker thread's: then it does nothing) lets it wind
+  // down, killing every tree below it.
+  nix::sys::prctl::set_pdeathsig(Signal::SIGCONT)?;
   let mut mask = SigSet::empty();
   mask.add(Signal::SIGCHLD);
   mask.thread_block()?;
