@@ -165,9 +165,9 @@ async fn a_longer_job_or_a_missed_window_goes_to_a_worker_and_still_ends_whole()
   let p = pool(3);
   let host = Host::default();
   let settled = Settled::default();
-  // Three at once: each starts a reaper of its own, idle afterwards.
+  // Three at once, overlapping: each gets a reaper of its own, idle afterwards.
   for _ in 0..3 {
-    submit(&p, &host, &settled, job("true"));
+    submit(&p, &host, &settled, job("sleep 0.2"));
   }
   host.run();
   wait_for(&settled, 3);
