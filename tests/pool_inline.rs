@@ -116,21 +116,31 @@ fn wait_for(settled: &Settled, n: usize) -> Vec<(u64, JobOutcome, ThreadId)> {
   std::mem::take(&mut *settled.lock().unwrap())
 }
 
+/// A pool with `workers` slots whose first jobs ran (overlapping, so each started a reaper of
+/// its own): `workers` reapers are idle when this returns, and no job went inline yet.
+fn warmed(workers: usize) -> (Pool, Host, Settled) {
+  let p = pool(workers);
+  let host = Host::default();
+  let settled = Settled::default();
+  // The first jobs start the supervisor and their reapers, which waits: worker threads send them.
+  for _ in 0..workers {
+    submit(&p, &host, &settled, job("sleep 0.2; echo warm"));
+  }
+  host.run();
+  for (_, outcome, _) in wait_for(&settled, workers) {
+    assert_eq!(stdout(&outcome), "warm\n");
+  }
+  assert_eq!(*host.watched.borrow(), 0, "no idle reaper yet: not inline");
+  (p, host, settled)
+}
+
 fn stdout(outcome: &JobOutcome) -> &str {
   &outcome.as_ref().expect("a result").stdout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quick_job_ends_on_the_callers_thread_once_a_reaper_is_idle() {
-  let p = pool(1);
-  let host = Host::default();
-  let settled = Settled::default();
-  // The first job starts the supervisor, which waits: a worker thread sends it.
-  submit(&p, &host, &settled, job("echo warm"));
-  host.run();
-  let first = wait_for(&settled, 1);
-  assert_eq!(stdout(&first[0].1), "warm\n");
-  assert_eq!(*host.watched.borrow(), 0, "no idle reaper yet: not inline");
+  let (p, host, settled) = warmed(1);
   // Now a reaper is idle: the job goes from this thread and, ending within the window, ends
   // here. A loaded machine may stretch a run past the window (then a worker ends it, with the
   // same result): one of 20 runs must end here.
@@ -162,15 +172,7 @@ async fn a_quick_job_ends_on_the_callers_thread_once_a_reaper_is_idle() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_longer_job_or_a_missed_window_goes_to_a_worker_and_still_ends_whole() {
-  let p = pool(3);
-  let host = Host::default();
-  let settled = Settled::default();
-  // Three at once, overlapping: each gets a reaper of its own, idle afterwards.
-  for _ in 0..3 {
-    submit(&p, &host, &settled, job("sleep 0.2"));
-  }
-  host.run();
-  wait_for(&settled, 3);
+  let (p, host, settled) = warmed(3);
   // Runs past the reaper's 1 ms: its `Spawned` comes alone, and a worker takes the job.
   submit(&p, &host, &settled, job("sleep 0.05; echo slow"));
   // Never stepped: handed off as a host does when the window passes with no answer.
@@ -195,12 +197,7 @@ async fn a_longer_job_or_a_missed_window_goes_to_a_worker_and_still_ends_whole()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn isolated_jobs_and_large_frames_go_to_a_worker_the_rest_inline() {
-  let p = pool(1);
-  let host = Host::default();
-  let settled = Settled::default();
-  submit(&p, &host, &settled, job("true"));
-  host.run();
-  wait_for(&settled, 1);
+  let (p, host, settled) = warmed(1);
   let isolated = |mode| {
     let mut j = job("echo iso");
     j.isolation = Some(IsolationOptions {
@@ -243,12 +240,7 @@ async fn isolated_jobs_and_large_frames_go_to_a_worker_the_rest_inline() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queued_jobs_go_to_a_worker_in_order_and_a_rejected_cwd_ends_at_once() {
-  let p = pool(1);
-  let host = Host::default();
-  let settled = Settled::default();
-  submit(&p, &host, &settled, job("true"));
-  host.run();
-  wait_for(&settled, 1);
+  let (p, host, settled) = warmed(1);
   let jail = std::env::temp_dir();
   let jail = jail.to_str().unwrap();
   // Outside the jail: loa-finn's sanitized result, without running anything, on this thread.
