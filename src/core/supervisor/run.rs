@@ -44,6 +44,10 @@ const READS_PER_WAKE: usize = 16;
 /// Reads of the final drain once the tree is gone: every writer is dead, so this only bounds
 /// a writer outside the tree that was handed the pipe.
 const FINAL_READS: usize = 1024;
+/// The same bound for a job finished on Node's thread (`stop: None` in [`resume`]): a writer
+/// outside the tree (another job's command handed the pipe) could otherwise keep Node's thread
+/// reading 32 MiB; this is 2 MiB, about a millisecond.
+const FINAL_READS_INLINE: usize = 64;
 /// Reapers that may turn out retired (or dead) under one job before it gives up. Each try
 /// takes another idle reaper, and a freshly forked one does not retire before its first job:
 /// this only bounds a supervisor that misbehaves.
@@ -336,7 +340,12 @@ pub fn resume<R>(
     tracing::warn!(?survivors, "processes survived SIGKILL past the reap bound");
   }
   for (pipe, stream) in &mut job.pipes {
-    for _ in 0..FINAL_READS {
+    let final_reads = if stop.is_some() {
+      FINAL_READS
+    } else {
+      FINAL_READS_INLINE
+    };
+    for _ in 0..final_reads {
       if pipe.is_none() || !drain_once(pipe, *stream, &mut job.capture, &mut job.buf) {
         break;
       }
