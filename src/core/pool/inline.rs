@@ -19,9 +19,10 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{JobSpec, Lane};
+use super::config::JobSpec;
 use super::job::{self, JobOutcome, Resume, Tally};
 use super::state::{Inner, Queued, Started};
+use super::worker::SlotGuard;
 use crate::core::isolate::Mode;
 use crate::core::supervisor::run::{self, Answered, Outgoing};
 
@@ -42,7 +43,7 @@ pub const INLINE_WINDOW: Duration = Duration::from_millis(5);
 /// within a few hundred microseconds (Node wakes, runs its JS, sends), and a reaper found
 /// running saves the job a cross-CPU wake-up. A worker running a queue never asks for it: the
 /// polling would take a CPU from the thread about to send the next `Run`; with 4 workers at
-/// concurrency 8 that cost a third of the throughput (`npm run bench`: 0.70x the native loop).
+/// concurrency 8 that took throughput from 0.87x to 0.70x the native loop (`npm run bench`).
 const INLINE_LINGER: Duration = Duration::from_micros(600);
 
 /// The largest `Run` frame sent from the host's thread: an idle reaper's socket is empty, and
@@ -95,11 +96,12 @@ impl InlineJob {
         return;
       }
     }
-    let guard = Finishing::new(&self.inner, &started);
+    // Frees the slot even if finishing panics (the dropped reply then reads as a crash).
+    let slot = SlotGuard::new(&self.inner, started.queued.id, started.queued.job.lane);
     // The whole end is read: nothing waits, and no stop request could change it.
-    let done = job::resume(*resume, None, &self.inner, &started.leader, || {});
-    guard.disarm();
-    if let Some(next) = self.inner.complete(started, done) {
+    let (outcome, tally) = job::resume(*resume, None, &self.inner, &started.leader, || {});
+    started.queued.reply.send(outcome);
+    if let Some(next) = slot.finish(tally, None) {
       self.inner.elsewhere(next);
     }
   }
@@ -111,7 +113,7 @@ impl InlineJob {
 
   fn release(&mut self) {
     if let Some((started, resume)) = self.job.take() {
-      tracing::debug!("inline job handed to a worker thread (its window passed)");
+      tracing::debug!("inline job handed to a worker thread (its window passed, or its host went)");
       self.inner.elsewhere(Started {
         resume: Some(resume),
         ..started
@@ -123,40 +125,6 @@ impl InlineJob {
 impl Drop for InlineJob {
   fn drop(&mut self) {
     self.release();
-  }
-}
-
-/// Frees a job's slot if finishing it on the host's thread panics (its dropped reply then
-/// reads as a crash), as a worker's `SlotGuard` does.
-struct Finishing<'a> {
-  inner: &'a Arc<Inner>,
-  id: u64,
-  lane: Lane,
-  armed: bool,
-}
-
-impl<'a> Finishing<'a> {
-  fn new(inner: &'a Arc<Inner>, started: &Started) -> Self {
-    Finishing {
-      inner,
-      id: started.queued.id,
-      lane: started.queued.job.lane,
-      armed: true,
-    }
-  }
-
-  fn disarm(mut self) {
-    self.armed = false;
-  }
-}
-
-impl Drop for Finishing<'_> {
-  fn drop(&mut self) {
-    if self.armed
-      && let Some(next) = self.inner.finish(self.id, self.lane, Tally::Failed, None)
-    {
-      self.inner.launch_or_fail(next);
-    }
   }
 }
 
@@ -175,27 +143,22 @@ impl Inner {
     self.supervisor.is_some() && !isolated
   }
 
-  /// Starts `started` (its slot taken) on the host's thread if it qualifies, else on a worker
-  /// thread. A job queued behind it goes to a worker thread: a worker runs its lane's queue
-  /// back to back, sending the next `Run` as soon as a job ends, where inline the next would
-  /// wait for Node's thread (that halved throughput with 2 workers at concurrency 8).
+  /// Starts `started` (its slot taken, [`Self::inline_ok`]) on the host's thread. A job queued
+  /// behind it goes to a worker thread: a worker runs its lane's queue back to back, sending
+  /// the next `Run` as soon as a job ends, where inline the next would wait for Node's thread
+  /// (that halved throughput with 2 workers at concurrency 8).
   pub(super) fn start_inline(self: &Arc<Self>, started: Started, host: &dyn InlineHost) {
-    let next = if self.inline_ok(&started.queued.job) {
-      self.inline_one(started, host)
-    } else {
-      Some(started)
-    };
-    if let Some(next) = next {
+    if let Some(next) = self.inline_one(started, host) {
       self.elsewhere(next);
     }
   }
 
   /// One job on the host's thread; returns the lane's next job when this one ended at once.
   fn inline_one(self: &Arc<Self>, mut started: Started, host: &dyn InlineHost) -> Option<Started> {
-    let Some(supervisor) = &self.supervisor else {
-      self.elsewhere(started);
-      return None;
-    };
+    let supervisor = self
+      .supervisor
+      .as_ref()
+      .expect("inline_ok: only jobs through the supervisor");
     let prepared = match job::prepare(&mut started.queued.job, self) {
       Ok(prepared) => prepared,
       Err(done) => return self.complete(started, *done),

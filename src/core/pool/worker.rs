@@ -132,12 +132,7 @@ impl Inner {
       resume,
     } = started;
     // Frees the slot even if the job panics; the dropped `reply` then reads as a crash.
-    let slot = SlotGuard {
-      inner: self,
-      id,
-      lane: job.lane,
-      armed: true,
-    };
+    let slot = SlotGuard::new(self, id, job.lane);
     #[cfg(feature = "test-hooks")]
     super::test_hooks::before_run(self.test_hooks, job.session_id.as_deref(), id);
     let (outcome, tally) = match resume {
@@ -146,7 +141,7 @@ impl Inner {
     };
     carried.flush();
     tracing::debug!(?outcome, "job settled");
-    let next = slot.finish(tally, me);
+    let next = slot.finish(tally, Some(me));
     match next {
       Some(_) => carried.0 = Some((reply, outcome)),
       None => reply.send(outcome),
@@ -207,18 +202,29 @@ impl Drop for Carried {
 const WORKER_IDLE: Duration = Duration::from_secs(10);
 
 /// Frees a running job's slot exactly once: through [`SlotGuard::finish`], or when dropped by a
-/// panic (then the lane's next job starts on a new thread).
-struct SlotGuard<'a> {
+/// panic (then the lane's next job starts on a new thread). Used by worker threads and by jobs
+/// finished on the host's thread (`inline.rs`).
+pub(super) struct SlotGuard<'a> {
   inner: &'a Arc<Inner>,
   id: u64,
   lane: Lane,
   armed: bool,
 }
 
-impl SlotGuard<'_> {
-  fn finish(mut self, tally: Tally, parker: &Arc<Parked>) -> Option<Started> {
+impl<'a> SlotGuard<'a> {
+  pub(super) fn new(inner: &'a Arc<Inner>, id: u64, lane: Lane) -> Self {
+    SlotGuard {
+      inner,
+      id,
+      lane,
+      armed: true,
+    }
+  }
+
+  /// See [`Inner::finish`]: without a next job, `parker` (a worker thread) is parked.
+  pub(super) fn finish(mut self, tally: Tally, parker: Option<&Arc<Parked>>) -> Option<Started> {
     self.armed = false;
-    self.inner.finish(self.id, self.lane, tally, Some(parker))
+    self.inner.finish(self.id, self.lane, tally, parker)
   }
 }
 

@@ -279,8 +279,9 @@ fn new_reaper(running: &mut Running) -> io::Result<(i32, Conn)> {
   Ok((pid, Conn::new(fd)))
 }
 
-/// How often a request for a reaper that gets no answer sends the supervisor SIGCONT.
-const NUDGE_EVERY: Duration = Duration::from_millis(50);
+/// How often a wait for a helper that gets no answer sends it SIGCONT (a job's command may
+/// have stopped it): a request for a reaper here, a job past its deadline in `run.rs`.
+pub(crate) const NUDGE_EVERY: Duration = Duration::from_millis(50);
 /// How long a request for a reaper waits for the supervisor's answer.
 const NEW_REAPER_BOUND: Duration = Duration::from_secs(10);
 

@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
-use super::client::{Reaper, Supervisor};
+use super::client::{NUDGE_EVERY, Reaper, Supervisor};
 use super::descendants;
 use super::protocol::{FromReaper, ToReaper};
 use crate::core::exec::capture::{Capture, Pushed, Stream};
@@ -164,12 +164,9 @@ impl Outgoing {
     on_sent: impl FnOnce(),
   ) -> Result<(Reaper, Outgoing), RunError> {
     let reaper = supervisor.checkout().map_err(RunError::Crashed)?;
-    let mut on_sent = Some(on_sent);
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
-        if let Some(f) = on_sent.take() {
-          f();
-        }
+        on_sent();
         // Unread, it reads as the `Retired` it is: `resume` takes another reaper.
         Ok((
           reaper,
@@ -438,8 +435,6 @@ fn nudge(supervisor: &Supervisor, reaper: &Reaper) {
   supervisor.nudge();
 }
 
-/// How often a job past its deadline nudges its helpers.
-const NUDGE_EVERY: Duration = Duration::from_millis(50);
 /// How long after the SIGKILL was due the addon kills the reaper's tree itself, when the
 /// reaper has not reported it gone (it may be stopped again and again).
 const FALLBACK_AFTER: Duration = Duration::from_millis(100);
