@@ -487,6 +487,50 @@ fn idle_reapers_retire_and_a_job_meeting_a_retiring_reaper_runs_on_another() {
   }
 }
 
+/// An idle reaper killed meanwhile (the OOM killer, a stray `kill -9`) left no `Retired`: the
+/// job sent to it meets a closed socket (EPIPE), and must run on another reaper, not fail.
+#[test]
+fn a_job_sent_to_an_idle_reaper_killed_meanwhile_runs_on_another() {
+  if direct() {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  let mut attempts = 0;
+  let (dead, stale) = loop {
+    let pid: i32 = run(&sup, sh("echo $PPID"), limits(5000, 100))
+      .unwrap()
+      .stdout
+      .trim()
+      .parse()
+      .unwrap();
+    let reaper = sup.checkout().unwrap();
+    if reaper.pid == pid {
+      break (pid, reaper);
+    }
+    sup.checkin(reaper);
+    attempts += 1;
+    assert!(attempts < 50, "no job's reaper was ever checked in");
+  };
+  nix::sys::signal::kill(
+    nix::unistd::Pid::from_raw(dead),
+    nix::sys::signal::Signal::SIGKILL,
+  )
+  .unwrap();
+  // Dead (a zombie until the supervisor reaps it, or gone): its socket is closed.
+  let until = Instant::now() + Duration::from_secs(5);
+  while proc_state(dead).is_some_and(|s| s != 'Z' && s != 'X') {
+    assert!(Instant::now() < until, "reaper {dead} did not die");
+    std::thread::sleep(Duration::from_millis(2));
+  }
+  sup.checkin(stale);
+  let done = run(&sup, sh("echo $PPID"), limits(5000, 100))
+    .unwrap_or_else(|e| panic!("the job met the killed reaper {dead}: {e:?}"));
+  assert_eq!(done.exit_code(), 0);
+  let ran_on: i32 = done.stdout.trim().parse().unwrap();
+  assert_ne!(ran_on, dead);
+  assert_eq!(sup.pid(), Some(ppid(ran_on)));
+}
+
 /// A reaper that retires right after a job (idle limit 0) sends `Retired` behind `TreeGone`,
 /// and the addon, late to read (a loaded machine; with the default 10 s, a stopped Node), gets
 /// both in one read. The job ended well: it must settle with its output, and the next job must

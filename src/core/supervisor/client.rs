@@ -29,6 +29,18 @@ pub struct Reaper {
   generation: u64,
 }
 
+#[cfg(test)]
+impl Reaper {
+  /// A reaper whose socket is `conn`, for tests of what the addon reads from it.
+  pub(crate) fn on(pid: i32, conn: Conn) -> Reaper {
+    Reaper {
+      pid,
+      conn,
+      generation: 0,
+    }
+  }
+}
+
 /// One pool's supervisor.
 pub struct Supervisor {
   program: PathBuf,

@@ -629,3 +629,48 @@ fn read_once(
     return None;
   }
 }
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::core::supervisor::wire::{self, Conn};
+
+  /// What `answered_now` says after the reaper's side sent `frames` (and closed, if `close`).
+  fn answered_after(frames: &[&[u8]], close: bool) -> Answered {
+    let (ours, theirs) = wire::pair().unwrap();
+    let theirs = Conn::new(theirs);
+    if !frames.is_empty() {
+      theirs.send_all(frames).unwrap();
+    }
+    let _open = (!close).then_some(theirs);
+    answered_now(&mut Reaper::on(0, Conn::new(ours)))
+  }
+
+  /// Only a whole, well-formed end lets a job finish on Node's thread without waiting: any
+  /// other answer goes to a worker thread, where waiting is allowed. A `TreeGone` behind
+  /// something else (a retirement, a failed spawn, garbage) must not pass for an end: the
+  /// inline finish would then wait on Node's thread for a reaper that is not running the job.
+  #[test]
+  fn only_a_whole_end_reads_as_ended() {
+    let spawned = FromReaper::Spawned { pid: 7 }.encode();
+    let exited = FromReaper::Exited(ExitStatus::Exited(0)).encode();
+    let gone = FromReaper::TreeGone.encode();
+    let retired = FromReaper::Retired.encode();
+    let failed = FromReaper::SpawnFailed { errno: 2 }.encode();
+    let garbage = [0xEEu8, 1, 2];
+    let cases: [(&[&[u8]], bool, Answered); 9] = [
+      (&[], false, Answered::Running),
+      (&[&spawned], false, Answered::Running),
+      (&[&spawned, &exited], false, Answered::Running),
+      (&[&spawned, &exited, &gone], false, Answered::Ended),
+      (&[&spawned, &exited, &gone], true, Answered::Ended),
+      (&[&retired, &gone], false, Answered::Other),
+      (&[&failed, &gone], false, Answered::Other),
+      (&[&spawned, &garbage, &gone], false, Answered::Other),
+      (&[], true, Answered::Other),
+    ];
+    for (i, (frames, close, want)) in cases.into_iter().enumerate() {
+      assert_eq!(answered_after(frames, close), want, "case {i}");
+    }
+  }
+}
