@@ -673,4 +673,88 @@ mod tests {
       assert_eq!(answered_after(frames, close), want, "case {i}");
     }
   }
+
+  /// The state letter of `pid` from /proc (`None`: gone).
+  fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+  }
+
+  /// Polls /proc until `pid` is dead (a zombie or gone); the time it took from `since`.
+  fn dead_after(pid: i32, since: Instant, bound: Duration) -> Duration {
+    while state(pid).is_some_and(|s| s != 'Z' && s != 'X') {
+      assert!(since.elapsed() < bound, "{pid} still alive after {bound:?}");
+      std::thread::sleep(Duration::from_millis(2));
+    }
+    since.elapsed()
+  }
+
+  /// A reaper that never answers its `Run` (here a stopped shell with a child, on a socket
+  /// nobody writes): past the deadline it is continued at once, its tree is SIGKILLed by the
+  /// addon once the grace and [`FALLBACK_AFTER`] have passed (not before: the reaper's own
+  /// TERM and grace come first when it answers), and the wait gives up only at the grace plus
+  /// [`REAP_BOUND`]. Takes about 10.5 s, the bound itself.
+  #[test]
+  fn a_reaper_that_never_answers_is_continued_then_its_tree_killed_then_given_up() {
+    let mut shell = std::process::Command::new("/bin/sh")
+      .args(["-c", "sleep 1000 & echo $!; wait"])
+      .stdout(std::process::Stdio::piped())
+      .spawn()
+      .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+      &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
+      &mut line,
+    )
+    .unwrap();
+    let child: i32 = line.trim().parse().unwrap();
+    let fake = shell.id() as i32;
+    // Both go with the test, however it ends.
+    struct Reap(std::process::Child, i32);
+    impl Drop for Reap {
+      fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.1), Signal::SIGKILL);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+      }
+    }
+    let _reap = Reap(shell, child);
+    let pid = nix::unistd::Pid::from_raw(fake);
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    while state(fake) != Some('T') {
+      std::thread::sleep(Duration::from_millis(1));
+    }
+    let (ours, theirs) = wire::pair().unwrap();
+    let grace = Duration::from_millis(500);
+    let start = Instant::now();
+    let waiting = std::thread::spawn(move || {
+      // Never started: nudging it does nothing, the reaper gets the SIGCONTs.
+      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+      let mut reaper = Reaper::on(fake, Conn::new(ours));
+      let answer = first_answer(&sup, &mut reaper, Some(start), grace, None);
+      (answer, start.elapsed())
+    });
+    // Continued at the first look past the deadline (which is the start).
+    while state(fake) == Some('T') {
+      assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "never continued"
+      );
+      std::thread::sleep(Duration::from_millis(1));
+    }
+    let killed = dead_after(child, start, Duration::from_secs(3));
+    assert!(
+      killed >= grace + FALLBACK_AFTER
+        && killed < grace + FALLBACK_AFTER + Duration::from_millis(500),
+      "the tree was killed {killed:?} after the deadline"
+    );
+    let (answer, gave_up) = waiting.join().unwrap();
+    let err = answer.expect_err("no answer can come");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+      gave_up >= grace + REAP_BOUND && gave_up < grace + REAP_BOUND + Duration::from_secs(2),
+      "gave up after {gave_up:?}"
+    );
+    drop(theirs);
+  }
 }
