@@ -8,53 +8,62 @@
 //! `setpriv --reuid=65534 --regid=65534 --clear-groups target/debug/deps/isolate-*`.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Read};
-use std::os::fd::FromRawFd;
 use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use finn_sandbox::core::isolate::{IsolationOptions, Plan, Prepared, prepare, probe};
 use serde_json::{Value, json};
 
-fn is_root() -> bool {
-  probe().uid == 0
-}
+mod common;
+use common::isolate_attacks::{
+  self as attacks, Backend, DeniedDirProbe, FdScope, Jail, KillOnDrop, Started, SwapRace, exists,
+  find_git, is_root, kill_all, merge, off, pids_with, proc_field, rand_suffix, victim,
+};
 
 /// Mount, pid and net namespaces can be made: directly (CAP_SYS_ADMIN) or inside a user namespace.
 fn can_ns() -> bool {
   probe().sys_admin || probe().userns
 }
 
-/// `<base>/jail` (the writable cwd), `<base>/jail-evil`, `<base>/outside`.
-struct Jail {
-  _dir: tempfile::TempDir,
-  root: PathBuf,
-  evil: PathBuf,
-  out: PathBuf,
+/// The native backend: the command itself, with `prepared.apply_in_child()` in its pre_exec.
+struct Native;
+
+impl Backend for Native {
+  const JAIL_PREFIX: &'static str = "finn-iso";
+  type Prepared = Prepared;
+
+  fn try_command(
+    &self,
+    opts: &Value,
+    cwd: &Path,
+    argv: &[&str],
+  ) -> Result<Started<Prepared>, String> {
+    let opts = IsolationOptions::from_json(opts.clone()).unwrap();
+    let p = match Plan::resolve(&opts, cwd, probe()).unwrap() {
+      None => None,
+      Some(plan) => Some(Arc::new(prepare(&plan).map_err(|e| e.to_string())?)),
+    };
+    let mut cmd = Command::new(argv[0]);
+    cmd
+      .args(&argv[1..])
+      .current_dir(cwd)
+      .stdin(Stdio::null())
+      .stdout(Stdio::piped())
+      .stderr(Stdio::piped());
+    if let Some(p) = p.clone() {
+      // SAFETY: apply_in_child is async-signal-safe: syscalls on data prepared before the fork.
+      unsafe {
+        cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+      }
+    }
+    Ok((cmd, p))
+  }
 }
 
 fn jail() -> Jail {
-  let dir = tempfile::Builder::new()
-    .prefix("finn-iso")
-    .tempdir()
-    .unwrap();
-  let base = dir.path().canonicalize().unwrap();
-  let (root, evil, out) = (
-    base.join("jail"),
-    base.join("jail-evil"),
-    base.join("outside"),
-  );
-  for d in [&root, &evil, &out] {
-    std::fs::create_dir(d).unwrap();
-  }
-  Jail {
-    _dir: dir,
-    root,
-    evil,
-    out,
-  }
+  Native.jail()
 }
 
 fn prepared(opts: &Value, cwd: &Path) -> Option<Arc<Prepared>> {
@@ -64,45 +73,30 @@ fn prepared(opts: &Value, cwd: &Path) -> Option<Arc<Prepared>> {
 }
 
 fn command(opts: &Value, cwd: &Path, argv: &[&str]) -> (Command, Option<Arc<Prepared>>) {
-  let mut cmd = Command::new(argv[0]);
-  cmd
-    .args(&argv[1..])
-    .current_dir(cwd)
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-  let p = prepared(opts, cwd);
-  if let Some(p) = p.clone() {
-    // SAFETY: apply_in_child is async-signal-safe: syscalls on data prepared before the fork.
-    unsafe {
-      cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
-    }
-  }
-  (cmd, p)
+  Native.command(opts, cwd, argv)
 }
 
-struct Ran {
-  status: ExitStatus,
-  stderr: String,
-  prepared: Option<Arc<Prepared>>,
-}
+type Ran = attacks::Ran<Prepared>;
 
 fn sh(opts: &Value, cwd: &Path, script: &str) -> Ran {
-  run(opts, cwd, &["/bin/bash", "-c", script])
+  attacks::sh(&Native, opts, cwd, script)
 }
 
 fn run(opts: &Value, cwd: &Path, argv: &[&str]) -> Ran {
-  let (mut cmd, prepared) = command(opts, cwd, argv);
-  let out = cmd.output().unwrap();
-  Ran {
-    status: out.status,
-    stderr: String::from_utf8_lossy(&out.stderr).into(),
-    prepared,
-  }
+  attacks::run(&Native, opts, cwd, argv)
 }
 
-fn off() -> Value {
-  json!({"mode": "off"})
+/// Runs this test binary's `attack_helper` inside the sandbox.
+fn helper(opts: &Value, cwd: &Path, attack: &str, arg: &str) -> Ran {
+  attacks::helper(&Native, opts, cwd, attack, arg)
+}
+
+/// Waits for `line` on the child's stdout: the real signal that it did what it was told.
+fn wait_line(child: &mut Child, line: &str) {
+  assert!(
+    attacks::wait_line(child, line),
+    "child closed stdout before {line:?}"
+  );
 }
 
 fn auto() -> Value {
@@ -123,72 +117,9 @@ fn settings(extra: Value) -> Vec<(Value, bool)> {
   vec![(off(), false), (on, true), (no_ns, true)]
 }
 
-fn merge(a: &mut Value, b: &Value) {
-  match (a, b) {
-    (Value::Object(a), Value::Object(b)) => {
-      for (k, v) in b {
-        merge(a.entry(k.clone()).or_insert(Value::Null), v);
-      }
-    }
-    (a, b) => *a = b.clone(),
-  }
-}
-
-fn exists(p: &Path) -> bool {
-  std::fs::symlink_metadata(p).is_ok()
-}
-
 #[test]
 fn writes_outside_the_jail() {
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    std::fs::write(j.out.join("victim"), "orig").unwrap();
-    std::fs::write(j.root.join("mine"), "data").unwrap();
-    let script = format!(
-      r#"o={out}; e={evil}
-      echo x > $o/direct
-      echo x > $e/evil
-      ln -s $o/viasym link; echo x > link
-      ln $o/victim hard; echo pwned >> hard
-      echo x > /proc/self/root$o/procroot
-      mv mine $o/moved
-      mkdir d; mv d $o/dir-moved"#,
-      out = j.out.display(),
-      evil = j.evil.display()
-    );
-    let r = sh(&opts, &j.root, &script);
-    let escaped: Vec<&str> = [
-      ("direct", exists(&j.out.join("direct"))),
-      ("jail-evil", exists(&j.evil.join("evil"))),
-      ("symlink", exists(&j.out.join("viasym"))),
-      (
-        "hardlink",
-        std::fs::read_to_string(j.out.join("victim")).unwrap() != "orig",
-      ),
-      ("/proc/self/root", exists(&j.out.join("procroot"))),
-      ("rename file out", exists(&j.out.join("moved"))),
-      ("rename dir out", exists(&j.out.join("dir-moved"))),
-    ]
-    .into_iter()
-    .filter_map(|(name, hit)| hit.then_some(name))
-    .collect();
-    if stopped {
-      assert!(
-        escaped.is_empty(),
-        "{opts}: escaped via {escaped:?}; stderr: {}",
-        r.stderr
-      );
-      // The jail itself stays writable.
-      assert!(exists(&j.root.join("link")), "{opts}: {}", r.stderr);
-    } else {
-      assert_eq!(
-        escaped.len(),
-        7,
-        "off: every write must land, got {escaped:?}: {}",
-        r.stderr
-      );
-    }
-  }
+  attacks::writes_outside_the_jail(&Native, settings(json!({})));
 }
 
 #[test]
@@ -263,52 +194,23 @@ fn protected_paths_stay_read_only() {
 
 #[test]
 fn denied_reads() {
-  for (extra_ns, stopped) in [(None, false), (Some(true), true), (Some(false), true)] {
-    let j = jail();
-    let secret_dir = j.out.join("dotssh");
-    std::fs::create_dir(&secret_dir).unwrap();
-    std::fs::write(secret_dir.join("id_ed25519"), "KEY-TOKEN").unwrap();
-    std::fs::write(j.out.join("netrc"), "NETRC-TOKEN").unwrap();
-    std::fs::write(j.out.join("public"), "PUBLIC").unwrap();
-    // A sibling symlink into the denied directory: carving must not grant it (and so its target).
-    std::os::unix::fs::symlink(&secret_dir, j.out.join("link")).unwrap();
-    let opts = match extra_ns {
-      None => off(),
-      Some(mount) => {
-        json!({"mode": "auto", "fs": {"denyRead": [secret_dir, j.out.join("netrc"), "/etc/shadow"]},
-        "namespaces": {"mount": mount && can_ns()}})
-      }
-    };
-    let o = j.out.display();
-    let r = sh(
-      &opts,
-      &j.root,
-      &format!(
-        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3; cat {o}/public > pub; cat {o}/link/id_ed25519 > leak4"
+  // Not `settings()`: no network namespace, and the mount namespace where the host can make
+  // one, then landlock alone.
+  attacks::denied_reads(
+    &Native,
+    vec![
+      (off(), false),
+      (
+        json!({"mode": "auto", "namespaces": {"mount": can_ns()}}),
+        true,
       ),
-    );
-    let read = |f: &str| std::fs::read_to_string(j.root.join(f)).unwrap_or_default();
-    assert_eq!(
-      read("pub"),
-      "PUBLIC",
-      "{opts}: readable siblings stay readable: {}",
-      r.stderr
-    );
-    let leaks = [
-      read("leak1").contains("KEY-TOKEN"),
-      read("leak2").contains("NETRC-TOKEN"),
-      read("leak4").contains("KEY-TOKEN"),
-    ];
-    if stopped {
-      assert_eq!(leaks, [false; 3], "{opts}: {}", r.stderr);
-      assert_eq!(read("leak3"), "", "{opts}: /etc/shadow leaked");
-    } else {
-      assert_eq!(leaks, [true; 3], "off: {}", r.stderr);
-      if is_root() {
-        assert!(!read("leak3").is_empty(), "off: root reads /etc/shadow");
-      }
-    }
-  }
+      (
+        json!({"mode": "auto", "namespaces": {"mount": false}}),
+        true,
+      ),
+    ],
+    DeniedDirProbe::ReadThroughSiblingSymlink,
+  );
 }
 
 #[test]
@@ -353,94 +255,7 @@ fn root_operations_fail() {
     }
     return;
   }
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    std::fs::create_dir(j.root.join("m")).unwrap();
-    let r = sh(
-      &opts,
-      &j.root,
-      "mount -t tmpfs none m && touch m/mounted
-       mknod dev c 1 3
-       unshare -U -r touch unshared
-       unshare -m touch unshared-m",
-    );
-    let mounted = exists(&j.root.join("m/mounted"));
-    if mounted {
-      let m = std::ffi::CString::new(j.root.join("m").to_str().unwrap()).unwrap();
-      // SAFETY: umount of a NUL-terminated path this test mounted (in the off run).
-      assert_eq!(unsafe { libc::umount(m.as_ptr()) }, 0);
-    }
-    let hits = [
-      mounted,
-      exists(&j.root.join("dev")),
-      exists(&j.root.join("unshared")),
-      exists(&j.root.join("unshared-m")),
-    ];
-    if stopped {
-      assert_eq!(hits, [false; 4], "{opts}: {}", r.stderr);
-    } else {
-      assert_eq!(hits, [true; 4], "off: {}", r.stderr);
-    }
-  }
-}
-
-/// Pids whose command line contains `token`.
-fn pids_with(token: &str) -> Vec<i32> {
-  let mut v = Vec::new();
-  for e in std::fs::read_dir("/proc").unwrap().flatten() {
-    let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
-      continue;
-    };
-    if let Ok(c) = std::fs::read(e.path().join("cmdline"))
-      && String::from_utf8_lossy(&c).contains(token)
-    {
-      v.push(pid);
-    }
-  }
-  v
-}
-
-struct KillOnDrop(String);
-
-impl Drop for KillOnDrop {
-  fn drop(&mut self) {
-    kill_all(&self.0);
-  }
-}
-
-fn kill_all(token: &str) {
-  for _ in 0..100 {
-    let pids = pids_with(token);
-    if pids.is_empty() {
-      return;
-    }
-    for p in pids {
-      let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(p),
-        nix::sys::signal::Signal::SIGKILL,
-      );
-    }
-    std::thread::yield_now();
-  }
-}
-
-/// Waits for `line` on the child's stdout: the real signal that it did what it was told.
-fn wait_line(child: &mut Child, line: &str) {
-  let out = child.stdout.as_mut().unwrap();
-  let mut r = BufReader::new(out);
-  let mut s = String::new();
-  loop {
-    s.clear();
-    assert_ne!(
-      r.read_line(&mut s).unwrap(),
-      0,
-      "child closed stdout before {line:?}"
-    );
-    // libtest may print "test attack_helper ... " on the same line first.
-    if s.trim_end().ends_with(line) {
-      return;
-    }
-  }
+  attacks::root_operations_fail(&Native, settings(json!({})), false);
 }
 
 #[test]
@@ -481,13 +296,6 @@ fn fork_bomb_is_bounded_and_cleaned_up() {
       kill_all(&token);
     }
   }
-}
-
-fn rand_suffix() -> u32 {
-  std::time::SystemTime::now()
-    .duration_since(std::time::UNIX_EPOCH)
-    .unwrap()
-    .subsec_nanos()
 }
 
 #[test]
@@ -555,192 +363,14 @@ fn cpu_and_file_size_limits() {
 
 #[test]
 fn network_tcp_udp_and_unix_socket_by_path() {
-  use std::net::{TcpListener, UdpSocket};
-  use std::os::unix::net::UnixListener;
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-    tcp.set_nonblocking(true).unwrap();
-    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_nonblocking(true).unwrap();
-    let sock = j.out.join("agent.sock");
-    let unix = UnixListener::bind(&sock).unwrap();
-    unix.set_nonblocking(true).unwrap();
-    let script = format!(
-      "echo tcp > /dev/tcp/127.0.0.1/{}; echo udp > /dev/udp/127.0.0.1/{}",
-      tcp.local_addr().unwrap().port(),
-      udp.local_addr().unwrap().port()
-    );
-    let r = sh(&opts, &j.root, &script);
-    let u = helper(&opts, &j.root, "unix-connect", sock.to_str().unwrap());
-    // The children have exited: anything they sent is already queued here.
-    let tcp_got = tcp.accept().is_ok();
-    let udp_got = udp.recv(&mut [0; 16]).is_ok();
-    let unix_got = unix.accept().is_ok();
-    assert_eq!(
-      [tcp_got, udp_got, unix_got],
-      [!stopped; 3],
-      "{opts}: {} / {}",
-      r.stderr,
-      u.stderr
-    );
-  }
-}
-
-/// Runs this test binary's `attack_helper` inside the sandbox.
-fn helper(opts: &Value, cwd: &Path, attack: &str, arg: &str) -> Ran {
-  let exe = std::env::current_exe().unwrap();
-  let (mut cmd, prepared) = command(
-    opts,
-    cwd,
-    &[
-      exe.to_str().unwrap(),
-      "--exact",
-      "attack_helper",
-      "--nocapture",
-      "--test-threads=1",
-    ],
-  );
-  cmd.env("FINN_ATTACK", attack).env("FINN_ATTACK_ARG", arg);
-  let out = cmd.output().unwrap();
-  Ran {
-    status: out.status,
-    stderr: String::from_utf8_lossy(&out.stderr).into(),
-    prepared,
-  }
+  attacks::network_tcp_udp_and_unix_socket_by_path(&Native, settings(json!({})));
 }
 
 /// Not a test on its own: the attacks that need a syscall no shell tool makes. Does nothing
 /// unless `FINN_ATTACK` is set.
 #[test]
 fn attack_helper() {
-  let Ok(attack) = std::env::var("FINN_ATTACK") else {
-    return;
-  };
-  let arg = std::env::var("FINN_ATTACK_ARG").unwrap();
-  match attack.as_str() {
-    "unix-connect" => {
-      use std::io::Write;
-      if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&arg) {
-        let _ = s.write_all(b"hi");
-      }
-    }
-    "ptrace-hold" => {
-      let pid: i32 = arg.parse().unwrap();
-      // SAFETY: PTRACE_SEIZE takes a pid and no pointers; failure is the expected outcome.
-      let _ = unsafe { libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0) };
-      println!("ready");
-      // Hold the attachment (if any) until the test has looked and closes our stdin.
-      let _ = std::io::stdin().read(&mut [0; 1]);
-    }
-    "fork-many" => {
-      let sleep = std::ffi::CString::new("/bin/sleep").unwrap();
-      let tok = std::ffi::CString::new(arg).unwrap();
-      let argv = [sleep.as_ptr(), tok.as_ptr(), std::ptr::null()];
-      for _ in 0..100 {
-        // SAFETY: the child makes only async-signal-safe calls on memory prepared before the fork.
-        unsafe {
-          if libc::fork() == 0 {
-            libc::setsid();
-            // stdout/stderr close at exec, not before: the test's read of them ends only once
-            // every sleeper has exec'd (or died), so it counts finished forks, not racing ones.
-            libc::fcntl(1, libc::F_SETFD, libc::FD_CLOEXEC);
-            libc::fcntl(2, libc::F_SETFD, libc::FD_CLOEXEC);
-            libc::execv(sleep.as_ptr(), argv.as_ptr());
-            libc::_exit(127);
-          }
-        }
-      }
-    }
-    "sigstop" => {
-      let pid: i32 = arg.parse().unwrap();
-      let _ = nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGSTOP,
-      );
-    }
-    "pidfd-getfd" => {
-      // "pid:fd": copies what the outside process's fd reads into ./stolen.
-      let (pid, fd) = arg.split_once(':').unwrap();
-      let (pid, fd): (i32, i32) = (pid.parse().unwrap(), fd.parse().unwrap());
-      // SAFETY: pidfd_open and pidfd_getfd take integers; the results are checked.
-      unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-        let got = libc::syscall(libc::SYS_pidfd_getfd, pidfd, fd, 0) as i32;
-        if pidfd < 0 || got < 0 {
-          eprintln!("pidfd: {}", std::io::Error::last_os_error());
-          return;
-        }
-        let mut f = std::fs::File::from_raw_fd(got);
-        let mut s = String::new();
-        let _ = std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(0));
-        let _ = f.read_to_string(&mut s);
-        std::fs::write("stolen", s).unwrap();
-      }
-    }
-    "pidfd-kill" => {
-      let pid: i32 = arg.parse().unwrap();
-      // SAFETY: pidfd_open and pidfd_send_signal take integers and a null siginfo.
-      unsafe {
-        let pidfd = libc::syscall(libc::SYS_pidfd_open, pid, 0) as i32;
-        if libc::syscall(
-          libc::SYS_pidfd_send_signal,
-          pidfd,
-          libc::SIGKILL,
-          std::ptr::null::<u8>(),
-          0,
-        ) != 0
-        {
-          eprintln!("pidfd_send_signal: {}", std::io::Error::last_os_error());
-        }
-      }
-    }
-    #[cfg(target_arch = "x86_64")]
-    "int80" => {
-      // The i386 ABI from a 64-bit process: socketcall and friends behind other numbers, which
-      // a filter keyed on x86_64 numbers would not know. i386 getpid is 20.
-      let mut nr: u32 = 20;
-      // SAFETY: i386 getpid takes no arguments and touches no memory.
-      unsafe { std::arch::asm!("int 0x80", inout("eax") nr) };
-      println!("int80 returned {nr}");
-    }
-    "setxattr" => {
-      let path = std::ffi::CString::new(arg).unwrap();
-      // SAFETY: NUL-terminated name and path, a 5-byte value; failure is the expected outcome.
-      let r = unsafe {
-        libc::setxattr(
-          path.as_ptr(),
-          c"user.finn".as_ptr(),
-          b"pwned".as_ptr().cast(),
-          5,
-          0,
-        )
-      };
-      if r != 0 {
-        eprintln!("setxattr: {}", std::io::Error::last_os_error());
-      }
-    }
-    other => panic!("unknown attack {other}"),
-  }
-}
-
-/// A process outside the sandbox standing in for Node: it holds a secret in its environment.
-fn victim(token: &str) -> Child {
-  Command::new("sleep")
-    .arg("60")
-    .env("OPENAI_API_KEY", token)
-    .stdin(Stdio::null())
-    .spawn()
-    .unwrap()
-}
-
-fn proc_field(pid: u32, field: &str) -> String {
-  let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-  s.lines()
-    .find_map(|l| l.strip_prefix(field))
-    .unwrap()
-    .trim()
-    .to_string()
+  attacks::attack_helper();
 }
 
 #[test]
@@ -810,57 +440,7 @@ fn the_parent_cannot_be_read_traced_or_stopped() {
 
 #[test]
 fn only_fds_0_to_2_are_inherited() {
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    // A file, a pipe and a socket without CLOEXEC, as a careless parent would leave them.
-    let path = std::ffi::CString::new(j.out.join("f").to_str().unwrap()).unwrap();
-    let mut leaked = [0; 5];
-    // SAFETY: open/pipe/socketpair write fds into arrays on our stack; all are closed below.
-    unsafe {
-      leaked[0] = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o600);
-      assert_eq!(libc::pipe(leaked[1..3].as_mut_ptr()), 0);
-      assert_eq!(
-        libc::socketpair(
-          libc::AF_UNIX,
-          libc::SOCK_STREAM,
-          0,
-          leaked[3..5].as_mut_ptr()
-        ),
-        0
-      );
-    }
-    let target = |pid: u32, fd: i32| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")).ok();
-    let me = std::process::id();
-    let ours: Vec<PathBuf> = leaked.iter().filter_map(|&fd| target(me, fd)).collect();
-    assert_eq!(ours.len(), 5);
-    // `sleep` itself, no shell: spawn() returns once exec has succeeded (std's CLOEXEC error
-    // pipe). The command may open files of its own while starting (locale), so what counts is
-    // whether one of ours reached it, not the bare fd numbers.
-    let (mut cmd, _p) = command(&opts, &j.root, &["/bin/sleep", "60"]);
-    let mut child = cmd.spawn().unwrap();
-    let inherited: Vec<PathBuf> = std::fs::read_dir(format!("/proc/{}/fd", child.id()))
-      .unwrap()
-      .filter_map(|e| e.unwrap().file_name().to_string_lossy().parse::<i32>().ok())
-      .filter(|&fd| fd > 2)
-      .filter_map(|fd| target(child.id(), fd))
-      .filter(|t| ours.contains(t))
-      .collect();
-    child.kill().unwrap();
-    child.wait().unwrap();
-    for fd in leaked {
-      // SAFETY: closing the fds opened above.
-      unsafe { libc::close(fd) };
-    }
-    if stopped {
-      assert_eq!(inherited, Vec::<PathBuf>::new(), "{opts}");
-    } else {
-      assert_eq!(
-        inherited.len(),
-        5,
-        "off: every leaked fd reaches the command: {inherited:?}"
-      );
-    }
-  }
+  attacks::only_fds_0_to_2_are_inherited(&Native, settings(json!({})), FdScope::Command);
 }
 
 #[test]
@@ -1103,115 +683,23 @@ fn a_malicious_repositorys_fsmonitor_and_hooks_cannot_write_outside() {
   }
 }
 
-fn find_git() -> Option<PathBuf> {
-  ["/usr/bin/git", "/bin/git", "/usr/local/bin/git"]
-    .iter()
-    .map(PathBuf::from)
-    .find(|p| p.exists())
-}
-
-/// The bind's own race (issue 17: "the jail is bound from the checked fd, not by path"): a host
-/// thread swaps the protected `.git/hooks` with a symlink to outside while isolated commands
-/// start and write into `.git/hooks/`. A bind made by path could follow the symlink, protect the
-/// outside directory instead, and leave the real hooks directory writable once it is swapped
-/// back. Bound from the checked object, the real directory is read-only in every command that
-/// starts (a start that meets the symlink is refused: ELOOP, or the symlink at prepare). Judged
-/// from the host: files in the real hooks directory (whatever its name at the end) or outside.
+/// The bind's own race, with the native backend (see the shared body): a start that meets the
+/// symlink is refused by ELOOP, or at prepare.
 #[test]
 fn the_protect_swap_race_never_leaves_hooks_writable() {
-  use std::sync::atomic::{AtomicBool, Ordering};
   if !can_ns() {
     return; // protect needs the mount namespace (see protected_paths_stay_read_only).
   }
-  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
-    let j = jail();
-    let git = j.root.join(".git");
-    std::fs::create_dir_all(git.join("hooks")).unwrap();
-    // The real hooks directory, wherever the swapper will put it: through an fd opened now.
-    let hooks = std::fs::File::open(git.join("hooks")).unwrap();
-    let real_hooks = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&hooks));
-    std::os::unix::fs::symlink(&j.out, git.join("alt")).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-      let (stop, git) = (stop.clone(), git.clone());
-      std::thread::spawn(move || {
-        let a = std::ffi::CString::new(git.join("hooks").to_str().unwrap()).unwrap();
-        let b = std::ffi::CString::new(git.join("alt").to_str().unwrap()).unwrap();
-        let swap = || {
-          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
-          unsafe {
-            libc::renameat2(
-              libc::AT_FDCWD,
-              a.as_ptr(),
-              libc::AT_FDCWD,
-              b.as_ptr(),
-              libc::RENAME_EXCHANGE,
-            )
-          }
-        };
-        while !stop.load(Ordering::Relaxed) {
-          // To the symlink and straight back: the symlink is there for moments only, so most
-          // checks pass and the starts reach the window this test is about (between the check
-          // and the mount); the yield lets them run on a 2-core machine.
-          swap();
-          swap();
-          std::thread::yield_now();
-        }
-      })
-    };
-    let landed = || {
-      std::fs::read_dir(&real_hooks).unwrap().count() + std::fs::read_dir(&j.out).unwrap().count()
-    };
-    let (mut tries, mut started) = (0, 0);
-    // Isolated: 150 commands that start (a start refused because it met the symlink writes
-    // nothing), none may write. Off: stop at the first write that lands: the attack must be
-    // able to land at all.
-    while tries < 20_000 && started < 150 && (stopped || landed() == 0) {
-      tries += 1;
-      let script = "for i in $(seq 1 20); do echo pwn > .git/hooks/f$i$RANDOM; done 2>/dev/null";
-      let opts = IsolationOptions::from_json(opts.clone()).unwrap();
-      let prepared = match Plan::resolve(&opts, &j.root, probe()).unwrap() {
-        None => None,
-        // A symlink at the protected path when the plan is made: refused (ProtectSymlink).
-        Some(plan) => match prepare(&plan) {
-          Ok(p) => Some(Arc::new(p)),
-          Err(_) => continue,
-        },
-      };
-      let mut cmd = Command::new("/bin/bash");
-      cmd
-        .args(["-c", script])
-        .current_dir(&j.root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-      if let Some(p) = prepared {
-        // SAFETY: apply_in_child is async-signal-safe.
-        unsafe {
-          cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
-        }
-      }
-      // A start that meets the swapped path fails (fail closed) and writes nothing.
-      if cmd.status().is_ok() {
-        started += 1;
-      }
-    }
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let n = landed();
-    if stopped {
-      assert_eq!(
-        n, 0,
-        "{opts}: {n} writes landed in {started} started of {tries}"
-      );
-      assert_eq!(
-        started, 150,
-        "{opts}: only {started} started in {tries} tries"
-      );
-    } else {
-      assert!(n > 0, "off: no write landed in {tries} commands");
-    }
-  }
+  attacks::the_protect_swap_race_never_leaves_hooks_writable(
+    &Native,
+    settings(json!({})).into_iter().take(2).collect(),
+    SwapRace {
+      starts: 150,
+      bursts: false,
+      relative_alt: false,
+      started_means_exit_0: false,
+    },
+  );
 }
 
 /// Landlock (ABI 7) does not cover a file's metadata: chmod, utimes and user xattrs of a file
@@ -1284,60 +772,9 @@ fn metadata_of_outside_files_stays_unchanged() {
   }
 }
 
-/// A terminal outside (the operator's shell, another session) is a `/dev/pts/N` the same uid owns:
-/// writing to it injects output, reading it steals keystrokes.
 #[test]
 fn an_outside_terminal_cannot_be_read_or_written() {
-  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty writes two fds; null name, termios and winsize.
-    let r = unsafe {
-      libc::openpty(
-        &mut master,
-        &mut slave,
-        std::ptr::null_mut(),
-        std::ptr::null(),
-        std::ptr::null(),
-      )
-    };
-    assert_eq!(r, 0);
-    // SAFETY: openpty returned two fresh fds we own.
-    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
-    // Typed by the operator, waiting in the terminal's input queue.
-    let mut m = std::fs::File::from(master.try_clone().unwrap());
-    std::io::Write::write_all(&mut m, b"hunter2\n").unwrap();
-    let script = format!(
-      "echo INJECTED > {t}; timeout 2 head -n 1 < {t} > stolen",
-      t = name.display()
-    );
-    let ran = sh(&opts, &j.root, &script);
-    // SAFETY: O_NONBLOCK on our own fd.
-    unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    let mut buf = vec![0u8; 4096];
-    let n = std::io::Read::read(&mut m, &mut buf).unwrap_or(0);
-    let out = String::from_utf8_lossy(&buf[..n]).to_string();
-    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
-    let escaped: Vec<&str> = [
-      ("write", out.contains("INJECTED")),
-      ("read", stolen.contains("hunter2")),
-    ]
-    .into_iter()
-    .filter_map(|(name, hit)| hit.then_some(name))
-    .collect();
-    drop(slave);
-    if stopped {
-      assert!(
-        escaped.is_empty(),
-        "{opts}: escaped via {escaped:?}; stderr: {}",
-        ran.stderr
-      );
-    } else {
-      assert_eq!(escaped.len(), 2, "off: {escaped:?} {out:?}: {}", ran.stderr);
-    }
-  }
+  attacks::an_outside_terminal_cannot_be_read_or_written(&Native, settings(json!({})));
 }
 
 /// pidfds reach an outside process by pid: `pidfd_getfd` steals an fd it holds open (here on a
@@ -1455,70 +892,23 @@ fn the_i386_syscall_abi_is_killed() {
   }
 }
 
-/// A `denyRead` path that does not exist when the job starts (`~/.aws` before `aws configure`),
-/// created by the host while the job runs: a mount cannot cover what is not there.
+/// A `denyRead` path created by the host while the job runs: landlock carves the missing path
+/// too, so it stays unreadable under every isolated setting.
 #[test]
 fn a_denied_path_created_during_the_job_stays_unreadable() {
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    let creds = j.out.join("creds");
-    let mut deny = opts.clone();
-    merge(
-      &mut deny,
-      &json!({"fs": {"denyRead": [creds.to_str().unwrap()]}}),
-    );
-    let script = format!(
-      "for i in $(seq 30); do cat {c} > stolen 2>/dev/null && [ -s stolen ] && break; sleep 0.05; done",
-      c = creds.display()
-    );
-    let (mut cmd, _p) = command(&deny, &j.root, &["/bin/bash", "-c", &script]);
-    let child = cmd.spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    std::fs::write(&creds, "aws_secret_access_key=sk-created-later").unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
-    assert_eq!(
-      stolen.contains("sk-created-later"),
-      !stopped,
-      "{deny}: {}",
-      String::from_utf8_lossy(&out.stderr)
-    );
-  }
+  attacks::a_denied_path_created_during_the_job(&Native, settings(json!({})));
 }
 
-/// A repository without `.git/hooks` (`git init --template=`, or made by a library that writes no
-/// template): the protect bind has nothing to cover, and a hook the command creates would run
-/// at the next git outside the sandbox.
+/// A repository without `.git/hooks`: the protect bind has nothing to cover.
 #[test]
 fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
   if find_git().is_none() || !can_ns() {
     return;
   }
-  for (opts, stopped) in settings(json!({})).into_iter().take(2) {
-    let j = jail();
-    let r = sh(
-      &off(),
-      &j.root,
-      "git init -q --template= . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m && test ! -e .git/hooks",
-    );
-    assert!(r.status.success(), "{}", r.stderr);
-    let marker = j.out.join("pwned");
-    let r = sh(
-      &opts,
-      &j.root,
-      &format!(
-        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
-        m = marker.display()
-      ),
-    );
-    // The host's own git, later, outside any sandbox.
-    let _ = sh(
-      &off(),
-      &j.root,
-      "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m2",
-    );
-    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
-  }
+  attacks::a_missing_hooks_directory_cannot_be_created_with_a_hook(
+    &Native,
+    settings(json!({})).into_iter().take(2).collect(),
+  );
 }
 
 /// With `extensions.worktreeConfig` (what `git sparse-checkout init` sets), git also reads
@@ -1623,26 +1013,15 @@ fn limits_and_scheduling_of_an_outside_process_stay_unchanged() {
   }
 }
 
-/// System V IPC outside (a shared memory segment of the same uid: another job's, Node's
-/// addons', a host service's): not files, so landlock does not see it; the command could attach
-/// and rewrite it, or remove it.
+/// System V IPC outside: not files, so landlock does not see it; seccomp and the IPC namespace
+/// must.
 #[test]
 fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
-  for (opts, stopped) in settings(json!({})) {
-    let j = jail();
-    let key = 0x4649_0000 | (rand_suffix() as i32 & 0xffff);
-    // SAFETY: shmget with a key, a size and flags.
-    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
-    assert!(id >= 0, "{}", std::io::Error::last_os_error());
-    let r = sh(&opts, &j.root, &format!("ipcrm -M {key}"));
-    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
-    // SAFETY: IPC_STAT into a shmid_ds on our stack.
-    let alive = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0;
-    let removed = !alive || ds.shm_perm.mode & 0o1000 != 0; // SHM_DEST: marked for removal
-    // SAFETY: IPC_RMID of our own segment (if it is still there).
-    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
-    assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
-  }
+  attacks::an_outside_sysv_shared_memory_segment_stays_out_of_reach(
+    &Native,
+    settings(json!({})),
+    0x4649_0000,
+  );
 }
 
 /// Every mount is read-only but the writable roots: a writable root that is a file stays

@@ -9,15 +9,20 @@
 //! does both): `setpriv --reuid=65534 --regid=65534 --clear-groups target/debug/deps/isolate_bwrap-*`.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
 use finn_sandbox::core::isolate::{Isolated, IsolationOptions, Plan, prepare_job, probe};
 use serde_json::{Value, json};
+
+mod common;
+use common::isolate_attacks::{
+  self as attacks, Backend, DeniedDirProbe, FdScope, Jail, Started, SwapRace, exists, off,
+  pids_with, rand_suffix, tree, victim, wait_line,
+};
 
 /// bwrap is installed; otherwise says why the test is skipped.
 fn have_bwrap(test: &str) -> bool {
@@ -44,44 +49,6 @@ fn bwrap_runs(test: &str) -> bool {
   true
 }
 
-fn is_root() -> bool {
-  probe().uid == 0
-}
-
-/// `<base>/jail` (the writable cwd), `<base>/jail-evil`, `<base>/outside`.
-struct Jail {
-  _dir: tempfile::TempDir,
-  root: PathBuf,
-  evil: PathBuf,
-  out: PathBuf,
-}
-
-fn jail() -> Jail {
-  let dir = tempfile::Builder::new()
-    .prefix("finn-bwrap")
-    .tempdir()
-    .unwrap();
-  let base = dir.path().canonicalize().unwrap();
-  let (root, evil, out) = (
-    base.join("jail"),
-    base.join("jail-evil"),
-    base.join("outside"),
-  );
-  for d in [&root, &evil, &out] {
-    std::fs::create_dir(d).unwrap();
-  }
-  Jail {
-    _dir: dir,
-    root,
-    evil,
-    out,
-  }
-}
-
-fn off() -> Value {
-  json!({"mode": "off"})
-}
-
 fn bwrap() -> Value {
   json!({"mode": "bwrap"})
 }
@@ -99,79 +66,97 @@ fn verifier() {
   )));
 }
 
-fn isolated(opts: &Value, cwd: &Path) -> Option<Arc<Isolated>> {
+/// The job's preparation under `opts` (None for `mode: "off"`); `Err` when it refuses.
+fn try_isolated(opts: &Value, cwd: &Path) -> Result<Option<Arc<Isolated>>, String> {
   verifier();
   let opts = IsolationOptions::from_json(opts.clone()).unwrap();
-  let plan = Plan::resolve(&opts, cwd, probe()).unwrap()?;
-  assert_eq!(plan.report().backend, "bwrap");
-  Some(Arc::new(prepare_job(&plan).unwrap()))
-}
-
-/// `argv` in `cwd` with only PATH in its environment, under `opts`.
-fn command(opts: &Value, cwd: &Path, argv: &[&str]) -> Command {
-  let c = |s: &str| std::ffi::CString::new(s).unwrap();
-  let argv_c: Vec<_> = argv.iter().map(|a| c(a)).collect();
-  let iso = isolated(opts, cwd);
-  let wrapped = iso
-    .as_ref()
-    .and_then(|i| i.wrap(&argv_c[0], &argv_c, &c(cwd.to_str().unwrap())));
-  let mut cmd = match &wrapped {
-    Some((program, args)) => {
-      let mut cmd = Command::new(program.to_str().unwrap());
-      cmd
-        .arg0(args[0].to_str().unwrap())
-        .args(args[1..].iter().map(|a| a.to_str().unwrap()));
-      cmd
-    }
-    None => {
-      let mut cmd = Command::new(argv[0]);
-      cmd.args(&argv[1..]);
-      cmd
-    }
+  let Some(plan) = Plan::resolve(&opts, cwd, probe()).unwrap() else {
+    return Ok(None);
   };
-  cmd
-    .current_dir(cwd)
-    .env_clear()
-    .env("PATH", "/usr/bin:/bin")
-    .stdin(Stdio::null())
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-  if let Some(iso) = iso {
-    // SAFETY: apply_in_child is async-signal-safe: syscalls on data prepared before the fork.
-    unsafe {
-      cmd.pre_exec(move || iso.apply_in_child().map_err(std::io::Error::from));
-    }
-  }
-  cmd
+  assert_eq!(plan.report().backend, "bwrap");
+  Ok(Some(Arc::new(
+    prepare_job(&plan).map_err(|e| e.to_string())?,
+  )))
 }
 
-struct Ran {
-  status: ExitStatus,
-  stderr: String,
+fn isolated(opts: &Value, cwd: &Path) -> Option<Arc<Isolated>> {
+  try_isolated(opts, cwd).unwrap()
 }
+
+/// The bwrap backend: `bwrap <flags from the plan> argv`, started with
+/// `pre_exec(|| isolated.apply_in_child())` as the job's reaper starts it, with only PATH in
+/// its environment.
+struct Bwrap;
+
+impl Backend for Bwrap {
+  const JAIL_PREFIX: &'static str = "finn-bwrap";
+  type Prepared = Isolated;
+
+  fn try_command(
+    &self,
+    opts: &Value,
+    cwd: &Path,
+    argv: &[&str],
+  ) -> Result<Started<Isolated>, String> {
+    let c = |s: &str| std::ffi::CString::new(s).unwrap();
+    let argv_c: Vec<_> = argv.iter().map(|a| c(a)).collect();
+    let iso = try_isolated(opts, cwd)?;
+    let wrapped = iso
+      .as_ref()
+      .and_then(|i| i.wrap(&argv_c[0], &argv_c, &c(cwd.to_str().unwrap())));
+    let mut cmd = match &wrapped {
+      Some((program, args)) => {
+        let mut cmd = Command::new(program.to_str().unwrap());
+        cmd
+          .arg0(args[0].to_str().unwrap())
+          .args(args[1..].iter().map(|a| a.to_str().unwrap()));
+        cmd
+      }
+      None => {
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]);
+        cmd
+      }
+    };
+    cmd
+      .current_dir(cwd)
+      .env_clear()
+      .env("PATH", "/usr/bin:/bin")
+      .stdin(Stdio::null())
+      .stdout(Stdio::piped())
+      .stderr(Stdio::piped());
+    if let Some(iso) = iso.clone() {
+      // SAFETY: apply_in_child is async-signal-safe: syscalls on data prepared before the fork.
+      unsafe {
+        cmd.pre_exec(move || iso.apply_in_child().map_err(std::io::Error::from));
+      }
+    }
+    Ok((cmd, iso))
+  }
+}
+
+fn jail() -> Jail {
+  Bwrap.jail()
+}
+
+/// `argv` in `cwd` with only PATH in its environment, under `opts`. The command holds the job's
+/// preparation (and its cgroup, which dropping it empties).
+fn command(opts: &Value, cwd: &Path, argv: &[&str]) -> Command {
+  Bwrap.command(opts, cwd, argv).0
+}
+
+type Ran = attacks::Ran<Isolated>;
 
 fn run(opts: &Value, cwd: &Path, argv: &[&str]) -> Ran {
-  let out = command(opts, cwd, argv).output().unwrap();
-  Ran {
-    status: out.status,
-    stderr: String::from_utf8_lossy(&out.stderr).into(),
-  }
+  attacks::run(&Bwrap, opts, cwd, argv)
 }
 
 fn sh(opts: &Value, cwd: &Path, script: &str) -> Ran {
-  run(opts, cwd, &["/bin/bash", "-c", script])
-}
-
-fn exists(p: &Path) -> bool {
-  std::fs::symlink_metadata(p).is_ok()
+  attacks::sh(&Bwrap, opts, cwd, script)
 }
 
 fn token() -> String {
-  let ns = std::time::SystemTime::now()
-    .duration_since(std::time::UNIX_EPOCH)
-    .unwrap()
-    .subsec_nanos();
-  format!("finn-bwrap-{}-{ns}", std::process::id())
+  format!("finn-bwrap-{}-{}", std::process::id(), rand_suffix())
 }
 
 #[test]
@@ -216,55 +201,7 @@ fn writes_outside_the_jail() {
   if !bwrap_runs("writes_outside_the_jail") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    std::fs::write(j.out.join("victim"), "orig").unwrap();
-    std::fs::write(j.root.join("mine"), "data").unwrap();
-    let script = format!(
-      r#"o={out}; e={evil}
-      echo x > $o/direct
-      echo x > $e/evil
-      ln -s $o/viasym link; echo x > link
-      ln $o/victim hard; echo pwned >> hard
-      echo x > /proc/self/root$o/procroot
-      mv mine $o/moved
-      mkdir d; mv d $o/dir-moved"#,
-      out = j.out.display(),
-      evil = j.evil.display()
-    );
-    let r = sh(&opts, &j.root, &script);
-    let escaped: Vec<&str> = [
-      ("direct", exists(&j.out.join("direct"))),
-      ("jail-evil", exists(&j.evil.join("evil"))),
-      ("symlink", exists(&j.out.join("viasym"))),
-      (
-        "hardlink",
-        std::fs::read_to_string(j.out.join("victim")).unwrap() != "orig",
-      ),
-      ("/proc/self/root", exists(&j.out.join("procroot"))),
-      ("rename file out", exists(&j.out.join("moved"))),
-      ("rename dir out", exists(&j.out.join("dir-moved"))),
-    ]
-    .into_iter()
-    .filter_map(|(name, hit)| hit.then_some(name))
-    .collect();
-    if stopped {
-      assert!(
-        escaped.is_empty(),
-        "{opts}: escaped via {escaped:?}; stderr: {}",
-        r.stderr
-      );
-      // The jail itself stays writable.
-      assert!(exists(&j.root.join("link")), "{opts}: {}", r.stderr);
-    } else {
-      assert_eq!(
-        escaped.len(),
-        7,
-        "off: every write must land, got {escaped:?}: {}",
-        r.stderr
-      );
-    }
-  }
+  attacks::writes_outside_the_jail(&Bwrap, settings());
 }
 
 #[test]
@@ -315,312 +252,39 @@ fn denied_reads() {
   if !bwrap_runs("denied_reads") {
     return;
   }
-  for (stopped, opts) in [(false, None), (true, Some(()))] {
-    let j = jail();
-    let secret_dir = j.out.join("dotssh");
-    std::fs::create_dir(&secret_dir).unwrap();
-    std::fs::write(secret_dir.join("id_ed25519"), "KEY-TOKEN").unwrap();
-    std::fs::write(j.out.join("netrc"), "NETRC-TOKEN").unwrap();
-    std::fs::write(j.out.join("public"), "PUBLIC").unwrap();
-    let opts = match opts {
-      None => off(),
-      Some(()) => {
-        json!({"mode": "bwrap", "fs": {"denyRead": [secret_dir, j.out.join("netrc"), "/etc/shadow"]}})
-      }
-    };
-    let o = j.out.display();
-    let r = sh(
-      &opts,
-      &j.root,
-      &format!(
-        "cat {o}/dotssh/id_ed25519 > leak1; cat {o}/netrc > leak2; cat /etc/shadow > leak3
-         ls {o}/dotssh > leak4; cat {o}/public > pub"
-      ),
-    );
-    let read = |f: &str| std::fs::read_to_string(j.root.join(f)).unwrap_or_default();
-    assert_eq!(
-      read("pub"),
-      "PUBLIC",
-      "{opts}: readable siblings stay readable: {}",
-      r.stderr
-    );
-    let leaks = [
-      read("leak1").contains("KEY-TOKEN"),
-      read("leak2").contains("NETRC-TOKEN"),
-      read("leak4").contains("id_ed25519"),
-    ];
-    if stopped {
-      assert_eq!(leaks, [false; 3], "{opts}: {}", r.stderr);
-      assert_eq!(read("leak3"), "", "{opts}: /etc/shadow leaked");
-    } else {
-      assert_eq!(leaks, [true; 3], "off: {}", r.stderr);
-      if is_root() {
-        assert!(!read("leak3").is_empty(), "off: root reads /etc/shadow");
-      }
-    }
-  }
+  attacks::denied_reads(&Bwrap, settings(), DeniedDirProbe::ListIt);
 }
 
+/// Also `remount,rw /`, and as nobody too (bwrap's own user namespace): see the shared body.
 #[test]
 fn root_operations_fail() {
   if !bwrap_runs("root_operations_fail") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    std::fs::create_dir(j.root.join("m")).unwrap();
-    let o = j.out.display();
-    // `remount,rw /` in the sandbox remounts its read-only view of the host's root: were it to
-    // work, the write to <outside> (on the same filesystem, read-only in the view) would land.
-    let r = sh(
-      &opts,
-      &j.root,
-      &format!(
-        "mount -t tmpfs none m && touch m/mounted
-         mount -o remount,rw / && touch {o}/remounted
-         mknod dev c 1 3
-         unshare -U -r touch unshared
-         unshare -m touch unshared-m"
-      ),
-    );
-    let mounted = exists(&j.root.join("m/mounted"));
-    if mounted && !stopped {
-      let m = std::ffi::CString::new(j.root.join("m").to_str().unwrap()).unwrap();
-      // SAFETY: umount of a NUL-terminated path this test mounted (in the off run, as root).
-      assert_eq!(unsafe { libc::umount(m.as_ptr()) }, 0);
-    }
-    let hits = [
-      mounted,
-      exists(&j.out.join("remounted")),
-      exists(&j.root.join("dev")),
-      exists(&j.root.join("unshared")),
-      exists(&j.root.join("unshared-m")),
-    ];
-    if stopped {
-      assert_eq!(hits, [false; 5], "{opts}: {}", r.stderr);
-    } else if is_root() {
-      assert_eq!(hits, [true; 5], "off: {}", r.stderr);
-    } else {
-      // As nobody, mount, mknod and `unshare -m` fail without isolation too (the root run
-      // proves them); the unprivileged user namespace does not, where the host allows it.
-      assert_eq!(hits[3], probe().userns, "off: unshare -U -r: {}", r.stderr);
-    }
-  }
+  attacks::root_operations_fail(&Bwrap, settings(), true);
 }
 
 #[test]
 fn network_tcp_udp_and_unix_socket_by_path() {
-  use std::net::{TcpListener, UdpSocket};
-  use std::os::unix::net::UnixListener;
   if !bwrap_runs("network_tcp_udp_and_unix_socket_by_path") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-    tcp.set_nonblocking(true).unwrap();
-    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
-    udp.set_nonblocking(true).unwrap();
-    let sock = j.out.join("agent.sock");
-    let unix = UnixListener::bind(&sock).unwrap();
-    unix.set_nonblocking(true).unwrap();
-    let script = format!(
-      "echo tcp > /dev/tcp/127.0.0.1/{}; echo udp > /dev/udp/127.0.0.1/{}",
-      tcp.local_addr().unwrap().port(),
-      udp.local_addr().unwrap().port()
-    );
-    let r = sh(&opts, &j.root, &script);
-    let u = helper(&opts, &j.root, "unix-connect", sock.to_str().unwrap());
-    // The commands have exited (bwrap waits for its child): what they sent is queued here.
-    let got = [
-      tcp.accept().is_ok(),
-      udp.recv(&mut [0; 16]).is_ok(),
-      unix.accept().is_ok(),
-    ];
-    assert_eq!(got, [!stopped; 3], "{opts}: {} / {}", r.stderr, u.stderr);
-  }
-}
-
-/// Runs this test binary's `attack_helper` inside the sandbox.
-fn helper(opts: &Value, cwd: &Path, attack: &str, arg: &str) -> Ran {
-  let exe = std::env::current_exe().unwrap();
-  let mut cmd = command(
-    opts,
-    cwd,
-    &[
-      exe.to_str().unwrap(),
-      "--exact",
-      "attack_helper",
-      "--nocapture",
-      "--test-threads=1",
-    ],
-  );
-  cmd.env("FINN_ATTACK", attack).env("FINN_ATTACK_ARG", arg);
-  let out = cmd.output().unwrap();
-  Ran {
-    status: out.status,
-    stderr: String::from_utf8_lossy(&out.stderr).into(),
-  }
+  attacks::network_tcp_udp_and_unix_socket_by_path(&Bwrap, settings());
 }
 
 /// Not a test on its own: the attacks no shell tool makes. Does nothing unless `FINN_ATTACK`.
 #[test]
 fn attack_helper() {
-  let Ok(attack) = std::env::var("FINN_ATTACK") else {
-    return;
-  };
-  let arg = std::env::var("FINN_ATTACK_ARG").unwrap();
-  match attack.as_str() {
-    "unix-connect" => {
-      use std::io::Write;
-      if let Ok(mut s) = std::os::unix::net::UnixStream::connect(&arg) {
-        let _ = s.write_all(b"hi");
-      }
-    }
-    other => panic!("unknown attack {other}"),
-  }
+  attacks::attack_helper();
 }
 
-/// Every process below `pid`, `pid` included.
-fn tree(pid: u32) -> Vec<u32> {
-  let mut all = vec![pid];
-  let mut i = 0;
-  while i < all.len() {
-    let p = all[i];
-    for t in std::fs::read_dir(format!("/proc/{p}/task"))
-      .into_iter()
-      .flatten()
-      .flatten()
-    {
-      let kids = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
-      all.extend(
-        kids
-          .split_whitespace()
-          .filter_map(|k| k.parse::<u32>().ok()),
-      );
-    }
-    i += 1;
-  }
-  all
-}
-
-fn fd_targets(pid: u32) -> Vec<(i32, PathBuf)> {
-  std::fs::read_dir(format!("/proc/{pid}/fd"))
-    .into_iter()
-    .flatten()
-    .flatten()
-    .filter_map(|e| {
-      let fd = e.file_name().to_string_lossy().parse::<i32>().ok()?;
-      Some((fd, std::fs::read_link(e.path()).ok()?))
-    })
-    .collect()
-}
-
-/// Reads the child's stdout up to `line`; false if it closed first.
-fn wait_line(child: &mut Child, line: &str) -> bool {
-  let mut r = BufReader::new(child.stdout.as_mut().unwrap());
-  let mut s = String::new();
-  loop {
-    s.clear();
-    if r.read_line(&mut s).unwrap() == 0 {
-      return false;
-    }
-    if s.trim_end() == line {
-      return true;
-    }
-  }
-}
-
+/// The whole tree is checked, bwrap included, and the command holds fds 0 to 2 only.
 #[test]
 fn only_fds_0_to_2_are_inherited() {
   if !bwrap_runs("only_fds_0_to_2_are_inherited") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    // A file, a pipe and a socket without CLOEXEC, as a careless parent would leave them.
-    let path = std::ffi::CString::new(j.out.join("f").to_str().unwrap()).unwrap();
-    let mut leaked = [0; 5];
-    // SAFETY: open/pipe/socketpair write fds into arrays on our stack; all are closed below.
-    unsafe {
-      leaked[0] = libc::open(path.as_ptr(), libc::O_CREAT | libc::O_RDWR, 0o600);
-      assert_eq!(libc::pipe(leaked[1..3].as_mut_ptr()), 0);
-      assert_eq!(
-        libc::socketpair(
-          libc::AF_UNIX,
-          libc::SOCK_STREAM,
-          0,
-          leaked[3..5].as_mut_ptr()
-        ),
-        0
-      );
-    }
-    let me = std::process::id();
-    let ours: Vec<PathBuf> = fd_targets(me)
-      .into_iter()
-      .filter(|(fd, _)| leaked.contains(fd))
-      .map(|(_, t)| t)
-      .collect();
-    assert_eq!(ours.len(), 5);
-    // The shell prints once it runs; it then becomes `sleep` with the same fds. By then bwrap
-    // and its pid-1 helper are set up: the whole tree is checked, bwrap included.
-    // The command holds the job's preparation (and its cgroup, which dropping it empties):
-    // kept until the tree is gone, as the reaper keeps it.
-    let mut cmd = command(
-      &opts,
-      &j.root,
-      &["/bin/sh", "-c", "echo ready; exec sleep 60"],
-    );
-    let mut child = cmd.spawn().unwrap();
-    if !wait_line(&mut child, "ready") {
-      let mut e = String::new();
-      std::io::Read::read_to_string(child.stderr.as_mut().unwrap(), &mut e).unwrap();
-      panic!("{opts}: the command did not start: {:?} {e}", child.wait());
-    }
-    let procs = tree(child.id());
-    let mut inherited = Vec::new();
-    let mut command_fds = Vec::new();
-    for &pid in &procs {
-      let fds = fd_targets(pid);
-      inherited.extend(fds.iter().filter(|(_, t)| ours.contains(t)).cloned());
-      // The command: `sh`, or `sleep` once it has exec'd (the same fds either way).
-      if std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|e| !e.ends_with("bwrap")) {
-        command_fds.push(fds.iter().map(|(fd, _)| *fd).collect::<Vec<_>>());
-      }
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
-    drop(cmd);
-    for fd in leaked {
-      // SAFETY: closing the fds opened above.
-      unsafe { libc::close(fd) };
-    }
-    if stopped {
-      assert!(procs.len() >= 2, "{opts}: bwrap's tree: {procs:?}");
-      assert_eq!(inherited, Vec::new(), "{opts}: leaked into {procs:?}");
-      // Not even the seccomp memfds bwrap consumed reach the command.
-      for fds in &mut command_fds {
-        fds.sort();
-      }
-      assert_eq!(command_fds, [[0, 1, 2]], "{opts}: the command's fds");
-    } else {
-      assert_eq!(
-        inherited.len(),
-        5,
-        "off: every leaked fd reaches the command: {inherited:?}"
-      );
-    }
-  }
-}
-
-/// A process outside the sandbox standing in for Node: it holds a secret in its environment.
-fn victim(token: &str) -> Child {
-  Command::new("sleep")
-    .arg("60")
-    .env("OPENAI_API_KEY", token)
-    .stdin(Stdio::null())
-    .spawn()
-    .unwrap()
+  attacks::only_fds_0_to_2_are_inherited(&Bwrap, settings(), FdScope::Tree);
 }
 
 #[test]
@@ -920,19 +584,6 @@ fn cost_per_exec() {
   }
 }
 
-/// Pids whose command line contains `token`.
-fn pids_with(token: &str) -> Vec<u32> {
-  std::fs::read_dir("/proc")
-    .unwrap()
-    .flatten()
-    .filter_map(|e| e.file_name().to_string_lossy().parse::<u32>().ok())
-    .filter(|pid| {
-      std::fs::read(format!("/proc/{pid}/cmdline"))
-        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
-    })
-    .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_reaches_the_command_inside_bwrap_and_ends_its_tree() {
   use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
@@ -975,134 +626,29 @@ async fn a_timeout_reaches_the_command_inside_bwrap_and_ends_its_tree() {
     exists(&j.root.join("got-term")),
     "the command's TERM trap did not run: {r:?}"
   );
-  assert_eq!(pids_with(&tok), Vec::<u32>::new(), "{r:?}");
+  assert_eq!(pids_with(&tok), Vec::<i32>::new(), "{r:?}");
   pool.shutdown().await;
 }
 
-/// The protect bind's own race, as `isolate.rs::the_protect_swap_race_never_leaves_hooks_writable`
-/// for the native backend: a host thread swaps the protected `.git/hooks` with a symlink to
-/// outside (and straight back) while commands start under bwrap and write into `.git/hooks/`.
-/// bwrap binds the object the check opened (`--ro-bind-fd`, beneath the root's checked fd),
-/// and the child re-opens each nested destination, with no symlink on the way, right before
-/// bwrap's exec: a start that meets the symlink is refused. Judged from the host: files in the
-/// real hooks directory (through an fd opened first, whatever its name at the end) or outside.
+/// The protect bind's own race, as `isolate.rs` runs it for the native backend (see the shared
+/// body): bwrap binds the object the check opened (`--ro-bind-fd`, beneath the root's checked
+/// fd), and the child re-opens each nested destination, with no symlink on the way, right before
+/// bwrap's exec: a start that meets the symlink is refused.
 #[test]
 fn the_protect_swap_race_never_leaves_hooks_writable() {
-  use std::sync::atomic::{AtomicBool, Ordering};
   if !bwrap_runs("the_protect_swap_race_never_leaves_hooks_writable") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    let git = j.root.join(".git");
-    std::fs::create_dir_all(git.join("hooks")).unwrap();
-    let hooks = std::fs::File::open(git.join("hooks")).unwrap();
-    let real_hooks = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&hooks));
-    // Relative: inside the sandbox it still names the outside directory (an absolute one is
-    // looked up by bwrap from its own root, and fails).
-    std::os::unix::fs::symlink("../../outside", git.join("alt")).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let swapper = {
-      let (stop, git) = (stop.clone(), git.clone());
-      std::thread::spawn(move || {
-        let a = std::ffi::CString::new(git.join("hooks").to_str().unwrap()).unwrap();
-        let b = std::ffi::CString::new(git.join("alt").to_str().unwrap()).unwrap();
-        let swap = || {
-          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
-          unsafe {
-            libc::renameat2(
-              libc::AT_FDCWD,
-              a.as_ptr(),
-              libc::AT_FDCWD,
-              b.as_ptr(),
-              libc::RENAME_EXCHANGE,
-            )
-          }
-        };
-        // In bursts: swapping 3 ms of every 10. A bwrap start takes a few ms and is refused
-        // whenever it meets the symlink (it follows it, or the verifier sees another object), so
-        // without quiet spells almost none start on a slow machine; starts that straddle a
-        // burst's edge are the ones that race.
-        let phase = std::time::Instant::now();
-        while !stop.load(Ordering::Relaxed) {
-          if phase.elapsed().as_micros() % 10_000 < 3_000 {
-            swap();
-            swap();
-          }
-          std::thread::yield_now();
-        }
-      })
-    };
-    let landed = || {
-      std::fs::read_dir(&real_hooks).unwrap().count() + std::fs::read_dir(&j.out).unwrap().count()
-    };
-    let (mut tries, mut started) = (0, 0);
-    while tries < 20_000 && started < 100 && (stopped || landed() == 0) {
-      tries += 1;
-      // Exit 0 once the shell ran: bwrap's own refusal is exit 1.
-      let script =
-        "for i in $(seq 1 20); do echo pwn > .git/hooks/f$i$RANDOM; done 2>/dev/null; exit 0";
-      verifier();
-      let o = IsolationOptions::from_json(opts.clone()).unwrap();
-      let iso = match Plan::resolve(&o, &j.root, probe()).unwrap() {
-        None => None,
-        // A symlink at the protected path when the check opens it: refused.
-        Some(plan) => match prepare_job(&plan) {
-          Ok(p) => Some(Arc::new(p)),
-          Err(_) => continue,
-        },
-      };
-      let c = |s: &str| std::ffi::CString::new(s).unwrap();
-      let argv = [c("/bin/bash"), c("-c"), c(script)];
-      let mut cmd = match iso
-        .as_ref()
-        .and_then(|i| i.wrap(&argv[0], &argv, &c(j.root.to_str().unwrap())))
-      {
-        Some((program, args)) => {
-          let mut cmd = Command::new(program.to_str().unwrap());
-          cmd.args(args[1..].iter().map(|a| a.to_str().unwrap()));
-          cmd
-        }
-        None => {
-          let mut cmd = Command::new("/bin/bash");
-          cmd.args(["-c", script]);
-          cmd
-        }
-      };
-      cmd
-        .current_dir(&j.root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-      if let Some(iso) = iso {
-        // SAFETY: apply_in_child is async-signal-safe.
-        unsafe {
-          cmd.pre_exec(move || iso.apply_in_child().map_err(std::io::Error::from));
-        }
-      }
-      // A start refused before bwrap's exec, or by bwrap itself (exit 1 with `bwrap: ...`),
-      // writes nothing; count the commands that ran.
-      if cmd.status().is_ok_and(|s| s.success()) {
-        started += 1;
-      }
-    }
-    stop.store(true, Ordering::Relaxed);
-    swapper.join().unwrap();
-    let n = landed();
-    eprintln!("{opts}: {n} writes landed, {started} started of {tries}");
-    if stopped {
-      assert_eq!(
-        n, 0,
-        "{opts}: {n} writes landed in {started} started of {tries}"
-      );
-      assert_eq!(
-        started, 100,
-        "{opts}: only {started} started in {tries} tries"
-      );
-    } else {
-      assert!(n > 0, "off: no write landed in {tries} commands");
-    }
-  }
+  attacks::the_protect_swap_race_never_leaves_hooks_writable(
+    &Bwrap,
+    settings(),
+    SwapRace {
+      starts: 100,
+      bursts: true,
+      relative_alt: true,
+      started_means_exit_0: true,
+    },
+  );
 }
 
 /// Metadata of the user's own files outside the writable roots (chmod, utimes): landlock does not
@@ -1133,58 +679,17 @@ fn metadata_of_outside_files_stays_unchanged() {
   }
 }
 
-/// A terminal outside (the operator's) is a `/dev/pts/N` the same uid owns; bwrap's `--dev`
-/// gives the command a devpts of its own.
+/// A terminal outside (the operator's): bwrap's `--dev` gives the command a devpts of its own.
 #[test]
 fn an_outside_terminal_cannot_be_read_or_written() {
-  use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
   if !bwrap_runs("an_outside_terminal_cannot_be_read_or_written") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    let (mut master, mut slave) = (0, 0);
-    // SAFETY: openpty writes two fds; null name, termios and winsize.
-    let r = unsafe {
-      libc::openpty(
-        &mut master,
-        &mut slave,
-        std::ptr::null_mut(),
-        std::ptr::null(),
-        std::ptr::null(),
-      )
-    };
-    assert_eq!(r, 0);
-    // SAFETY: openpty returned two fresh fds we own.
-    let (master, slave) = unsafe { (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave)) };
-    let name = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
-    let mut m = std::fs::File::from(master.try_clone().unwrap());
-    std::io::Write::write_all(&mut m, b"hunter2\n").unwrap();
-    let script = format!(
-      "echo INJECTED > {t}; timeout 2 head -n 1 < {t} > stolen",
-      t = name.display()
-    );
-    let ran = sh(&opts, &j.root, &script);
-    // SAFETY: O_NONBLOCK on our own fd.
-    unsafe { libc::fcntl(master.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) };
-    let mut buf = vec![0u8; 4096];
-    let n = std::io::Read::read(&mut m, &mut buf).unwrap_or(0);
-    let out = String::from_utf8_lossy(&buf[..n]).to_string();
-    let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
-    drop(slave);
-    assert_eq!(out.contains("INJECTED"), !stopped, "{opts}: {}", ran.stderr);
-    assert_eq!(
-      stolen.contains("hunter2"),
-      !stopped,
-      "{opts}: {}",
-      ran.stderr
-    );
-  }
+  attacks::an_outside_terminal_cannot_be_read_or_written(&Bwrap, settings());
 }
 
 /// A repository without `.git/hooks`: bwrap's read-only bind needs something to cover, so the
-/// missing directory is created empty first; a hook the command makes would run at the next git
-/// outside the sandbox.
+/// missing directory is created empty first.
 #[test]
 fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
   if !bwrap_runs("a_missing_hooks_directory_cannot_be_created_with_a_hook")
@@ -1192,30 +697,7 @@ fn a_missing_hooks_directory_cannot_be_created_with_a_hook() {
   {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    let r = sh(
-      &off(),
-      &j.root,
-      "git init -q --template= . && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m && test ! -e .git/hooks",
-    );
-    assert!(r.status.success(), "{}", r.stderr);
-    let marker = j.out.join("pwned");
-    let r = sh(
-      &opts,
-      &j.root,
-      &format!(
-        "mkdir -p .git/hooks && printf '#!/bin/sh\\ntouch {m}\\n' > .git/hooks/post-commit && chmod +x .git/hooks/post-commit",
-        m = marker.display()
-      ),
-    );
-    let _ = sh(
-      &off(),
-      &j.root,
-      "git -c user.email=a@b -c user.name=a commit -q --allow-empty -m m2",
-    );
-    assert_eq!(marker.exists(), !stopped, "{opts}: {}", r.stderr);
-  }
+  attacks::a_missing_hooks_directory_cannot_be_created_with_a_hook(&Bwrap, settings());
 }
 
 /// System V IPC outside (a shared memory segment of the same uid): `--unshare-ipc`.
@@ -1224,55 +706,22 @@ fn an_outside_sysv_shared_memory_segment_stays_out_of_reach() {
   if !bwrap_runs("an_outside_sysv_shared_memory_segment_stays_out_of_reach") {
     return;
   }
-  for (opts, stopped) in settings() {
-    let j = jail();
-    let nanos = std::time::SystemTime::now()
-      .duration_since(std::time::UNIX_EPOCH)
-      .unwrap()
-      .subsec_nanos();
-    let key = 0x4662_0000 | (nanos as i32 & 0xffff);
-    // SAFETY: shmget with a key, a size and flags.
-    let id = unsafe { libc::shmget(key, 4096, libc::IPC_CREAT | libc::IPC_EXCL | 0o600) };
-    assert!(id >= 0, "{}", std::io::Error::last_os_error());
-    let r = sh(&opts, &j.root, &format!("ipcrm -M {key}"));
-    // SAFETY: IPC_STAT into a shmid_ds on our stack.
-    let mut ds: libc::shmid_ds = unsafe { std::mem::zeroed() };
-    let alive = unsafe { libc::shmctl(id, libc::IPC_STAT, &mut ds) } == 0;
-    let removed = !alive || ds.shm_perm.mode & 0o1000 != 0;
-    // SAFETY: IPC_RMID of our own segment (if it is still there).
-    unsafe { libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut()) };
-    assert_eq!(removed, !stopped, "{opts}: {}", r.stderr);
-  }
+  attacks::an_outside_sysv_shared_memory_segment_stays_out_of_reach(
+    &Bwrap,
+    settings(),
+    0x4662_0000,
+  );
 }
 
 /// NOT STOPPED in bwrap (README says so): a `denyRead` path missing when the job starts has
 /// nothing to mount over (the native backend has landlock carve it); created by the host while
-/// the job runs, it is readable.
+/// the job runs, it is readable. So the one setting is passed as not stopped: the read must land.
 #[test]
 fn a_denied_path_created_during_the_job_is_readable_in_bwrap() {
   if !bwrap_runs("a_denied_path_created_during_the_job_is_readable_in_bwrap") {
     return;
   }
-  let j = jail();
-  let creds = j.out.join("creds");
-  let opts = json!({"mode": "bwrap", "fs": {"denyRead": [creds.to_str().unwrap()]}});
-  let script = format!(
-    "for i in $(seq 30); do cat {c} > stolen 2>/dev/null && [ -s stolen ] && break; sleep 0.05; done",
-    c = creds.display()
-  );
-  // Kept until the end: dropping it would tear down the job's cgroup (root) under the command.
-  let mut cmd = command(&opts, &j.root, &["/bin/bash", "-c", &script]);
-  let child = cmd.spawn().unwrap();
-  std::thread::sleep(Duration::from_millis(300));
-  std::fs::write(&creds, "sk-created-later").unwrap();
-  let out = child.wait_with_output().unwrap();
-  let stolen = std::fs::read_to_string(j.root.join("stolen")).unwrap_or_default();
-  assert!(
-    stolen.contains("sk-created-later"),
-    "expected to land (README): {:?} {}",
-    out.status,
-    String::from_utf8_lossy(&out.stderr)
-  );
+  attacks::a_denied_path_created_during_the_job(&Bwrap, vec![(bwrap(), false)]);
 }
 
 /// With `namespaces.pid: false` bwrap has nothing between the command and the same uid's
