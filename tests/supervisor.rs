@@ -437,18 +437,12 @@ async fn shutdown_lets_the_supervisor_go() {
   }
 }
 
-#[test]
-fn idle_reapers_retire_and_a_job_meeting_a_retiring_reaper_runs_on_another() {
-  let sup = Arc::new(Supervisor::with_reaper_idle(
-    PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")),
-    Duration::from_millis(50),
-  ));
-  // A reaper that ran a job and was checked in, taken back at once so that it retires in our
-  // hands. (On a loaded machine it may retire before the addon reads its job's end; it is then
-  // not checked in, the job still settles, and checkout gives a fresh reaper instead: try again.)
-  let mut attempts = 0;
-  let (first, stale) = loop {
-    let pid: i32 = run(&sup, sh("echo $PPID"), limits(5000, 100))
+/// The reaper of a job that ran and was checked in as idle, taken back out (its pid, and the
+/// lease). On a loaded machine a reaper may retire before the addon reads its job's end; it is
+/// then not checked in, the job still settles, and checkout gives a fresh reaper: try again.
+fn checked_in_reaper(sup: &Arc<Supervisor>) -> (i32, supervisor::client::Reaper) {
+  for _ in 0..50 {
+    let pid: i32 = run(sup, sh("echo $PPID"), limits(5000, 100))
       .unwrap()
       .stdout
       .trim()
@@ -456,12 +450,22 @@ fn idle_reapers_retire_and_a_job_meeting_a_retiring_reaper_runs_on_another() {
       .unwrap();
     let reaper = sup.checkout().unwrap();
     if reaper.pid == pid {
-      break (pid, reaper);
+      return (pid, reaper);
     }
     sup.checkin(reaper);
-    attempts += 1;
-    assert!(attempts < 50, "no job's reaper was ever checked in");
-  };
+  }
+  panic!("no job's reaper was ever checked in");
+}
+
+#[test]
+fn idle_reapers_retire_and_a_job_meeting_a_retiring_reaper_runs_on_another() {
+  let sup = Arc::new(Supervisor::with_reaper_idle(
+    PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")),
+    Duration::from_millis(50),
+  ));
+  // A reaper that ran a job and was checked in, taken back at once so that it retires in our
+  // hands.
+  let (first, stale) = checked_in_reaper(&sup);
   // It exits on its own once idle; the supervisor stays.
   let until = Instant::now() + Duration::from_secs(2);
   while std::path::Path::new(&format!("/proc/{first}")).exists() {
@@ -495,22 +499,7 @@ fn a_job_sent_to_an_idle_reaper_killed_meanwhile_runs_on_another() {
     return;
   }
   let sup = Arc::new(supervisor());
-  let mut attempts = 0;
-  let (dead, stale) = loop {
-    let pid: i32 = run(&sup, sh("echo $PPID"), limits(5000, 100))
-      .unwrap()
-      .stdout
-      .trim()
-      .parse()
-      .unwrap();
-    let reaper = sup.checkout().unwrap();
-    if reaper.pid == pid {
-      break (pid, reaper);
-    }
-    sup.checkin(reaper);
-    attempts += 1;
-    assert!(attempts < 50, "no job's reaper was ever checked in");
-  };
+  let (dead, stale) = checked_in_reaper(&sup);
   nix::sys::signal::kill(
     nix::unistd::Pid::from_raw(dead),
     nix::sys::signal::Signal::SIGKILL,
