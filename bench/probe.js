@@ -84,22 +84,55 @@ function cpuByThread() {
   return out
 }
 
+/**
+ * Voluntary context switches so far (a thread going to sleep: each is a wake-up later), grouped
+ * as in `cpuByThread`. On this VM a wake-up of a thread on another vCPU costs its waker an
+ * inter-processor interrupt, so the count explains much of the CPU column.
+ */
+function switchesByThread() {
+  const out = { main: 0, addonThreads: 0, otherThreads: 0, helpers: 0 }
+  const voluntary = (file) => Number(/voluntary_ctxt_switches:\s*(\d+)/.exec(fs.readFileSync(file, 'utf8'))[1])
+  for (const tid of fs.readdirSync('/proc/self/task')) {
+    try {
+      const n = voluntary(`/proc/self/task/${tid}/status`)
+      const comm = fs.readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim()
+      if (Number(tid) === process.pid) out.main += n
+      else if (comm.startsWith('finn-sandbox-jo')) out.addonThreads += n
+      else out.otherThreads += n
+    } catch {
+      // the thread exited
+    }
+  }
+  for (const pid of descendants(process.pid)) {
+    try {
+      out.helpers += voluntary(`/proc/${pid}/status`)
+    } catch {
+      // exited
+    }
+  }
+  return out
+}
+
 async function throughput(id, flags) {
   const total = Math.min(Number(flags.total || 1000), 100_000)
   const concurrency = Math.min(Number(flags.concurrency || 8), 1024)
   const c = await open(id)
   await warm(c)
   const cpu0 = cpuByThread()
+  const sw0 = switchesByThread()
   const t0 = performance.now()
   const failures = await runMany(c, TRUE, total, concurrency)
   const elapsedMs = performance.now() - t0
   const cpu1 = cpuByThread()
+  const sw1 = switchesByThread()
   await c.close()
   // Threads that exited during the run (execa's, say) drop out of the per-thread sums: the
   // columns are a lower bound for those; the addon's job threads stay parked until close.
   const cpuUsPerCommand = {}
   for (const k of Object.keys(cpu1)) cpuUsPerCommand[k] = +(((cpu1[k] - cpu0[k]) * 1000) / total).toFixed(1)
-  return { contender: id, total, concurrency, elapsedMs, throughputPerSec: (total / elapsedMs) * 1000, failures, cpuUsPerCommand }
+  const sleepsPerCommand = {}
+  for (const k of Object.keys(sw1)) sleepsPerCommand[k] = +((sw1[k] - sw0[k]) / total).toFixed(2)
+  return { contender: id, total, concurrency, elapsedMs, throughputPerSec: (total / elapsedMs) * 1000, failures, cpuUsPerCommand, sleepsPerCommand }
 }
 
 const ms = (ns) => ns / 1e6

@@ -255,6 +255,7 @@ async function phaseThroughput(haveNative) {
   log(`\n[2/7] throughput: ${total} x /bin/true at concurrency ${concurrency}, ${rounds} round(s)`)
   const perRound = {}
   const cpuRounds = {}
+  const sleepRounds = {}
   const errors = {}
   // The native limit also at 2 and 4 threads (information only, not a target): the pools
   // run at most 2 or 4 commands at once whatever the caller's concurrency.
@@ -277,6 +278,8 @@ async function phaseThroughput(haveNative) {
       // children's (it has no Node thread).
       const cpu = res.cpuUsPerCommand || (res.parentCpuUsPerRun !== undefined ? { main: res.parentCpuUsPerRun, addonThreads: 0, otherThreads: 0, helpers: 0, children: res.childCpuUsPerRun } : null)
       if (cpu) (cpuRounds[id] ||= []).push(cpu)
+      const sleeps = res.sleepsPerCommand || (res.parentSleepsPerRun !== undefined ? { main: res.parentSleepsPerRun, addonThreads: 0, otherThreads: 0, helpers: 0 } : null)
+      if (sleeps) (sleepRounds[id] ||= []).push(sleeps)
       log(`  round ${r + 1} ${id.padEnd(9)} ${fmt(res.throughputPerSec, 0)} /s`)
     }
   }
@@ -288,6 +291,11 @@ async function phaseThroughput(haveNative) {
       // The median of each column over the rounds.
       out[id].cpuUsPerCommand = {}
       for (const k of Object.keys(rounds[0])) out[id].cpuUsPerCommand[k] = summarize(rounds.map((r) => r[k])).median
+    }
+    const sleeps = sleepRounds[id] || []
+    if (sleeps.length) {
+      out[id].sleepsPerCommand = {}
+      for (const k of Object.keys(sleeps[0])) out[id].sleepsPerCommand[k] = summarize(sleeps.map((r) => r[k])).median
     }
   }
   return out

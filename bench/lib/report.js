@@ -486,6 +486,21 @@ function markdown(res, files) {
     )
     p()
   }
+  const withSleeps = Object.entries(tp).filter(([, s]) => s.sleepsPerCommand)
+  if (withSleeps.length) {
+    p('Voluntary context switches per command in the same runs (a thread going to sleep, each one a wake-up later; median of rounds). On this VM waking a thread on the other vCPU costs its waker an inter-processor interrupt, so these explain much of the CPU above. The native loop has no Node thread: its own threads (asleep in vfork and in waitpid) are in the first column.')
+    p()
+    p(
+      table(
+        ['contender', 'Node main thread / own threads', 'addon job threads', 'other threads', 'supervisor + reapers'],
+        withSleeps.map(([id, s]) => {
+          const c = s.sleepsPerCommand
+          return [label(id), num(c.main, 2), num(c.addonThreads, 2), num(c.otherThreads, 2), num(c.helpers, 2)]
+        }),
+      ),
+    )
+    p()
+  }
 
   if (res.heap) {
     p('## Sequential latency with a big heap')

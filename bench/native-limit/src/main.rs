@@ -116,24 +116,30 @@ fn main() {
   let (self_us, children_us) = (cpu_us(libc::RUSAGE_SELF) / runs, cpu_us(libc::RUSAGE_CHILDREN) / runs);
   let us: Vec<String> = sequential_us.iter().map(|v| format!("{v:.1}")).collect();
   println!(
-    "{{\"sequentialUs\":[{}],\"throughputPerSec\":{:.1},\"throughputElapsedMs\":{:.3},\"total\":{},\"concurrency\":{},\"parentCpuUsPerRun\":{:.1},\"childCpuUsPerRun\":{:.1}}}",
+    "{{\"sequentialUs\":[{}],\"throughputPerSec\":{:.1},\"throughputElapsedMs\":{:.3},\"total\":{},\"concurrency\":{},\"parentCpuUsPerRun\":{:.1},\"childCpuUsPerRun\":{:.1},\"parentSleepsPerRun\":{:.2}}}",
     us.join(","),
     throughput_per_sec,
     elapsed_ms,
     total,
     concurrency,
     self_us,
-    children_us
+    children_us,
+    // Voluntary context switches of this process's threads (vfork and waitpid each sleep).
+    rusage(libc::RUSAGE_SELF).ru_nvcsw as f64 / runs
   );
 }
 
-fn cpu_us(who: libc::c_int) -> f64 {
+fn rusage(who: libc::c_int) -> libc::rusage {
   let mut ru = std::mem::MaybeUninit::<libc::rusage>::zeroed();
   // SAFETY: a valid out pointer for getrusage.
-  let ru = unsafe {
+  unsafe {
     libc::getrusage(who, ru.as_mut_ptr());
     ru.assume_init()
-  };
+  }
+}
+
+fn cpu_us(who: libc::c_int) -> f64 {
+  let ru = rusage(who);
   let tv = |t: libc::timeval| t.tv_sec as f64 * 1e6 + t.tv_usec as f64;
   tv(ru.ru_utime) + tv(ru.ru_stime)
 }
