@@ -316,6 +316,38 @@ fn ppid(pid: i32) -> i32 {
     .ppid
 }
 
+/// For the host's exit (`kill_all_now` from `process.on('exit')`): every process of the tree is
+/// dead, not merely sent SIGKILL, when `kill_trees_now` returns, because Node exits right after
+/// it. Checked at once, with no wait of the test's own.
+#[test]
+fn kill_trees_now_returns_once_every_process_of_the_tree_is_dead() {
+  if direct() {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  // Without the wait, some process was still alive in about one round of eight.
+  for round in 0..30 {
+    let tok = token();
+    let (_cell, handle) = run_on_thread(&sup, sh(&nasty(&tok)), limits(60_000, 200));
+    wait_for_holders(&tok, 7);
+    let held = holders(&tok);
+    let top = held.iter().find(|&&p| !held.contains(&ppid(p))).unwrap();
+    let reaper = ppid(*top);
+    // Every holder's ancestry reaches the reaper (the escapees are its children now).
+    assert!(held.iter().all(|&p| {
+      let mut at = p;
+      while at > 1 && at != reaper {
+        at = ppid(at);
+      }
+      at == reaper
+    }));
+    supervisor::kill_trees_now(&[reaper]);
+    assert_eq!(holders(&tok), Vec::<i32>::new(), "round {round}");
+    // The job itself ends as killed (its reaper reports the tree gone).
+    let _ = handle.join().unwrap();
+  }
+}
+
 #[test]
 fn a_reaper_or_supervisor_killed_mid_job_crashes_the_job_kills_its_tree_and_the_next_job_runs() {
   if direct() {
