@@ -184,6 +184,30 @@ fn runs_a_command_and_reports_its_exit_and_output() {
   );
 }
 
+/// A command that writes a full pipe (64 KiB) and exits within the reaper's 1 ms batch: its
+/// `Spawned`, `Exited` and `TreeGone` come in one read, before the addon has read any output,
+/// so all of it is read by the final drain, two reads of 32 KiB. All of it must be returned.
+#[test]
+fn a_full_pipe_written_by_a_quick_command_is_returned_whole() {
+  let sup = Arc::new(supervisor());
+  let head = SpawnSpec {
+    program: CString::new("/usr/bin/head").unwrap(),
+    argv: ["head", "-c", "65536", "/dev/zero"]
+      .iter()
+      .map(|a| CString::new(*a).unwrap())
+      .collect(),
+    ..sh("")
+  };
+  for i in 0..20 {
+    let done = run(&sup, head.clone(), limits(5000, 100)).unwrap();
+    assert_eq!(
+      (done.stdout.len(), done.truncated, done.exit_code()),
+      (65536, false, 0),
+      "run {i}"
+    );
+  }
+}
+
 #[test]
 fn a_timeout_leaves_no_survivor_of_a_tree_that_escapes() {
   let sup = Arc::new(supervisor());
