@@ -674,6 +674,45 @@ mod tests {
     }
   }
 
+  /// A `Retired` is the end of a reaper only behind its job's `TreeGone`. Before it, the reaper
+  /// is confused (or the frames forged): the job fails at once as a crashed reaper, instead of
+  /// waiting for a `TreeGone` that will not come (with the guard gone, this waited for the
+  /// timeout, the grace and the 10 s reap bound, then settled as a timeout).
+  #[test]
+  fn a_retirement_in_the_middle_of_a_job_fails_it_at_once() {
+    let mut sleeper = std::process::Command::new("/bin/sleep")
+      .arg("100")
+      .spawn()
+      .unwrap();
+    let (ours, theirs) = wire::pair().unwrap();
+    let theirs = Conn::new(theirs);
+    theirs.send_all(&[&FromReaper::Retired.encode()]).unwrap();
+    let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+    let mut reaper = Reaper::on(sleeper.id() as i32, Conn::new(ours));
+    let mut job = Job {
+      pipes: [(None, Stream::Stdout), (None, Stream::Stderr)],
+      capture: Capture::new(1024),
+      buf: Vec::new(),
+      status: None,
+      tree_gone: false,
+      retired: false,
+    };
+    let limits = Limits {
+      timeout: Some(Duration::from_millis(200)),
+      max_output_bytes: 1024,
+      kill_grace: Duration::from_millis(100),
+    };
+    let start = Instant::now();
+    let ended = job.supervise::<()>(&sup, &mut reaper, &limits, None, None, start);
+    let took = start.elapsed();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    let err = ended.expect_err("a retirement before TreeGone");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(!job.retired && !job.tree_gone);
+  }
+
   /// The state letter of `pid` from /proc (`None`: gone).
   fn state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
