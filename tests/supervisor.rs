@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use finn_sandbox::core::exec::{
-  self, EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell,
+  self, EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
 };
 use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
 
@@ -206,6 +206,29 @@ fn a_full_pipe_written_by_a_quick_command_is_returned_whole() {
       "run {i}"
     );
   }
+}
+
+/// A flood through the supervisor: cut at the cap (bytes returned, marker included), the tree
+/// stopped at once rather than at its timeout, nothing left.
+#[test]
+fn a_flood_is_cut_at_the_cap_and_stopped_at_once() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let mut l = limits(30_000, 100);
+  l.max_output_bytes = 64 * 1024;
+  let start = Instant::now();
+  let done = run(&sup, sh(&format!("yes {tok}; : {tok}")), l).unwrap();
+  assert_eq!(done.ended_by, EndedBy::OutputLimit);
+  assert!(done.truncated);
+  assert!(done.stdout.len() + done.stderr.len() <= 64 * 1024);
+  assert!(done.stdout.starts_with(&format!("{tok}\n{tok}\n")));
+  assert!(done.stdout.ends_with(TRUNCATION_MARKER));
+  assert!(
+    start.elapsed() < Duration::from_secs(5),
+    "{:?}",
+    start.elapsed()
+  );
+  assert_eq!(holders(&tok), Vec::<i32>::new());
 }
 
 #[test]
