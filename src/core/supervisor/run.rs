@@ -674,6 +674,87 @@ mod tests {
     }
   }
 
+  /// A reaper that takes the job but never reports its tree gone (stopped again and again,
+  /// say): past the deadline it is asked to terminate; once the grace and [`FALLBACK_AFTER`]
+  /// have passed (not before) the addon SIGKILLs its tree itself; and the job ends as a
+  /// timeout at the grace plus [`REAP_BOUND`]. Takes about 10.5 s, the bound itself.
+  #[test]
+  fn a_job_whose_tree_is_never_reported_gone_is_killed_then_given_up() {
+    let mut shell = std::process::Command::new("/bin/sh")
+      .args(["-c", "sleep 1000 & echo $!; wait"])
+      .stdout(std::process::Stdio::piped())
+      .spawn()
+      .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+      &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
+      &mut line,
+    )
+    .unwrap();
+    let child: i32 = line.trim().parse().unwrap();
+    struct Reap(std::process::Child, i32);
+    impl Drop for Reap {
+      fn drop(&mut self) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.1), Signal::SIGKILL);
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+      }
+    }
+    let fake = shell.id() as i32;
+    let _reap = Reap(shell, child);
+    let (ours, theirs) = wire::pair().unwrap();
+    // Output during the grace wakes the addon between its planned wake-ups: the kill must
+    // still wait for the grace and FALLBACK_AFTER.
+    let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+    let (timeout, grace) = (Duration::from_millis(200), Duration::from_millis(300));
+    let start = Instant::now();
+    let supervising = std::thread::spawn(move || {
+      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+      let mut reaper = Reaper::on(fake, Conn::new(ours));
+      let mut job = Job {
+        pipes: [(Some(out_r), Stream::Stdout), (None, Stream::Stderr)],
+        capture: Capture::new(1024),
+        buf: Vec::new(),
+        status: None,
+        tree_gone: false,
+        retired: false,
+      };
+      let limits = Limits {
+        timeout: Some(timeout),
+        max_output_bytes: 1024,
+        kill_grace: grace,
+      };
+      let ended = job.supervise::<()>(&sup, &mut reaper, &limits, None, None, start);
+      (ended, start.elapsed(), job.tree_gone)
+    });
+    let kill_at = timeout + grace;
+    // Within the grace, after kill_at - FALLBACK_AFTER: a kill now would be early.
+    std::thread::sleep(
+      (start + kill_at - FALLBACK_AFTER / 5).saturating_duration_since(Instant::now()),
+    );
+    nix::unistd::write(&out_w, b"still here\n").unwrap();
+    let killed = dead_after(child, start, Duration::from_secs(5));
+    assert!(
+      killed >= kill_at + FALLBACK_AFTER
+        && killed < kill_at + FALLBACK_AFTER + Duration::from_millis(500),
+      "the tree was killed {killed:?} after the start"
+    );
+    let (ended, gave_up, tree_gone) = supervising.join().unwrap();
+    assert!(matches!(ended, Ok(EndedBy::Timeout)), "{ended:?}");
+    assert!(!tree_gone);
+    assert!(
+      gave_up >= kill_at + REAP_BOUND && gave_up < kill_at + REAP_BOUND + Duration::from_secs(2),
+      "gave up after {gave_up:?}"
+    );
+    // The reaper was asked to terminate with the job's grace.
+    let mut theirs = Conn::new(theirs);
+    let frame = theirs.recv().unwrap().expect("a Terminate");
+    assert!(matches!(
+      ToReaper::decode(&frame),
+      Ok(ToReaper::Terminate { grace_ms: 300 })
+    ));
+  }
+
   /// A `Retired` is the end of a reaper only behind its job's `TreeGone`. Before it, the reaper
   /// is confused (or the frames forged): the job fails at once as a crashed reaper, instead of
   /// waiting for a `TreeGone` that will not come (with the guard gone, this waited for the
