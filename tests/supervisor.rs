@@ -649,6 +649,35 @@ fn a_background_child_that_ends_within_the_drain_is_waited_for() {
   assert_eq!(done.stdout, "early\nlate\n");
 }
 
+/// The timeout counts until the leader exits; after that only the drain bounds the rest. A
+/// leader that exits at 0.2 s with a background child holding on settles as its own exit when
+/// the drain (2 s) ends, not as a timeout at 1 s.
+#[test]
+fn the_timeout_stops_counting_when_the_leader_exits() {
+  let sup = Arc::new(supervisor());
+  let cell: StopCell<&'static str> = StopCell::new();
+  let tok = token();
+  let done = supervisor::run_blocking(
+    &sup,
+    &sh(&format!("sleep {tok} & sleep 0.2; exit 0")),
+    None,
+    &limits(1000, 100),
+    Duration::from_secs(2),
+    &cell,
+    || (),
+    |_| (),
+  )
+  .unwrap();
+  assert_eq!(done.ended_by, EndedBy::Exit);
+  assert_eq!(done.status, Some(ExitStatus::Exited(0)));
+  assert!(
+    done.duration >= Duration::from_secs(2),
+    "{:?}",
+    done.duration
+  );
+  assert_eq!(holders(&tok), Vec::<i32>::new());
+}
+
 /// The job's exit status is its leader's, never that of an orphan the reaper reaps later: the
 /// leader exits 3, its background child (an orphan of the reaper by then) exits 7 within the
 /// drain.
