@@ -674,34 +674,61 @@ mod tests {
     }
   }
 
+  /// A process standing in for a reaper that never answers: a shell (`pid`) with one child
+  /// (`child`). Both are killed when it is dropped, however the test ends.
+  struct FakeReaper {
+    shell: std::process::Child,
+    pid: i32,
+    child: i32,
+  }
+
+  impl FakeReaper {
+    fn start() -> FakeReaper {
+      let mut shell = std::process::Command::new("/bin/sh")
+        .args(["-c", "sleep 1000 & echo $!; wait"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+      let mut line = String::new();
+      std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
+        &mut line,
+      )
+      .unwrap();
+      let child = line.trim().parse().unwrap();
+      let pid = shell.id() as i32;
+      FakeReaper { shell, pid, child }
+    }
+  }
+
+  impl Drop for FakeReaper {
+    fn drop(&mut self) {
+      let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child), Signal::SIGKILL);
+      let _ = self.shell.kill();
+      let _ = self.shell.wait();
+    }
+  }
+
+  /// A job being supervised with `stdout` as its only open pipe, a 1 KiB cap.
+  fn job_reading(stdout: Option<OwnedFd>) -> Job {
+    Job {
+      pipes: [(stdout, Stream::Stdout), (None, Stream::Stderr)],
+      capture: Capture::new(1024),
+      buf: Vec::new(),
+      status: None,
+      tree_gone: false,
+      retired: false,
+    }
+  }
+
   /// A reaper that takes the job but never reports its tree gone (stopped again and again,
   /// say): past the deadline it is asked to terminate; once the grace and [`FALLBACK_AFTER`]
   /// have passed (not before) the addon SIGKILLs its tree itself; and the job ends as a
   /// timeout at the grace plus [`REAP_BOUND`]. Takes about 10.5 s, the bound itself.
   #[test]
   fn a_job_whose_tree_is_never_reported_gone_is_killed_then_given_up() {
-    let mut shell = std::process::Command::new("/bin/sh")
-      .args(["-c", "sleep 1000 & echo $!; wait"])
-      .stdout(std::process::Stdio::piped())
-      .spawn()
-      .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-      &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
-      &mut line,
-    )
-    .unwrap();
-    let child: i32 = line.trim().parse().unwrap();
-    struct Reap(std::process::Child, i32);
-    impl Drop for Reap {
-      fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.1), Signal::SIGKILL);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-      }
-    }
-    let fake = shell.id() as i32;
-    let _reap = Reap(shell, child);
+    let reaper_process = FakeReaper::start();
+    let (fake, child) = (reaper_process.pid, reaper_process.child);
     let (ours, theirs) = wire::pair().unwrap();
     // Output during the grace wakes the addon between its planned wake-ups: the kill must
     // still wait for the grace and FALLBACK_AFTER.
@@ -711,14 +738,7 @@ mod tests {
     let supervising = std::thread::spawn(move || {
       let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
       let mut reaper = Reaper::on(fake, Conn::new(ours));
-      let mut job = Job {
-        pipes: [(Some(out_r), Stream::Stdout), (None, Stream::Stderr)],
-        capture: Capture::new(1024),
-        buf: Vec::new(),
-        status: None,
-        tree_gone: false,
-        retired: false,
-      };
+      let mut job = job_reading(Some(out_r));
       let limits = Limits {
         timeout: Some(timeout),
         max_output_bytes: 1024,
@@ -770,14 +790,7 @@ mod tests {
     theirs.send_all(&[&FromReaper::Retired.encode()]).unwrap();
     let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
     let mut reaper = Reaper::on(sleeper.id() as i32, Conn::new(ours));
-    let mut job = Job {
-      pipes: [(None, Stream::Stdout), (None, Stream::Stderr)],
-      capture: Capture::new(1024),
-      buf: Vec::new(),
-      status: None,
-      tree_gone: false,
-      retired: false,
-    };
+    let mut job = job_reading(None);
     let limits = Limits {
       timeout: Some(Duration::from_millis(200)),
       max_output_bytes: 1024,
@@ -816,29 +829,8 @@ mod tests {
   /// [`REAP_BOUND`]. Takes about 10.5 s, the bound itself.
   #[test]
   fn a_reaper_that_never_answers_is_continued_then_its_tree_killed_then_given_up() {
-    let mut shell = std::process::Command::new("/bin/sh")
-      .args(["-c", "sleep 1000 & echo $!; wait"])
-      .stdout(std::process::Stdio::piped())
-      .spawn()
-      .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-      &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
-      &mut line,
-    )
-    .unwrap();
-    let child: i32 = line.trim().parse().unwrap();
-    let fake = shell.id() as i32;
-    // Both go with the test, however it ends.
-    struct Reap(std::process::Child, i32);
-    impl Drop for Reap {
-      fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.1), Signal::SIGKILL);
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-      }
-    }
-    let _reap = Reap(shell, child);
+    let reaper_process = FakeReaper::start();
+    let (fake, child) = (reaper_process.pid, reaper_process.child);
     let pid = nix::unistd::Pid::from_raw(fake);
     nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
     while state(fake) != Some('T') {
