@@ -3,6 +3,7 @@
 // property set in Rust (no "CODE: message" string to parse).
 import { createRequire } from 'node:module'
 import { readFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { expect, test } from 'vitest'
 import { PoolError, PoolErrorCode, SandboxError, ToolSandbox, AuditLog, WorkerPool } from '../index.js'
@@ -45,7 +46,7 @@ test('the wrappers read the code structurally', () => {
   expect(err).toBeInstanceOf(PoolError)
   expect(err.code).toBe(PoolErrorCode.INVALID_SPEC)
   expect(err.message).toMatch(/^config\.interactiveWorkers must be/)
-  const sandbox = new ToolSandbox({ allowBash: true, jailRoot: '/tmp', execTimeout: 1000, maxOutput: 100 }, new AuditLog('/tmp/finn-codes-test'))
+  const sandbox = new ToolSandbox({ allowBash: true, jailRoot: '/tmp', execTimeout: 1000, maxOutput: 100 }, new AuditLog(join(tmpdir(), 'finn-codes-test')))
   const refused = thrown(() => sandbox.tokenize('ls; id'))
   expect(refused).toBeInstanceOf(SandboxError)
   expect(refused.message).not.toMatch(/^SANDBOX_ERROR/)
