@@ -18,6 +18,9 @@ use finn_sandbox::core::isolate::{Checked, IsolationOptions, Plan, probe};
 use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
 use finn_sandbox::core::supervisor::{self, Supervisor};
 use serde_json::{Value, json};
+
+mod common;
+use common::exchange;
 use tokio::runtime::Handle;
 
 fn can_ns() -> bool {
@@ -86,20 +89,6 @@ fn two_root_plan(w: &Path, other: &Path) -> Plan {
 
 fn cstr(p: &Path) -> CString {
   CString::new(p.to_str().unwrap()).unwrap()
-}
-
-/// `renameat2(a, b, RENAME_EXCHANGE)`: both names swap their objects atomically.
-fn exchange(a: &CString, b: &CString) -> i32 {
-  // SAFETY: two NUL-terminated paths.
-  unsafe {
-    libc::renameat2(
-      libc::AT_FDCWD,
-      a.as_ptr(),
-      libc::AT_FDCWD,
-      b.as_ptr(),
-      libc::RENAME_EXCHANGE,
-    )
-  }
 }
 
 const SCRIPT: &str = "for i in 1 2 3 4 5; do echo pwn > f$i$RANDOM; done 2>/dev/null";

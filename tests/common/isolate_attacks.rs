@@ -742,18 +742,7 @@ pub fn the_protect_swap_race_never_leaves_hooks_writable<B: Backend>(
       std::thread::spawn(move || {
         let a = std::ffi::CString::new(git.join("hooks").to_str().unwrap()).unwrap();
         let b = std::ffi::CString::new(git.join("alt").to_str().unwrap()).unwrap();
-        let swap = || {
-          // SAFETY: renameat2 on two NUL-terminated paths; RENAME_EXCHANGE swaps them atomically.
-          unsafe {
-            libc::renameat2(
-              libc::AT_FDCWD,
-              a.as_ptr(),
-              libc::AT_FDCWD,
-              b.as_ptr(),
-              libc::RENAME_EXCHANGE,
-            )
-          }
-        };
+        let swap = || super::exchange(&a, &b);
         let phase = std::time::Instant::now();
         while !stop.load(Ordering::Relaxed) {
           // To the symlink and straight back: the symlink is there for moments only, so most

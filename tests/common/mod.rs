@@ -4,3 +4,20 @@
 #![allow(dead_code)]
 
 pub mod isolate_attacks;
+
+use std::ffi::CString;
+
+/// `renameat2(a, b, RENAME_EXCHANGE)`: both names swap their objects atomically (the host side
+/// of the swap races).
+pub fn exchange(a: &CString, b: &CString) -> i32 {
+  // SAFETY: two NUL-terminated paths.
+  unsafe {
+    libc::renameat2(
+      libc::AT_FDCWD,
+      a.as_ptr(),
+      libc::AT_FDCWD,
+      b.as_ptr(),
+      libc::RENAME_EXCHANGE,
+    )
+  }
+}
