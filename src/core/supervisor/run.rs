@@ -781,15 +781,12 @@ mod tests {
   /// timeout, the grace and the 10 s reap bound, then settled as a timeout).
   #[test]
   fn a_retirement_in_the_middle_of_a_job_fails_it_at_once() {
-    let mut sleeper = std::process::Command::new("/bin/sleep")
-      .arg("100")
-      .spawn()
-      .unwrap();
+    let fake = FakeReaper::start();
     let (ours, theirs) = wire::pair().unwrap();
     let theirs = Conn::new(theirs);
     theirs.send_all(&[&FromReaper::Retired.encode()]).unwrap();
     let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
-    let mut reaper = Reaper::on(sleeper.id() as i32, Conn::new(ours));
+    let mut reaper = Reaper::on(fake.pid, Conn::new(ours));
     let mut job = job_reading(None);
     let limits = Limits {
       timeout: Some(Duration::from_millis(200)),
@@ -799,8 +796,6 @@ mod tests {
     let start = Instant::now();
     let ended = job.supervise::<()>(&sup, &mut reaper, &limits, None, None, start);
     let took = start.elapsed();
-    let _ = sleeper.kill();
-    let _ = sleeper.wait();
     let err = ended.expect_err("a retirement before TreeGone");
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     assert!(took < Duration::from_secs(2), "{took:?}");
