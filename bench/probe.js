@@ -43,6 +43,12 @@ async function warm(c, n = 20) {
   await sleep(20)
 }
 
+/** Which column a thread of this process counts in: Node's main thread, the addon's job threads, or the rest. */
+function threadGroup(tid, comm) {
+  if (Number(tid) === process.pid) return 'main'
+  return comm.startsWith('finn-sandbox-jo') ? 'addonThreads' : 'otherThreads'
+}
+
 /**
  * CPU time (ms) this process has used so far, by thread: Node's main thread, the addon's job
  * threads, every other thread (worker_threads, libuv's pool, V8), the pool's helper processes
@@ -61,11 +67,7 @@ function cpuByThread() {
       continue // the thread exited
     }
     const f = fields(stat)
-    const ms = (Number(f[11]) + Number(f[12])) * tick
-    const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'))
-    if (Number(tid) === process.pid) out.main += ms
-    else if (comm.startsWith('finn-sandbox-jo')) out.addonThreads += ms
-    else out.otherThreads += ms
+    out[threadGroup(tid, stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')')))] += (Number(f[11]) + Number(f[12])) * tick
   }
   const self = fields(fs.readFileSync('/proc/self/stat', 'utf8'))
   out.children = (Number(self[13]) + Number(self[14])) * tick
@@ -91,21 +93,18 @@ function cpuByThread() {
  */
 function switchesByThread() {
   const out = { main: 0, addonThreads: 0, otherThreads: 0, helpers: 0 }
-  const voluntary = (file) => Number(/voluntary_ctxt_switches:\s*(\d+)/.exec(fs.readFileSync(file, 'utf8'))[1])
+  const voluntary = (status) => Number(/^voluntary_ctxt_switches:\s*(\d+)/m.exec(status)[1])
   for (const tid of fs.readdirSync('/proc/self/task')) {
     try {
-      const n = voluntary(`/proc/self/task/${tid}/status`)
-      const comm = fs.readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim()
-      if (Number(tid) === process.pid) out.main += n
-      else if (comm.startsWith('finn-sandbox-jo')) out.addonThreads += n
-      else out.otherThreads += n
+      const status = fs.readFileSync(`/proc/self/task/${tid}/status`, 'utf8')
+      out[threadGroup(tid, /^Name:\s*(.*)$/m.exec(status)[1])] += voluntary(status)
     } catch {
       // the thread exited
     }
   }
   for (const pid of descendants(process.pid)) {
     try {
-      out.helpers += voluntary(`/proc/${pid}/status`)
+      out.helpers += voluntary(fs.readFileSync(`/proc/${pid}/status`, 'utf8'))
     } catch {
       // exited
     }
