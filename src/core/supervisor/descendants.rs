@@ -218,7 +218,7 @@ pub fn kill_and_wait(roots: &[i32], until: std::time::Instant) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
   use super::*;
 
   fn p(pid: i32, ppid: i32) -> Proc {
@@ -289,7 +289,8 @@ mod tests {
   }
 
   /// `sh -c <script>` whose first output line is a pid it prints; returns (child, that pid).
-  fn shell(script: &str) -> (std::process::Child, i32) {
+  /// (Also the fake reaper of `run.rs`'s tests.)
+  pub(in super::super) fn shell(script: &str) -> (std::process::Child, i32) {
     use std::process::{Command, Stdio};
     let mut c = Command::new("sh")
       .args(["-c", script])

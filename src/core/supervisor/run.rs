@@ -684,18 +684,7 @@ mod tests {
 
   impl FakeReaper {
     fn start() -> FakeReaper {
-      let mut shell = std::process::Command::new("/bin/sh")
-        .args(["-c", "sleep 1000 & echo $!; wait"])
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-      let mut line = String::new();
-      std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(shell.stdout.take().unwrap()),
-        &mut line,
-      )
-      .unwrap();
-      let child = line.trim().parse().unwrap();
+      let (shell, child) = super::descendants::tests::shell("sleep 1000 & echo $!; wait");
       let pid = shell.id() as i32;
       FakeReaper { shell, pid, child }
     }
