@@ -8,7 +8,7 @@
 // shown to fail (it hangs: Node never sees its children exit) with a `waitpid(-1, WNOHANG)`
 // loop added to the addon's reaper checkin.
 import { execFile, spawn } from 'node:child_process'
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, renameSync } from 'node:fs'
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -304,13 +304,15 @@ describe('the supervisor binary', () => {
 })
 
 describe('a command that stops its helpers', () => {
-  // The command runs as the same user as its reaper and the supervisor, so it can SIGSTOP
-  // them. Before the fix, the job below hung past its timeout (the addon waited for the stopped
-  // reaper's first answer without a bound) and its tree outlived even Node.
-  const stops: Record<string, string> = {
-    'its reaper': 'kill -STOP $PPID',
-    'its reaper and the supervisor': "kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat)",
-    'its reaper and the supervisor, again and again': "while :; do kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat); done",
+  // The command runs as the same user as its reaper and the supervisor, so it can SIGSTOP its
+  // reaper; the supervisor is out of its reach (see "a command that attacks the supervisor"),
+  // so this test stops it itself, as a command could where no seccomp filter can be set. Before
+  // the fix, the job below hung past its timeout (the addon waited for the stopped reaper's
+  // first answer without a bound) and its tree outlived even Node.
+  const stops: Record<string, { supervisor: 'no' | 'once' | 'again' }> = {
+    'its reaper': { supervisor: 'no' },
+    'its reaper and the supervisor': { supervisor: 'once' },
+    'its reaper and the supervisor, again and again': { supervisor: 'again' },
   }
   test('its reaper, then exits: the supervisor continues the reaper at once, and the job resolves long before its timeout', async () => {
     const p = new WorkerPool({ interactiveWorkers: 1 })
@@ -324,8 +326,10 @@ describe('a command that stops its helpers', () => {
 
   test('its reaper and the supervisor, then Node is SIGKILLed: the supervisor is continued (parent-death SIGCONT) and no process of the tree survives', async () => {
     const tok = token()
-    // The supervisor first: stopped second, it would continue the reaper at once.
-    const script = `(setsid sleep ${tok} &); kill -STOP $(cut -d' ' -f4 /proc/$PPID/stat) $PPID; sleep ${tok}; : ${tok}`
+    const go = join(mkdtempSync(join(tmpdir(), 'finn-stop-')), 'go')
+    // The command stops its reaper once the supervisor is stopped (running, it would continue
+    // the reaper at once).
+    const script = `(setsid sleep ${tok} &); while [ ! -e ${go} ]; do sleep 0.01; done; kill -STOP $PPID; sleep ${tok}; : ${tok}`
     const body = `
       const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
       const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
@@ -333,7 +337,8 @@ describe('a command that stops its helpers', () => {
       setInterval(() => {}, 1000)`
     const child = spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
     const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
-    // Up once the double-forked sleep has been reparented to the reaper (one outside parent).
+    // Up once the double-forked sleep has been reparented to the reaper, next to the waiting
+    // command (one outside parent).
     let reaper = 0
     await until(() => {
       // Node's own command line carries the token too.
@@ -341,9 +346,12 @@ describe('a command that stops its helpers', () => {
       const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
       for (const p of pids) parents.delete(p)
       reaper = [...parents][0]
-      return pids.length >= 3 && parents.size === 1
+      return pids.length >= 2 && parents.size === 1
     })
     const supervisor = stat(reaper)?.ppid as number
+    process.kill(supervisor, 'SIGSTOP')
+    await until(() => stat(supervisor)?.state === 'T')
+    writeFileSync(go, '')
     await until(() => stat(reaper)?.state === 'T' && stat(supervisor)?.state === 'T')
     child.kill('SIGKILL')
     await exited
@@ -351,13 +359,22 @@ describe('a command that stops its helpers', () => {
     expect((await survivors(tok, 5000)).left).toEqual([])
   })
 
-  test.each(Object.entries(stops))('%s: the job still times out on time, no process of its tree survives, the next job runs', async (_, stop) => {
+  test.each(Object.entries(stops))('%s: the job still times out on time, no process of its tree survives, the next job runs', async (_, { supervisor }) => {
     const p = new WorkerPool({ interactiveWorkers: 1, killGraceMs: 100 })
     // Warm: the next job is sent to an idle reaper, from Node's thread.
-    await p.exec(sh('true'))
+    const helpers = await helpersOf(p)
     const tok = token()
     const started = performance.now()
-    const job = p.exec(sh(`(setsid sleep ${tok} &); ${stop} & sleep ${tok}; : ${tok}`, { timeoutMs: 300 }))
+    let settled = false
+    const job = p.exec(sh(`(setsid sleep ${tok} &); while :; do kill -STOP $PPID; done & sleep ${tok}; : ${tok}`, { timeoutMs: 300 }))
+    job.catch(() => {}).finally(() => (settled = true))
+    if (supervisor !== 'no') {
+      process.kill(helpers.supervisor, 'SIGSTOP')
+      while (supervisor === 'again' && !settled) {
+        process.kill(helpers.supervisor, 'SIGSTOP')
+        await new Promise((r) => setTimeout(r, 1))
+      }
+    }
     const err = await rejectionOf(job, PoolError)
     const ms = performance.now() - started
     expect(err.code).toBe('EXEC_TIMEOUT')
@@ -365,6 +382,40 @@ describe('a command that stops its helpers', () => {
     expect(ms).toBeLessThan(1500)
     expect((await survivors(tok, 2000)).left).toEqual([])
     expect((await p.exec(sh('echo next'))).stdout).toBe('next\n')
+    await p.shutdown()
+  })
+})
+
+describe('a command that attacks the supervisor', () => {
+  // Before the shield (core/supervisor/shield.rs) a command could SIGKILL its reaper and the
+  // supervisor together: its orphans went to init and outlived the job and Node (1 of 1).
+  test('SIGKILLs its reaper and the supervisor: the supervisor refuses, kills the orphans, and runs the next job', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 1 })
+    const { supervisor } = await helpersOf(p)
+    const tok = token()
+    const script = `(setsid sh -c 'sleep ${tok}; :' &); kill -9 $(cut -d' ' -f4 /proc/$PPID/stat) $PPID; sleep ${tok}`
+    const err = await rejectionOf(p.exec(sh(script, { timeoutMs: 5000 })), PoolError)
+    expect(err.code).toBe('WORKER_CRASHED')
+    expect((await survivors(tok, 2000)).left).toEqual([])
+    expect(stat(supervisor)?.state).not.toBe('Z')
+    expect((await p.exec(sh('echo next'))).stdout).toBe('next\n')
+    expect((await helpersOf(p)).supervisor).toBe(supervisor)
+    await p.shutdown()
+  })
+
+  test('cannot signal or re-limit the supervisor or Node, by pid, group, pidfd or kill -1', async () => {
+    const p = new WorkerPool({ interactiveWorkers: 1 })
+    const script = [
+      `S=$(cut -d' ' -f4 /proc/$PPID/stat)`,
+      `for t in $S -$S ${process.pid}; do kill -CONT $t 2>/dev/null; echo signal=$?; done`,
+      `prlimit --pid $S --cpu=0:0 2>/dev/null; echo limit=$?`,
+      `perl -e 'sysopen(my $d, "/proc/$ARGV[0]", 0) or die; exit(syscall(424, fileno($d), 0, 0, 0) == -1 ? 1 : 0)' $S; echo pidfd=$?`,
+      // kill -1 would reach them too: it is refused outright.
+      `kill -CONT -1 2>/dev/null; echo all=$?`,
+      `kill -CONT $PPID; echo reaper=$?`,
+    ].join('; ')
+    const r = await p.exec(sh(script))
+    expect(r.stdout).toBe('signal=1\nsignal=1\nsignal=1\nlimit=1\npidfd=1\nall=1\nreaper=0\n')
     await p.shutdown()
   })
 })

@@ -16,15 +16,38 @@ pub fn open(pid: i32) -> io::Result<OwnedFd> {
 }
 
 pub fn send_signal(pidfd: &OwnedFd, signal: Signal) {
+  let _ = send(pidfd, signal);
+}
+
+fn send(pidfd: &OwnedFd, signal: Signal) -> io::Result<()> {
   // SAFETY: valid pidfd; a null siginfo means "as kill() would".
-  unsafe {
+  let r = unsafe {
     libc::syscall(
       libc::SYS_pidfd_send_signal,
       pidfd.as_raw_fd(),
       signal as libc::c_int,
       std::ptr::null::<libc::siginfo_t>(),
       0,
-    );
+    )
+  };
+  if r < 0 {
+    Err(io::Error::last_os_error())
+  } else {
+    Ok(())
+  }
+}
+
+/// [`send_signal`] to `pid`, whose pidfd `pidfd` is, by `kill(2)` where signals by pidfd are
+/// refused (ENOSYS): in a job reaper, whose seccomp guard refuses them to its commands
+/// (`supervisor/shield.rs`). Then a pid recycled between the check that the process is alive
+/// and the signal could be hit: a window of a syscall, in which the whole pid space would have
+/// to wrap.
+pub fn send_signal_to(pidfd: &OwnedFd, pid: i32, signal: Signal) {
+  if let Err(e) = send(pidfd, signal)
+    && e.raw_os_error() == Some(libc::ENOSYS)
+    && !exited(pidfd)
+  {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal);
   }
 }
 

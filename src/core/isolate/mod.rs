@@ -26,3 +26,4 @@ pub use options::{
 pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
 pub use probe::{CgroupKind, Doctor, LayerReport, Probe, doctor, probe};
+pub use seccomp::guard_helpers;

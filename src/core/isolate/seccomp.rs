@@ -210,6 +210,97 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
   Ok(vec![deny, clone3])
 }
 
+/// The helpers' guard (see `supervisor/shield.rs`): the ways a process reaches another's life
+/// by its pid, refused when the pid is one of `pids` or the group one of `groups`: signals
+/// (`kill` also to every process, -1; `tkill`, which names any thread, always; signals by
+/// pidfd, which may be a `/proc/<pid>` fd, always, with ENOSYS so tools fall back to `kill`),
+/// I/O signals (`F_SETOWN` to them; `F_SETOWN_EX`, `FIOSETOWN` and `SIOCSPGRP`, whose owner
+/// sits behind a pointer, always), setting their limits, tracing them, and their memory.
+/// Everything else is allowed; x32 syscalls are refused, as in [`compile`].
+pub fn guard_helpers(pids: &[i32], groups: &[i32]) -> Result<Vec<BpfProgram>, SeccompError> {
+  // From the kernel's uapi (asm-generic/fcntl.h, asm-generic/sockios.h); not in `libc`.
+  const F_SETOWN_EX: i64 = 15;
+  const FIOSETOWN: i64 = 0x8901;
+  const SIOCSPGRP: i64 = 0x8902;
+  let eq = |arg: u8, v: i64| {
+    SeccompCondition::new(
+      arg,
+      SeccompCmpArgLen::Dword,
+      SeccompCmpOp::Eq,
+      v as u32 as u64,
+    )
+  };
+  let mut targets: Vec<i64> = pids.iter().map(|&p| i64::from(p)).collect();
+  targets.extend(groups.iter().map(|&g| -i64::from(g)));
+  targets.push(-1);
+  targets.sort_unstable();
+  targets.dedup();
+  let mut pids: Vec<i64> = pids.iter().map(|&p| i64::from(p)).collect();
+  pids.sort_unstable();
+  pids.dedup();
+  let each = |arg: u8, values: &[i64]| -> Result<Vec<SeccompRule>, seccompiler::BackendError> {
+    values
+      .iter()
+      .map(|&v| SeccompRule::new(vec![eq(arg, v)?]))
+      .collect()
+  };
+  let mut map: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+  map.insert(libc::SYS_kill, each(0, &targets)?);
+  map.insert(libc::SYS_tkill, vec![]);
+  for nr in [
+    libc::SYS_tgkill,
+    libc::SYS_rt_sigqueueinfo,
+    libc::SYS_rt_tgsigqueueinfo,
+  ] {
+    map.insert(nr, each(0, &pids)?);
+  }
+  let mut fcntl = targets
+    .iter()
+    .filter(|&&v| v != -1)
+    .map(|&v| SeccompRule::new(vec![eq(1, i64::from(libc::F_SETOWN))?, eq(2, v)?]))
+    .collect::<Result<Vec<_>, _>>()?;
+  fcntl.push(SeccompRule::new(vec![eq(1, F_SETOWN_EX)?])?);
+  map.insert(libc::SYS_fcntl, fcntl);
+  map.insert(
+    libc::SYS_ioctl,
+    vec![
+      SeccompRule::new(vec![eq(1, FIOSETOWN)?])?,
+      SeccompRule::new(vec![eq(1, SIOCSPGRP)?])?,
+    ],
+  );
+  map.insert(
+    libc::SYS_prlimit64,
+    pids
+      .iter()
+      .map(|&p| {
+        SeccompRule::new(vec![
+          eq(0, p)?,
+          SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?,
+        ])
+      })
+      .collect::<Result<Vec<_>, _>>()?,
+  );
+  map.insert(libc::SYS_ptrace, each(1, &pids)?);
+  for nr in [libc::SYS_process_vm_readv, libc::SYS_process_vm_writev] {
+    map.insert(nr, each(0, &pids)?);
+  }
+  let deny: BpfProgram = SeccompFilter::new(
+    map,
+    SeccompAction::Allow,
+    SeccompAction::Errno(libc::EPERM as u32),
+    arch()?,
+  )?
+  .try_into()?;
+  let by_pidfd: BpfProgram = SeccompFilter::new(
+    BTreeMap::from([(libc::SYS_pidfd_send_signal, vec![])]),
+    SeccompAction::Allow,
+    SeccompAction::Errno(libc::ENOSYS as u32),
+    arch()?,
+  )?
+  .try_into()?;
+  Ok(vec![guard_x32(deny), by_pidfd])
+}
+
 /// On x86_64, x32 syscalls carry the same audit arch with bit 30 set in the number, so a
 /// number-keyed filter would let `0x40000000 | SYS_socket` through where the kernel has x32.
 /// Refuse them right after the arch check (which is the program's first three instructions; its

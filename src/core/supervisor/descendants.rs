@@ -127,7 +127,7 @@ impl Tree {
         if !same {
           continue;
         }
-        pidfd::send_signal(&fd, Signal::SIGSTOP);
+        pidfd::send_signal_to(&fd, pid, Signal::SIGSTOP);
         self.held.push((pid, fd));
         found_new = true;
       }
@@ -143,8 +143,8 @@ impl Tree {
   pub fn signal(&mut self, signal: Signal, spare: &dyn Fn(i32) -> bool) -> usize {
     let n = self.freeze(spare);
     for sig in [signal, Signal::SIGCONT] {
-      for (_, fd) in &self.held {
-        pidfd::send_signal(fd, sig);
+      for (pid, fd) in &self.held {
+        pidfd::send_signal_to(fd, *pid, sig);
       }
     }
     n
@@ -162,11 +162,11 @@ impl Tree {
     let n = self.freeze(spare);
     for (pid, fd) in &self.held {
       if *pid != except {
-        pidfd::send_signal(fd, signal);
+        pidfd::send_signal_to(fd, *pid, signal);
       }
     }
-    for (_, fd) in &self.held {
-      pidfd::send_signal(fd, Signal::SIGCONT);
+    for (pid, fd) in &self.held {
+      pidfd::send_signal_to(fd, *pid, Signal::SIGCONT);
     }
     n
   }

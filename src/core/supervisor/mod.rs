@@ -10,6 +10,7 @@ pub mod protocol;
 pub mod reaper;
 pub mod run;
 pub mod server;
+pub mod shield;
 pub mod wire;
 
 pub use client::Supervisor;

@@ -21,6 +21,7 @@ use nix::unistd::Pid;
 use super::child;
 use super::descendants::Tree;
 use super::protocol::{FromReaper, ToReaper};
+use super::shield::{self, Protected};
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
@@ -50,9 +51,9 @@ struct Reaper {
 
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
 /// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
-/// the supervisor holds.
-pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> ! {
-  let code = match setup(conn, lifeline, idle) {
+/// the supervisor holds. Its commands cannot reach `protected` (see `shield.rs`).
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, protected: &Protected) -> ! {
+  let code = match setup(conn, lifeline, idle, protected) {
     Ok(mut reaper) => {
       reaper.serve();
       0
@@ -66,8 +67,18 @@ pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> ! {
   unsafe { libc::_exit(code) }
 }
 
-fn setup(conn: OwnedFd, lifeline: OwnedFd, idle: Duration) -> nix::Result<Reaper> {
+fn setup(
+  conn: OwnedFd,
+  lifeline: OwnedFd,
+  idle: Duration,
+  protected: &Protected,
+) -> nix::Result<Reaper> {
   nix::sys::prctl::set_child_subreaper(true)?;
+  // Before any job: every command inherits the guard. Where the kernel refuses it, the
+  // reaper runs unguarded and says so on the supervisor's stderr.
+  if let Err(e) = shield::enter(protected) {
+    eprintln!("finn-supervisor: no guard for the commands (shield.rs): {e}");
+  }
   let mut mask = SigSet::empty();
   mask.add(Signal::SIGCHLD);
   mask.thread_block()?;

@@ -265,6 +265,8 @@ pub fn resume<R>(
   let started = outgoing.started;
   let deadline = limits.timeout.and_then(|t| started.checked_add(t));
   let mut retired = 0;
+  // The addon killed the tree itself while its reaper did not answer (see `first_answer`).
+  let mut killed = false;
   let first = loop {
     let reply = if std::mem::take(&mut outgoing.unread) {
       Ok(FromReaper::Retired)
@@ -275,6 +277,7 @@ pub fn resume<R>(
         deadline,
         limits.kill_grace,
         stop_fd,
+        &mut killed,
       )
     };
     match reply {
@@ -317,7 +320,14 @@ pub fn resume<R>(
     tree_gone: false,
     retired: false,
   };
-  let outcome = job.supervise(supervisor, &mut reaper, limits, stop, stop_fd, started);
+  let outcome = job.supervise(
+    supervisor,
+    &mut reaper,
+    limits,
+    (stop, stop_fd),
+    started,
+    killed,
+  );
   let ended_by = match outcome {
     Ok(ended_by) => ended_by,
     Err(e) => return Err(crashed(&reaper, &e)),
@@ -375,14 +385,15 @@ pub const EXIT_KILL_WAIT: Duration = Duration::from_millis(200);
 /// The reaper's first answer to a `Run`. Past the job's deadline (or once a stop is asked)
 /// without one, the command may have stopped its reaper and the supervisor (it runs as their
 /// user, and SIGSTOP cannot be blocked): they are sent SIGCONT every [`NUDGE_EVERY`], and once
-/// the grace has passed too, the addon SIGKILLs the reaper's tree itself. Past that by
-/// [`REAP_BOUND`], the reaper counts as failed.
+/// the grace has passed too, the addon SIGKILLs the reaper's tree itself (and sets `killed`).
+/// Past that by [`REAP_BOUND`], the reaper counts as failed.
 fn first_answer(
   supervisor: &Supervisor,
   reaper: &mut Reaper,
   deadline: Option<Instant>,
   grace: Duration,
   stop_fd: Option<RawFd>,
+  killed: &mut bool,
 ) -> io::Result<FromReaper> {
   let mut due = deadline;
   let mut stop_pending = stop_fd.is_some();
@@ -400,6 +411,7 @@ fn first_answer(
       nudge(supervisor, reaper);
       if now >= at + grace + FALLBACK_AFTER {
         descendants::kill_now(reaper.pid, &|_| false);
+        *killed = true;
       }
       if now >= at + grace + REAP_BOUND {
         return Err(io::Error::new(
@@ -457,19 +469,29 @@ struct Asked {
 
 impl Job {
   /// Until the tree is gone (or past the reap bound after a termination). `Err` when the
-  /// reaper failed.
+  /// reaper failed. `killed`: the addon killed the tree before the reaper's first answer, past
+  /// the deadline or a stop request; the job ends by that, whatever the reaper reports after
+  /// (a tree killed so reads as the leader's exit by SIGKILL).
   fn supervise<R>(
     &mut self,
     supervisor: &Supervisor,
     reaper: &mut Reaper,
     limits: &Limits,
-    stop: Option<&StopCell<R>>,
-    stop_fd: Option<RawFd>,
+    (stop, stop_fd): (Option<&StopCell<R>>, Option<RawFd>),
     started: Instant,
+    killed: bool,
   ) -> io::Result<EndedBy<R>> {
     let deadline = limits.timeout.and_then(|t| started.checked_add(t));
     let mut stop_pending = true;
     let mut ended_by: Option<EndedBy<R>> = None;
+    if killed {
+      let request = match (stop, stop_fd) {
+        (Some(stop), Some(fd)) => stop.take(fd),
+        _ => None,
+      };
+      stop_pending = request.is_none();
+      ended_by = Some(request.map_or(EndedBy::Timeout, |r| EndedBy::Stopped(r.reason)));
+    }
     let mut asked: Option<Asked> = None;
     let terminate = |reaper: &mut Reaper, asked: &mut Option<Asked>, grace: Duration| {
       let kill_at = Instant::now() + grace;
@@ -733,7 +755,7 @@ mod tests {
         max_output_bytes: 1024,
         kill_grace: grace,
       };
-      let ended = job.supervise::<()>(&sup, &mut reaper, &limits, None, None, start);
+      let ended = job.supervise::<()>(&sup, &mut reaper, &limits, (None, None), start, false);
       (ended, start.elapsed(), job.tree_gone)
     });
     let kill_at = timeout + grace;
@@ -783,7 +805,7 @@ mod tests {
       kill_grace: Duration::from_millis(100),
     };
     let start = Instant::now();
-    let ended = job.supervise::<()>(&sup, &mut reaper, &limits, None, None, start);
+    let ended = job.supervise::<()>(&sup, &mut reaper, &limits, (None, None), start, false);
     let took = start.elapsed();
     let err = ended.expect_err("a retirement before TreeGone");
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
@@ -827,8 +849,9 @@ mod tests {
       // Never started: nudging it does nothing, the reaper gets the SIGCONTs.
       let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
       let mut reaper = Reaper::on(fake, Conn::new(ours));
-      let answer = first_answer(&sup, &mut reaper, Some(start), grace, None);
-      (answer, start.elapsed())
+      let mut killed = false;
+      let answer = first_answer(&sup, &mut reaper, Some(start), grace, None, &mut killed);
+      (answer, start.elapsed(), killed)
     });
     // Continued at the first look past the deadline (which is the start).
     while state(fake) == Some('T') {
@@ -844,7 +867,8 @@ mod tests {
         && killed < grace + FALLBACK_AFTER + Duration::from_millis(500),
       "the tree was killed {killed:?} after the deadline"
     );
-    let (answer, gave_up) = waiting.join().unwrap();
+    let (answer, gave_up, killed_flag) = waiting.join().unwrap();
+    assert!(killed_flag, "the kill is reported to `supervise`");
     let err = answer.expect_err("no answer can come");
     assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
     assert!(
@@ -852,5 +876,70 @@ mod tests {
       "gave up after {gave_up:?}"
     );
     drop(theirs);
+  }
+
+  /// A job whose tree the addon killed while the reaper had not answered (stopped, and stopped
+  /// again, by its command past the deadline) ends as what the kill was for: the reaper,
+  /// continued, then reports the leader dead by SIGKILL and the tree gone, which alone reads as
+  /// an exit. Past the deadline that is a timeout; after a stop request, that stop (before,
+  /// the job settled `Exit` with the SIGKILL's status: seen by
+  /// `a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_nothing`).
+  #[test]
+  fn a_tree_killed_before_the_first_answer_ends_the_job_as_its_timeout_or_stop() {
+    for (request, want) in [
+      (None, EndedBy::Timeout),
+      (Some("abort"), EndedBy::Stopped("abort")),
+    ] {
+      let (ours, theirs) = wire::pair().unwrap();
+      let frames = [
+        FromReaper::Exited(ExitStatus::Signaled(libc::SIGKILL)).encode(),
+        FromReaper::TreeGone.encode(),
+      ];
+      Conn::new(theirs)
+        .send_all(&[&frames[0], &frames[1]])
+        .unwrap();
+      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let cell = StopCell::new();
+      let fd = cell.attach().unwrap();
+      if let Some(reason) = request {
+        cell.request(crate::core::exec::Stop {
+          grace: Duration::ZERO,
+          reason,
+        });
+      }
+      let limits = Limits {
+        timeout: Some(Duration::from_millis(1)),
+        max_output_bytes: 1024,
+        kill_grace: Duration::ZERO,
+      };
+      let mut job = job_reading(None);
+      let ended = job.supervise(
+        &sup,
+        &mut reaper,
+        &limits,
+        (Some(&cell), Some(fd)),
+        Instant::now(),
+        true,
+      );
+      assert_eq!(ended.unwrap(), want);
+      assert_eq!(job.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
+      // Not killed by the addon, the same frames are the leader's own end.
+      let (ours, theirs) = wire::pair().unwrap();
+      Conn::new(theirs)
+        .send_all(&[&frames[0], &frames[1]])
+        .unwrap();
+      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let ended = job_reading(None).supervise::<()>(
+        &sup,
+        &mut reaper,
+        &limits,
+        (None, None),
+        Instant::now(),
+        false,
+      );
+      assert_eq!(ended.unwrap(), EndedBy::Exit);
+      cell.detach();
+    }
   }
 }

@@ -23,6 +23,7 @@ use nix::unistd::{ForkResult, Pid};
 use super::descendants;
 use super::protocol::{FromSupervisor, ToSupervisor};
 use super::reaper;
+use super::shield::{self, Protected};
 use super::wire::{self, Conn};
 use crate::core::exec::poll::{backoff, poll, watch};
 
@@ -41,6 +42,8 @@ struct Supervisor {
   reapers: HashSet<i32>,
   me: i32,
   reaper_idle: Duration,
+  /// What the jobs' commands must not reach (see `shield.rs`).
+  protected: Protected,
 }
 
 /// The argument that sets how long a reaper without a job lives, in milliseconds.
@@ -84,6 +87,8 @@ fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
   // then fail with EPIPE instead of killing the supervisor.
   unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigIgn) }?;
   nix::sys::prctl::set_child_subreaper(true)?;
+  // Out of reach of the jobs' commands (ptrace, memory, fds, oom_score_adj): see `shield.rs`.
+  shield::hide()?;
   // A job's command may stop this process (it runs as our user) and Node may then die: a
   // stopped process never sees its socket close. SIGCONT when the thread that started us
   // exits (Node's death, or only that worker thread's: then it does nothing) lets it wind
@@ -102,6 +107,7 @@ fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
     reapers: HashSet::new(),
     me: std::process::id() as i32,
     reaper_idle,
+    protected: Protected::around_me(),
   })
 }
 
@@ -144,7 +150,12 @@ impl Supervisor {
     let (addon_end, reaper_end) = wire::pair()?;
     // SAFETY: this process is single-threaded; the child runs only `become_reaper`.
     match unsafe { nix::unistd::fork() }? {
-      ForkResult::Child => become_reaper(reaper_end, &self.lifeline_r, self.reaper_idle),
+      ForkResult::Child => become_reaper(
+        reaper_end,
+        &self.lifeline_r,
+        self.reaper_idle,
+        &self.protected,
+      ),
       ForkResult::Parent { child } => {
         drop(reaper_end);
         self.reapers.insert(child.as_raw());
@@ -219,7 +230,7 @@ impl Supervisor {
 
 /// In the forked child: keeps only its socket (as fd 3) and the lifeline (as fd 4), both
 /// close-on-exec so the job's command inherits neither, and runs the reaper.
-fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration) -> ! {
+fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration, protected: &Protected) -> ! {
   let moved = move_to(conn.as_raw_fd(), 3).and_then(|()| move_to(lifeline.as_raw_fd(), 4));
   if moved.is_err() {
     // SAFETY: exits the forked child at once.
@@ -230,7 +241,7 @@ fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration) -> ! {
   // SAFETY: fds 3 and 4 were just set up above and nothing else owns them now (the
   // supervisor's own owners of those numbers are never used again in this process).
   let (conn, lifeline) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-  reaper::main(conn, lifeline, idle)
+  reaper::main(conn, lifeline, idle, protected)
 }
 
 /// Makes `fd` available as `target` with close-on-exec set.
