@@ -403,6 +403,33 @@ describe('a command that attacks the supervisor', () => {
     await p.shutdown()
   })
 
+  test('stops its reaper in a loop, then Node is SIGKILLed: the supervisor, out of its reach, kills every tree', async () => {
+    const tok = token()
+    const script = `(setsid sleep ${tok} &); while :; do kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat) 2>/dev/null; done & sleep ${tok}; : ${tok}`
+    const body = `
+      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+      const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', ${JSON.stringify(script)}], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
+      setInterval(() => {}, 1000)`
+    const child = spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
+    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+    // The sleeps and the loop are up, and the reaper has been stopped at least once.
+    let reaper = 0
+    await until(() => {
+      const pids = holders(tok).filter((p) => p !== child.pid)
+      const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
+      for (const p of pids) parents.delete(p)
+      reaper = [...parents][0]
+      return pids.length >= 4 && parents.size === 1 && stat(reaper)?.state === 'T'
+    })
+    const supervisor = stat(reaper)?.ppid as number
+    expect(stat(supervisor)?.state).not.toBe('T')
+    child.kill('SIGKILL')
+    await exited
+    // The supervisor's wind-down waits 2 s for its reapers before it SIGKILLs all below it.
+    expect((await survivors(tok, 5000)).left).toEqual([])
+  })
+
   test('cannot signal or re-limit the supervisor or Node, by pid, group, pidfd or kill -1', async () => {
     const p = new WorkerPool({ interactiveWorkers: 1 })
     const script = [
