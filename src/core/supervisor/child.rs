@@ -100,6 +100,12 @@ fn exec_child(
   // SAFETY: plain syscalls on this process's own state and descriptors; every pointer is
   // valid and NUL-terminated (argv and envp end with a null pointer).
   unsafe {
+    // The reaper is non-dumpable (`shield.rs`), and so is this copy of it: its `/proc/self`
+    // would belong to root, and an unprivileged isolation step that writes there (a user
+    // namespace's uid_map) would get EACCES. `execve` makes the command dumpable anyway.
+    if libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 {
+      fail(Errno::last());
+    }
     if libc::setsid() < 0 {
       fail(Errno::last());
     }
