@@ -904,7 +904,7 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
      prlimit --pid $S --cpu=0:0 2>/dev/null; echo limit=$?; \
      perl -e 'sysopen(my $d, \"/proc/$ARGV[0]\", 0) or die; exit(syscall(424, fileno($d), 0, 0, 0) == -1 ? 1 : 0)' $S; echo pidfd=$?; \
      cat /proc/$S/environ >/dev/null 2>&1; echo environ=$?; \
-     (echo 1000 > /proc/$S/oom_score_adj) 2>/dev/null; echo oom=$?; \
+     (echo 1000 > /proc/$S/oom_score_adj) 2>/dev/null && echo oom=0 || echo oom=1; \
      kill -CONT $PPID; echo reaper=$?; sleep 5 & kill $!; echo child=$?"
   );
   let done = run(&sup, sh(&script), limits(5000, 100)).unwrap();
