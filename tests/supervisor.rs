@@ -888,6 +888,8 @@ fn a_command_that_kills_its_reaper_and_the_supervisor_leaves_no_orphan() {
 /// What the shield refuses a command, each by the exit status of the command's own attempt:
 /// signals to the supervisor, its process group and this process (the host, as Node would be),
 /// also by a pidfd made of its `/proc` directory (syscall 424, `pidfd_send_signal` on x86_64),
+/// as the owner of a pipe's I/O signals (`F_SETOWN`; the command's own shell may be), by
+/// `kill -1`,
 /// and setting the supervisor's limits (a CPU limit of 0 would have the kernel kill it); as
 /// non-root also its `/proc` files (environment, `oom_score_adj`: root-owned, the supervisor is
 /// non-dumpable). The command still signals its own reaper and its own children.
@@ -903,6 +905,8 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
      for t in $S -$S {me}; do kill -CONT $t 2>/dev/null; echo cont=$?; kill -0 $t 2>/dev/null; echo probe=$?; done; \
      prlimit --pid $S --cpu=0:0 2>/dev/null; echo limit=$?; \
      perl -e 'sysopen(my $d, \"/proc/$ARGV[0]\", 0) or die; exit(syscall(424, fileno($d), 0, 0, 0) == -1 ? 1 : 0)' $S; echo pidfd=$?; \
+     for t in $S $$; do perl -e 'use Fcntl; pipe(my $r, my $w) or die; exit(fcntl($r, F_SETOWN, $ARGV[0] + 0) ? 0 : 1)' $t; echo setown=$?; done; \
+     kill -CONT -1 2>/dev/null; echo all=$?; \
      cat /proc/$S/environ >/dev/null 2>&1; echo environ=$?; \
      (echo 1000 > /proc/$S/oom_score_adj) 2>/dev/null && echo oom=0 || echo oom=1; \
      kill -CONT $PPID; echo reaper=$?; sleep 5 & kill $!; echo child=$?"
@@ -914,7 +918,7 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
   assert_eq!(
     done.stdout,
     format!(
-      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nenviron={environ}\noom={oom}\nreaper=0\nchild=0\n"
+      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\nenviron={environ}\noom={oom}\nreaper=0\nchild=0\n"
     ),
     "{}",
     done.stderr

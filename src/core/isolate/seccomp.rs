@@ -256,7 +256,6 @@ pub fn guard_helpers(pids: &[i32], groups: &[i32]) -> Result<Vec<BpfProgram>, Se
   }
   let mut fcntl = targets
     .iter()
-    .filter(|&&v| v != -1)
     .map(|&v| SeccompRule::new(vec![eq(1, i64::from(libc::F_SETOWN))?, eq(2, v)?]))
     .collect::<Result<Vec<_>, _>>()?;
   fcntl.push(SeccompRule::new(vec![eq(1, F_SETOWN_EX)?])?);
