@@ -303,6 +303,30 @@ describe('the supervisor binary', () => {
   })
 })
 
+/**
+ * A child Node whose one-slot pool runs `script` (600 s timeout), for tests that SIGKILL Node.
+ * Resolves once `ready(reaper)` holds, where `reaper` is the one parent outside the processes
+ * that carry `tok` (the job's reaper): Node's own command line carries the token too.
+ */
+async function nodeRunning(script: string, tok: string, ready: (holders: number[], reaper: number) => boolean) {
+  const body = `
+      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+      const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', ${JSON.stringify(script)}], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
+      setInterval(() => {}, 1000)`
+  const child = spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
+  let reaper = 0
+  await until(() => {
+    const pids = holders(tok).filter((p) => p !== child.pid)
+    const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
+    for (const p of pids) parents.delete(p)
+    reaper = [...parents][0]
+    return parents.size === 1 && ready(pids, reaper)
+  })
+  return { child, exited, reaper }
+}
+
 describe('a command that stops its helpers', () => {
   // The command runs as the same user as its reaper and the supervisor, so it can SIGSTOP its
   // reaper; the supervisor is out of its reach (see "a command that attacks the supervisor"),
@@ -330,24 +354,9 @@ describe('a command that stops its helpers', () => {
     // The command stops its reaper once the supervisor is stopped (running, it would continue
     // the reaper at once).
     const script = `(setsid sleep ${tok} &); while [ ! -e ${go} ]; do sleep 0.01; done; kill -STOP $PPID; sleep ${tok}; : ${tok}`
-    const body = `
-      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-      const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
-      pool.exec({ binaryPath: '/bin/sh', args: ['-c', ${JSON.stringify(script)}], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
-      setInterval(() => {}, 1000)`
-    const child = spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
-    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     // Up once the double-forked sleep has been reparented to the reaper, next to the waiting
-    // command (one outside parent).
-    let reaper = 0
-    await until(() => {
-      // Node's own command line carries the token too.
-      const pids = holders(tok).filter((p) => p !== child.pid)
-      const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
-      for (const p of pids) parents.delete(p)
-      reaper = [...parents][0]
-      return pids.length >= 2 && parents.size === 1
-    })
+    // command.
+    const { child, exited, reaper } = await nodeRunning(script, tok, (pids) => pids.length >= 2)
     const supervisor = stat(reaper)?.ppid as number
     process.kill(supervisor, 'SIGSTOP')
     await until(() => stat(supervisor)?.state === 'T')
@@ -406,22 +415,8 @@ describe('a command that attacks the supervisor', () => {
   test('stops its reaper in a loop, then Node is SIGKILLed: the supervisor, out of its reach, kills every tree', async () => {
     const tok = token()
     const script = `(setsid sleep ${tok} &); while :; do kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat) 2>/dev/null; done & sleep ${tok}; : ${tok}`
-    const body = `
-      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-      const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
-      pool.exec({ binaryPath: '/bin/sh', args: ['-c', ${JSON.stringify(script)}], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
-      setInterval(() => {}, 1000)`
-    const child = spawn(process.execPath, ['-e', body], { stdio: 'ignore' })
-    const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()))
     // The sleeps and the loop are up, and the reaper has been stopped at least once.
-    let reaper = 0
-    await until(() => {
-      const pids = holders(tok).filter((p) => p !== child.pid)
-      const parents = new Set(pids.map((p) => stat(p)?.ppid ?? 0))
-      for (const p of pids) parents.delete(p)
-      reaper = [...parents][0]
-      return pids.length >= 4 && parents.size === 1 && stat(reaper)?.state === 'T'
-    })
+    const { child, exited, reaper } = await nodeRunning(script, tok, (pids, r) => pids.length >= 4 && stat(r)?.state === 'T')
     const supervisor = stat(reaper)?.ppid as number
     expect(stat(supervisor)?.state).not.toBe('T')
     child.kill('SIGKILL')

@@ -191,22 +191,9 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
     map.insert(libc::SYS_socket, r);
   }
 
-  let deny: BpfProgram = SeccompFilter::new(
-    map,
-    SeccompAction::Allow,
-    SeccompAction::Errno(libc::EPERM as u32),
-    arch()?,
-  )?
-  .try_into()?;
-  let deny = guard_x32(deny);
+  let deny = guard_x32(refuse(map, libc::EPERM)?);
 
-  let clone3: BpfProgram = SeccompFilter::new(
-    BTreeMap::from([(libc::SYS_clone3, vec![])]),
-    SeccompAction::Allow,
-    SeccompAction::Errno(libc::ENOSYS as u32),
-    arch()?,
-  )?
-  .try_into()?;
+  let clone3 = refuse_all(libc::SYS_clone3, libc::ENOSYS)?;
   Ok(vec![deny, clone3])
 }
 
@@ -283,21 +270,28 @@ pub fn guard_helpers(pids: &[i32], groups: &[i32]) -> Result<Vec<BpfProgram>, Se
   for nr in [libc::SYS_process_vm_readv, libc::SYS_process_vm_writev] {
     map.insert(nr, each(0, &pids)?);
   }
-  let deny: BpfProgram = SeccompFilter::new(
-    map,
-    SeccompAction::Allow,
-    SeccompAction::Errno(libc::EPERM as u32),
-    arch()?,
-  )?
-  .try_into()?;
-  let by_pidfd: BpfProgram = SeccompFilter::new(
-    BTreeMap::from([(libc::SYS_pidfd_send_signal, vec![])]),
-    SeccompAction::Allow,
-    SeccompAction::Errno(libc::ENOSYS as u32),
-    arch()?,
-  )?
-  .try_into()?;
+  let deny = refuse(map, libc::EPERM)?;
+  let by_pidfd = refuse_all(libc::SYS_pidfd_send_signal, libc::ENOSYS)?;
   Ok(vec![guard_x32(deny), by_pidfd])
+}
+
+/// A program that fails the syscalls of `map` (where their rules match) with `errno`, and
+/// allows everything else.
+fn refuse(map: BTreeMap<i64, Vec<SeccompRule>>, errno: i32) -> Result<BpfProgram, SeccompError> {
+  Ok(
+    SeccompFilter::new(
+      map,
+      SeccompAction::Allow,
+      SeccompAction::Errno(errno as u32),
+      arch()?,
+    )?
+    .try_into()?,
+  )
+}
+
+/// A program that fails every call of `nr` with `errno`.
+fn refuse_all(nr: i64, errno: i32) -> Result<BpfProgram, SeccompError> {
+  refuse(BTreeMap::from([(nr, vec![])]), errno)
 }
 
 /// On x86_64, x32 syscalls carry the same audit arch with bit 30 set in the number, so a
