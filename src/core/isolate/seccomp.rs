@@ -202,7 +202,9 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
 /// (`kill` also to every process, -1; `tkill`, which names any thread, always; signals by
 /// pidfd, which may be a `/proc/<pid>` fd, always, with ENOSYS so tools fall back to `kill`),
 /// I/O signals (`F_SETOWN` to them; `F_SETOWN_EX`, `FIOSETOWN` and `SIOCSPGRP`, whose owner
-/// sits behind a pointer, always), setting their limits, tracing them, and their memory.
+/// sits behind a pointer, always), setting their limits, their scheduling (class, affinity,
+/// nice and I/O priority, the latter two also for any whole uid), tracing them, and their
+/// memory.
 /// Everything else is allowed; x32 syscalls are refused, as in [`compile`].
 pub fn guard_helpers(pids: &[i32], groups: &[i32]) -> Result<Vec<BpfProgram>, SeccompError> {
   // From the kernel's uapi (asm-generic/fcntl.h, asm-generic/sockios.h); not in `libc`.
@@ -267,8 +269,45 @@ pub fn guard_helpers(pids: &[i32], groups: &[i32]) -> Result<Vec<BpfProgram>, Se
       .collect::<Result<Vec<_>, _>>()?,
   );
   map.insert(libc::SYS_ptrace, each(1, &pids)?);
-  for nr in [libc::SYS_process_vm_readv, libc::SYS_process_vm_writev] {
+  for nr in [
+    libc::SYS_process_vm_readv,
+    libc::SYS_process_vm_writev,
+    libc::SYS_sched_setscheduler,
+    libc::SYS_sched_setparam,
+    libc::SYS_sched_setattr,
+    libc::SYS_sched_setaffinity,
+  ] {
     map.insert(nr, each(0, &pids)?);
+  }
+  // Priorities: setpriority(which, who, prio) and ioprio_set(which, who, prio) name a process,
+  // a group or a whole uid (which reaches them too): refused for theirs, and for any uid.
+  let groups: Vec<i64> = groups.iter().map(|&g| i64::from(g)).collect();
+  const IOPRIO_WHO_PROCESS: i64 = 1;
+  const IOPRIO_WHO_PGRP: i64 = 2;
+  const IOPRIO_WHO_USER: i64 = 3;
+  for (nr, process, group, user) in [
+    (
+      libc::SYS_setpriority,
+      i64::from(libc::PRIO_PROCESS),
+      i64::from(libc::PRIO_PGRP),
+      i64::from(libc::PRIO_USER),
+    ),
+    (
+      libc::SYS_ioprio_set,
+      IOPRIO_WHO_PROCESS,
+      IOPRIO_WHO_PGRP,
+      IOPRIO_WHO_USER,
+    ),
+  ] {
+    let mut rules = Vec::new();
+    for &p in &pids {
+      rules.push(SeccompRule::new(vec![eq(0, process)?, eq(1, p)?])?);
+    }
+    for &g in &groups {
+      rules.push(SeccompRule::new(vec![eq(0, group)?, eq(1, g)?])?);
+    }
+    rules.push(SeccompRule::new(vec![eq(0, user)?])?);
+    map.insert(nr, rules);
   }
   let deny = refuse(map, libc::EPERM)?;
   let by_pidfd = refuse_all(libc::SYS_pidfd_send_signal, libc::ENOSYS)?;

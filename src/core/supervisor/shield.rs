@@ -11,8 +11,9 @@
 //!   memory, take their fds (`pidfd_getfd`), nor raise their `oom_score_adj`. A command does
 //!   not inherit it (`execve` makes a process dumpable again);
 //! - each reaper installs a seccomp filter before its first job, which every command it starts
-//!   inherits: signals, I/O signals, limits, ptrace and memory access aimed at the supervisor
-//!   or Node (by pid, process group, or `kill(-1)`) fail with EPERM; signals by pidfd (which a
+//!   inherits: signals, I/O signals, limits, ptrace and `process_vm_*` aimed at the supervisor
+//!   or Node (by pid, process group, or `kill(-1)`) fail with EPERM (Node's `/proc/<pid>/mem`
+//!   stays as open to the command as Node is dumpable); signals by pidfd (which a
 //!   command could make of `/proc/<supervisor>`) fail with ENOSYS, so tools fall back to
 //!   `kill`, and so does the reaper for its own tree (`pidfd::send_signal_to`).
 //!   `isolate::guard_helpers` lists them. The command still signals its own processes, its
