@@ -21,7 +21,7 @@ use nix::unistd::Pid;
 use super::child;
 use super::descendants::Tree;
 use super::protocol::{FromReaper, ToReaper};
-use super::shield::{self, Protected};
+use super::shield::Guard;
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
@@ -51,9 +51,9 @@ struct Reaper {
 
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
 /// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
-/// the supervisor holds. Its commands cannot reach `protected` (see `shield.rs`).
-pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, protected: &Protected) -> ! {
-  let code = match setup(conn, lifeline, idle, protected) {
+/// the supervisor holds. Its commands start under `guard` (see `shield.rs`).
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard) -> ! {
+  let code = match setup(conn, lifeline, idle, guard) {
     Ok(mut reaper) => {
       reaper.serve();
       0
@@ -67,16 +67,11 @@ pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, protected: &Protec
   unsafe { libc::_exit(code) }
 }
 
-fn setup(
-  conn: OwnedFd,
-  lifeline: OwnedFd,
-  idle: Duration,
-  protected: &Protected,
-) -> nix::Result<Reaper> {
+fn setup(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard) -> nix::Result<Reaper> {
   nix::sys::prctl::set_child_subreaper(true)?;
   // Before any job: every command inherits the guard. Where the kernel refuses it, the
   // reaper runs unguarded and says so on the supervisor's stderr.
-  if let Err(e) = shield::enter(protected) {
+  if let Err(e) = guard.enter() {
     eprintln!("finn-supervisor: no guard for the commands (shield.rs): {e}");
   }
   let mut mask = SigSet::empty();

@@ -23,7 +23,7 @@ use nix::unistd::{ForkResult, Pid};
 use super::descendants;
 use super::protocol::{FromSupervisor, ToSupervisor};
 use super::reaper;
-use super::shield::{self, Protected};
+use super::shield::{self, Guard};
 use super::wire::{self, Conn};
 use crate::core::exec::poll::{backoff, poll, watch};
 
@@ -43,7 +43,7 @@ struct Supervisor {
   me: i32,
   reaper_idle: Duration,
   /// What the jobs' commands must not reach (see `shield.rs`).
-  protected: Protected,
+  guard: Guard,
 }
 
 /// The argument that sets how long a reaper without a job lives, in milliseconds.
@@ -89,6 +89,12 @@ fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
   nix::sys::prctl::set_child_subreaper(true)?;
   // Out of reach of the jobs' commands (ptrace, memory, fds, oom_score_adj): see `shield.rs`.
   shield::hide()?;
+  // Compiled once here; every reaper forked below installs its copy before its first job. A
+  // build that fails leaves the commands unguarded, and says so.
+  let guard = Guard::around_me().unwrap_or_else(|e| {
+    eprintln!("finn-supervisor: no guard for the commands (shield.rs): {e}");
+    Guard::default()
+  });
   // A job's command may stop this process (it runs as our user) and Node may then die: a
   // stopped process never sees its socket close. SIGCONT when the thread that started us
   // exits (Node's death, or only that worker thread's: then it does nothing) lets it wind
@@ -107,7 +113,7 @@ fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
     reapers: HashSet::new(),
     me: std::process::id() as i32,
     reaper_idle,
-    protected: Protected::around_me(),
+    guard,
   })
 }
 
@@ -150,12 +156,9 @@ impl Supervisor {
     let (addon_end, reaper_end) = wire::pair()?;
     // SAFETY: this process is single-threaded; the child runs only `become_reaper`.
     match unsafe { nix::unistd::fork() }? {
-      ForkResult::Child => become_reaper(
-        reaper_end,
-        &self.lifeline_r,
-        self.reaper_idle,
-        &self.protected,
-      ),
+      ForkResult::Child => {
+        become_reaper(reaper_end, &self.lifeline_r, self.reaper_idle, &self.guard)
+      }
       ForkResult::Parent { child } => {
         drop(reaper_end);
         self.reapers.insert(child.as_raw());
@@ -230,7 +233,7 @@ impl Supervisor {
 
 /// In the forked child: keeps only its socket (as fd 3) and the lifeline (as fd 4), both
 /// close-on-exec so the job's command inherits neither, and runs the reaper.
-fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration, protected: &Protected) -> ! {
+fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration, guard: &Guard) -> ! {
   let moved = move_to(conn.as_raw_fd(), 3).and_then(|()| move_to(lifeline.as_raw_fd(), 4));
   if moved.is_err() {
     // SAFETY: exits the forked child at once.
@@ -241,7 +244,7 @@ fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration, protected: &
   // SAFETY: fds 3 and 4 were just set up above and nothing else owns them now (the
   // supervisor's own owners of those numbers are never used again in this process).
   let (conn, lifeline) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-  reaper::main(conn, lifeline, idle, protected)
+  reaper::main(conn, lifeline, idle, guard)
 }
 
 /// Makes `fd` available as `target` with close-on-exec set.

@@ -35,31 +35,60 @@
 
 use std::io;
 
+use seccompiler::BpfProgram;
+
 use crate::core::isolate::guard_helpers;
 
-/// The processes a job's command must not reach, from the supervisor's point of view.
-#[derive(Debug, Clone, Default)]
-pub struct Protected {
-  /// The supervisor and its parent (Node).
-  pub pids: Vec<i32>,
-  /// Their process groups.
-  pub groups: Vec<i32>,
-}
+/// The seccomp programs that keep a command from the supervisor and Node, compiled once by the
+/// supervisor at its start; each reaper, forked from it, installs its copy ([`Guard::enter`]).
+#[derive(Debug, Default)]
+pub struct Guard(Vec<BpfProgram>);
 
-impl Protected {
-  /// Called by the supervisor at its start: itself, its parent, and their groups.
-  pub fn around_me() -> Protected {
+impl Guard {
+  /// Called by the supervisor at its start: itself, its parent (Node) and their process groups.
+  pub fn around_me() -> io::Result<Guard> {
     let me = std::process::id() as i32;
     // SAFETY: getppid and getpgid take integers only.
     let (parent, groups) = unsafe {
       let parent = libc::getppid();
-      let groups = [libc::getpgid(0), libc::getpgid(parent)];
-      (parent, groups)
+      (parent, [libc::getpgid(0), libc::getpgid(parent)])
     };
-    Protected {
-      pids: [me, parent].into_iter().filter(|&p| p > 1).collect(),
-      groups: groups.into_iter().filter(|&g| g > 1).collect(),
+    let pids: Vec<i32> = [me, parent].into_iter().filter(|&p| p > 1).collect();
+    let groups: Vec<i32> = groups.into_iter().filter(|&g| g > 1).collect();
+    guard_helpers(&pids, &groups)
+      .map(Guard)
+      .map_err(io::Error::other)
+  }
+
+  /// In a reaper, before its first job: installs the programs, which every command it starts
+  /// inherits. Sets `no_new_privs` first when the kernel asks for it (no CAP_SYS_ADMIN).
+  pub fn enter(&self) -> io::Result<()> {
+    for prog in &self.0 {
+      let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+      };
+      // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies the program.
+      let install = || {
+        check(unsafe {
+          libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0u32,
+            &fprog as *const libc::sock_fprog,
+          )
+        })
+      };
+      if let Err(e) = install() {
+        if e.raw_os_error() != Some(libc::EACCES) {
+          return Err(e);
+        }
+        // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
+        check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } as libc::c_long)?;
+        install()?;
+      }
     }
+    Ok(())
   }
 }
 
@@ -67,38 +96,6 @@ impl Protected {
 pub fn hide() -> io::Result<()> {
   // SAFETY: PR_SET_DUMPABLE takes integers only.
   check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } as libc::c_long)
-}
-
-/// In a reaper, before its first job: the seccomp guard on `protected`, which every command it
-/// starts inherits. Sets `no_new_privs` first when the kernel asks for it (no CAP_SYS_ADMIN).
-pub fn enter(protected: &Protected) -> io::Result<()> {
-  let programs = guard_helpers(&protected.pids, &protected.groups).map_err(io::Error::other)?;
-  for prog in &programs {
-    let fprog = libc::sock_fprog {
-      len: prog.len() as u16,
-      filter: prog.as_ptr() as *mut libc::sock_filter,
-    };
-    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies the program.
-    let install = || {
-      check(unsafe {
-        libc::syscall(
-          libc::SYS_seccomp,
-          libc::SECCOMP_SET_MODE_FILTER,
-          0u32,
-          &fprog as *const libc::sock_fprog,
-        )
-      })
-    };
-    if let Err(e) = install() {
-      if e.raw_os_error() != Some(libc::EACCES) {
-        return Err(e);
-      }
-      // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
-      check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } as libc::c_long)?;
-      install()?;
-    }
-  }
-  Ok(())
 }
 
 fn check(ret: libc::c_long) -> io::Result<()> {
