@@ -889,7 +889,11 @@ fn a_command_that_kills_its_reaper_and_the_supervisor_leaves_no_orphan() {
 /// signals to the supervisor, its process group and this process (the host, as Node would be),
 /// also by a pidfd made of its `/proc` directory (syscall 424, `pidfd_send_signal` on x86_64),
 /// as the owner of a pipe's I/O signals (`F_SETOWN`; the command's own shell may be), by
-/// `kill -1`, by its scheduling class, nice value (also through the whole uid's) or I/O class
+/// `kill -1`, by `tkill` (names any thread: refused even for the command's own shell), by
+/// `F_SETOWN_EX` and `FIOSETOWN` (their owner sits behind a pointer: refused for its own shell
+/// too); tracing it (`PTRACE_SEIZE`), reading its memory (`process_vm_readv`: EPERM, where an
+/// unguarded root read of a bad address gets EFAULT), its CPU affinity (`taskset`), by its
+/// scheduling class, nice value (also through the whole uid's) or I/O class
 /// (`chrt -i`, `renice`, `ionice`: a supervisor at SCHED_IDLE or nice 19 could be starved),
 /// and setting the supervisor's limits (a CPU limit of 0 would have the kernel kill it); as
 /// non-root also its `/proc` files (environment, `oom_score_adj`: root-owned, the supervisor is
@@ -908,6 +912,12 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
      perl -e 'sysopen(my $d, \"/proc/$ARGV[0]\", 0) or die; exit(syscall(424, fileno($d), 0, 0, 0) == -1 ? 1 : 0)' $S; echo pidfd=$?; \
      for t in $S $$; do perl -e 'use Fcntl; pipe(my $r, my $w) or die; exit(fcntl($r, F_SETOWN, $ARGV[0] + 0) ? 0 : 1)' $t; echo setown=$?; done; \
      kill -CONT -1 2>/dev/null; echo all=$?; \
+     perl -e 'exit(syscall(200, $ARGV[0] + 0, 0) == -1 && $!{{EPERM}} ? 1 : 0)' $$; echo tkill=$?; \
+     perl -e 'pipe(my $r, my $w) or die; exit(fcntl($r, 15, pack(\"iI\", 1, $ARGV[0])) ? 0 : 1)' $$; echo setown_ex=$?; \
+     perl -e 'use Socket; socket(my $s, AF_UNIX, SOCK_STREAM, 0) or die; exit(ioctl($s, 0x8901, pack(\"i\", $ARGV[0])) ? 0 : 1)' $$; echo fiosetown=$?; \
+     perl -e 'exit(syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == -1 && $!{{EPERM}} ? 1 : 0)' $S; echo ptrace=$?; \
+     perl -e 'my $b = \"x\" x 8; my $l = pack(\"QQ\", unpack(\"Q\", pack(\"p\", $b)), 8); my $r = pack(\"QQ\", 4096, 8); exit(syscall(310, $ARGV[0] + 0, $l, 1, $r, 1, 0) == -1 && $!{{EPERM}} ? 1 : 0)' $S; echo memory=$?; \
+     taskset -p 1 $S >/dev/null 2>&1; echo affinity=$?; \
      chrt -i -p 0 $S >/dev/null 2>&1; echo sched=$?; renice -n 19 -p $S >/dev/null 2>&1; echo nice=$?; \
      renice -n 19 -u $(id -u) >/dev/null 2>&1; echo nice_user=$?; ionice -c 3 -p $S >/dev/null 2>&1; echo io=$?; \
      renice -n 1 -p $$ >/dev/null 2>&1; echo nice_own=$?; \
@@ -922,7 +932,7 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
   assert_eq!(
     done.stdout,
     format!(
-      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\nsched=1\nnice=1\nnice_user=1\nio=1\nnice_own=0\nenviron={environ}\noom={oom}\nreaper=0\nchild=0\n"
+      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\ntkill=1\nsetown_ex=1\nfiosetown=1\nptrace=1\nmemory=1\naffinity=1\nsched=1\nnice=1\nnice_user=1\nio=1\nnice_own=0\nenviron={environ}\noom={oom}\nreaper=0\nchild=0\n"
     ),
     "{}",
     done.stderr
