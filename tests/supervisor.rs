@@ -893,10 +893,11 @@ fn a_command_that_kills_its_reaper_and_the_supervisor_leaves_no_orphan() {
 /// `F_SETOWN_EX` and `FIOSETOWN` (their owner sits behind a pointer: refused for its own shell
 /// too); tracing it (`PTRACE_SEIZE`), reading its memory (`process_vm_readv`: EPERM, where an
 /// unguarded root read of a bad address gets EFAULT), its CPU affinity (`taskset`), by its
-/// scheduling class, nice value (also through the whole uid's) or I/O class
+/// scheduling class, nice value (also a whole uid's: asked for an unused uid, where the kernel
+/// alone answers ESRCH, so a regression renices nothing) or I/O class
 /// (`chrt -i`, `renice`, `ionice`: a supervisor at SCHED_IDLE or nice 19 could be starved),
 /// and setting the supervisor's limits (a CPU limit of 0 would have the kernel kill it); as
-/// non-root also its `/proc` files (environment, `oom_score_adj`: root-owned, the supervisor is
+/// non-root also its `/proc` files (environment, memory, fds, `oom_score_adj`: root-owned, the supervisor is
 /// non-dumpable). The command still signals its own reaper and its own children.
 #[test]
 fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
@@ -919,9 +920,11 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
      perl -e 'my $b = \"x\" x 8; my $l = pack(\"QQ\", unpack(\"Q\", pack(\"p\", $b)), 8); my $r = pack(\"QQ\", 4096, 8); exit(syscall(310, $ARGV[0] + 0, $l, 1, $r, 1, 0) == -1 && $!{{EPERM}} ? 1 : 0)' $S; echo memory=$?; \
      taskset -p 1 $S >/dev/null 2>&1; echo affinity=$?; \
      chrt -i -p 0 $S >/dev/null 2>&1; echo sched=$?; renice -n 19 -p $S >/dev/null 2>&1; echo nice=$?; \
-     renice -n 19 -u $(id -u) >/dev/null 2>&1; echo nice_user=$?; ionice -c 3 -p $S >/dev/null 2>&1; echo io=$?; \
+     perl -e 'exit(setpriority(2, 4242424, 19) ? 0 : $!{{EPERM}} ? 1 : 0)'; echo nice_user=$?; ionice -c 3 -p $S >/dev/null 2>&1; echo io=$?; \
      renice -n 1 -p $$ >/dev/null 2>&1; echo nice_own=$?; \
      cat /proc/$S/environ >/dev/null 2>&1; echo environ=$?; \
+     (exec 3< /proc/$S/mem) 2>/dev/null && echo mem=0 || echo mem=1; \
+     ls /proc/$S/fd >/dev/null 2>&1 && echo fds=0 || echo fds=1; \
      (echo 1000 > /proc/$S/oom_score_adj) 2>/dev/null && echo oom=0 || echo oom=1; \
      kill -CONT $PPID; echo reaper=$?; sleep 5 & kill $!; echo child=$?"
   );
@@ -932,7 +935,7 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
   assert_eq!(
     done.stdout,
     format!(
-      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\ntkill=1\nsetown_ex=1\nfiosetown=1\nptrace=1\nmemory=1\naffinity=1\nsched=1\nnice=1\nnice_user=1\nio=1\nnice_own=0\nenviron={environ}\noom={oom}\nreaper=0\nchild=0\n"
+      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\ntkill=1\nsetown_ex=1\nfiosetown=1\nptrace=1\nmemory=1\naffinity=1\nsched=1\nnice=1\nnice_user=1\nio=1\nnice_own=0\nenviron={environ}\nmem={environ}\nfds={environ}\noom={oom}\nreaper=0\nchild=0\n"
     ),
     "{}",
     done.stderr
