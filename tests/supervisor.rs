@@ -921,7 +921,7 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
      taskset -p 1 $S >/dev/null 2>&1; echo affinity=$?; \
      chrt -i -p 0 $S >/dev/null 2>&1; echo sched=$?; renice -n 19 -p $S >/dev/null 2>&1; echo nice=$?; \
      perl -e 'exit(setpriority(2, 4242424, 19) ? 0 : $!{{EPERM}} ? 1 : 0)'; echo nice_user=$?; ionice -c 3 -p $S >/dev/null 2>&1; echo io=$?; \
-     renice -n 1 -p $$ >/dev/null 2>&1; echo nice_own=$?; \
+     renice -n 19 -p $$ >/dev/null 2>&1; echo nice_own=$?; \
      cat /proc/$S/environ >/dev/null 2>&1; echo environ=$?; \
      (exec 3< /proc/$S/mem) 2>/dev/null && echo mem=0 || echo mem=1; \
      ls /proc/$S/fd >/dev/null 2>&1 && echo fds=0 || echo fds=1; \
