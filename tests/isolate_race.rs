@@ -167,7 +167,7 @@ fn swapped_between_check_and_run(opts: Value, backend: &str) {
           &limits,
           Duration::from_millis(100),
           &stop,
-          || (),
+          &mut finn_sandbox::core::exec::later::Nothing,
           |_| (),
         );
         match r {
@@ -344,7 +344,7 @@ fn the_checked_fds_are_closed_after_every_job() {
       &limits,
       Duration::from_millis(100),
       &stop,
-      || (),
+      &mut finn_sandbox::core::exec::later::Nothing,
       |pid| reaper = pid,
     );
     drop(plan);

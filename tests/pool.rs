@@ -297,3 +297,41 @@ fn dropping_the_last_handle_lets_parked_workers_exit() {
     started.elapsed()
   );
 }
+
+/// With a backlog, a worker holds finished jobs' replies while it runs the next ones, to wake
+/// Node's thread once for several (`worker.rs`, `Carried`). A held reply still goes within
+/// its bound while the next job runs on: here the next job waits on a FIFO the test writes
+/// only once the first job's reply has come. Held until that job's end, it never would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_reply_goes_while_the_next_job_still_runs() {
+  let dir = tempfile::tempdir().unwrap();
+  let fifo = dir.path().join("gate");
+  nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+  let p = pool(1, 10);
+  let first = p.submit(job("echo a", Lane::Interactive)).unwrap();
+  let gated = p
+    .submit(job(
+      &format!("read line < {}; echo \"$line\"", fifo.display()),
+      Lane::Interactive,
+    ))
+    .unwrap();
+  // Two more queued behind the gated job: a backlog when the first one ends.
+  let rest: Vec<_> = ["c", "d"]
+    .iter()
+    .map(|s| {
+      p.submit(job(&format!("echo {s}"), Lane::Interactive))
+        .unwrap()
+    })
+    .collect();
+  let a = within_5s(first.result).await.unwrap();
+  assert_eq!(a.stdout, "a\n");
+  // The gated job is still running: only this write lets it end.
+  let mut gated_result = gated.result;
+  assert!(gated_result.try_recv().is_err());
+  let writer = std::thread::spawn(move || std::fs::write(&fifo, "b\n"));
+  assert_eq!(within_5s(gated_result).await.unwrap().stdout, "b\n");
+  writer.join().unwrap().unwrap();
+  for (s, want) in rest.into_iter().zip(["c\n", "d\n"]) {
+    assert_eq!(within_5s(s.result).await.unwrap().stdout, want);
+  }
+}

@@ -124,7 +124,7 @@ fn run_on_thread(
         &limits,
         Duration::from_millis(100),
         &runner,
-        || (),
+        &mut finn_sandbox::core::exec::later::Nothing,
         |_| (),
       )
     }
@@ -631,7 +631,7 @@ fn run_with_drain(spec: SpawnSpec, drain: Duration) -> Finished<&'static str> {
     &limits(20_000, 100),
     drain,
     &cell,
-    || (),
+    &mut finn_sandbox::core::exec::later::Nothing,
     |_| (),
   )
   .unwrap()
@@ -664,7 +664,7 @@ fn the_timeout_stops_counting_when_the_leader_exits() {
     &limits(1000, 100),
     Duration::from_secs(2),
     &cell,
-    || (),
+    &mut finn_sandbox::core::exec::later::Nothing,
     |_| (),
   )
   .unwrap();

@@ -2,6 +2,7 @@
 //! concerns so sessions and isolation can reuse it.
 
 pub mod capture;
+pub mod later;
 pub mod outcome;
 pub mod pidfd;
 pub mod poll;

@@ -99,7 +99,13 @@ impl InlineJob {
     // Frees the slot even if finishing panics (the dropped reply then reads as a crash).
     let slot = SlotGuard::new(&self.inner, started.queued.id, started.queued.job.lane);
     // The whole end is read: nothing waits, and no stop request could change it.
-    let (outcome, tally) = job::resume(*resume, None, &self.inner, &started.leader, || {});
+    let (outcome, tally) = job::resume(
+      *resume,
+      None,
+      &self.inner,
+      &started.leader,
+      &mut crate::core::exec::later::Nothing,
+    );
     started.queued.reply.send(outcome);
     if let Some(next) = slot.finish(tally, None) {
       self.inner.elsewhere(next);

@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::config::JobSpec;
 use super::error::PoolError;
 use super::state::{Inner, StopReason};
+use crate::core::exec::later::Later;
 use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, StopCell};
 use crate::core::isolate::{IsolationError, IsolationOptions, IsolationReport, Mode, Plan, probe};
 use crate::core::supervisor;
@@ -195,7 +196,7 @@ pub(super) fn execute(
   stop: &StopCell<StopReason>,
   inner: &Inner,
   leader: &AtomicI32,
-  on_spawned: impl FnOnce(),
+  later: &mut dyn Later,
 ) -> (JobOutcome, Tally) {
   let prepared = match prepare(&mut job, inner) {
     Ok(prepared) => prepared,
@@ -209,12 +210,13 @@ pub(super) fn execute(
       &prepared.limits,
       inner.config.drain,
       stop,
-      on_spawned,
+      later,
       |pid| register(inner, leader, pid),
     ),
+    // The direct path's waits do not watch `later`: it is done in full once the child runs.
     None => exec::run_blocking(&prepared.spec, &prepared.limits, stop, |pid| {
       register(inner, leader, pid);
-      on_spawned();
+      later.run();
     })
     .map_err(Into::into),
   };
@@ -229,7 +231,7 @@ pub(super) fn resume(
   stop: Option<&StopCell<StopReason>>,
   inner: &Inner,
   leader: &AtomicI32,
-  on_sent: impl FnOnce(),
+  later: &mut dyn Later,
 ) -> (JobOutcome, Tally) {
   let Resume {
     prepared,
@@ -242,10 +244,10 @@ pub(super) fn resume(
   let isolation = prepared.isolation.as_ref();
   let sent = match reaper {
     Some(reaper) => {
-      on_sent();
+      later.run_if_due(std::time::Instant::now());
       Ok((reaper, outgoing))
     }
-    None => outgoing.send(sup, isolation, on_sent),
+    None => outgoing.send(sup, isolation, later),
   };
   let ran = sent.and_then(|(reaper, outgoing)| {
     supervisor::run::resume(
@@ -256,6 +258,7 @@ pub(super) fn resume(
       isolation,
       &prepared.limits,
       stop,
+      later,
       |pid| register(inner, leader, pid),
     )
   });

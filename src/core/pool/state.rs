@@ -142,6 +142,7 @@ impl Inner {
       stop,
       leader,
       resume: None,
+      behind: 0,
     }
   }
 
@@ -245,9 +246,12 @@ impl Inner {
     state.running.remove(&id);
     let lane_queue = state.lane(lane);
     lane_queue.release();
-    let next = lane_queue
-      .dispatch_next()
-      .map(|next| Self::register(&mut state, next));
+    let next = lane_queue.dispatch_next();
+    let behind = lane_queue.queued();
+    let next = next.map(|next| Started {
+      behind,
+      ..Self::register(&mut state, next)
+    });
     if next.is_none()
       && let Some(me) = parker
     {
@@ -296,4 +300,7 @@ pub(super) struct Started {
   pub(super) leader: Arc<AtomicI32>,
   /// Prepared (and perhaps sent) on the host's thread already: see `inline.rs`.
   pub(super) resume: Option<Box<super::job::Resume>>,
+  /// How many jobs were left queued in its lane when a finishing job took it from there (0
+  /// when it came another way).
+  pub(super) behind: usize,
 }

@@ -19,6 +19,7 @@ use super::client::{NUDGE_EVERY, Reaper, Supervisor};
 use super::descendants;
 use super::protocol::{FromReaper, ToReaper};
 use crate::core::exec::capture::{Capture, Pushed, Stream};
+use crate::core::exec::later::{Later, wake_for};
 use crate::core::exec::poll::{poll, watch};
 use crate::core::exec::spawn::classify_exec_error;
 use crate::core::exec::{
@@ -57,10 +58,10 @@ const MAX_RETIRED: usize = 64;
 /// reaper's pid once the command runs: every process of the job's tree is a descendant of it
 /// (see [`kill_trees_now`]). Once the leader exits, the rest of its tree is killed after
 /// `drain`.
-/// `on_sent` is called once the job is on its way to a reaper (before the reaper has answered,
-/// or not at all if no reaper could be reached). The pool sends the previous job's reply there:
-/// the wake-up of Node's thread then overlaps with the reaper's start of this one instead of
-/// coming before it.
+/// `later` is done once the job is on its way to a reaper if it is due by then (before the
+/// reaper has answered), else by its due time from the job's waits. The pool sends the
+/// previous jobs' replies there: the wake-up of Node's thread then overlaps with the reaper's
+/// start of this one instead of coming before it.
 #[allow(clippy::too_many_arguments)]
 pub fn run_blocking<R>(
   supervisor: &Supervisor,
@@ -69,11 +70,11 @@ pub fn run_blocking<R>(
   limits: &Limits,
   drain: Duration,
   stop: &StopCell<R>,
-  on_sent: impl FnOnce(),
+  later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
   let outgoing = Outgoing::new(spec, isolation, drain, Duration::ZERO)?;
-  let (reaper, outgoing) = outgoing.send(supervisor, isolation, on_sent)?;
+  let (reaper, outgoing) = outgoing.send(supervisor, isolation, later)?;
   resume(
     supervisor,
     reaper,
@@ -82,6 +83,7 @@ pub fn run_blocking<R>(
     isolation,
     limits,
     Some(stop),
+    later,
     on_spawn,
   )
 }
@@ -156,17 +158,17 @@ impl Outgoing {
   }
 
   /// Sends the job to a reaper (starting the supervisor or a reaper if needed), blocking,
-  /// and returns the reaper it went to. `on_sent` is called once it is on its way.
+  /// and returns the reaper it went to. `later` is done once it is on its way, if due by then.
   pub fn send(
     self,
     supervisor: &Supervisor,
     isolation: Option<&Plan>,
-    on_sent: impl FnOnce(),
+    later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
     let reaper = supervisor.checkout().map_err(RunError::Crashed)?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
-        on_sent();
+        later.run_if_due(Instant::now());
         // Unread, it reads as the `Retired` it is: `resume` takes another reaper.
         Ok((
           reaper,
@@ -237,7 +239,8 @@ pub fn answered_now(reaper: &mut Reaper) -> Answered {
 /// The rest of [`run_blocking`] once the job is on its way to `reaper`: its first answer,
 /// the job's supervision until the tree is gone, and the final drain of the pipes. `stop` is
 /// `None` only when the reaper's whole answer is already read ([`Answered::Ended`]): nothing
-/// is waited for then, and no stop request could change the outcome.
+/// is waited for then, and no stop request could change the outcome. `later` is done from the
+/// waits once due (see [`run_blocking`]).
 #[allow(clippy::too_many_arguments)]
 pub fn resume<R>(
   supervisor: &Supervisor,
@@ -247,6 +250,7 @@ pub fn resume<R>(
   isolation: Option<&Plan>,
   limits: &Limits,
   stop: Option<&StopCell<R>>,
+  later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
   let stop_fd = match stop {
@@ -278,6 +282,7 @@ pub fn resume<R>(
         limits.kill_grace,
         stop_fd,
         &mut killed,
+        later,
       )
     };
     match reply {
@@ -327,6 +332,7 @@ pub fn resume<R>(
     (stop, stop_fd),
     started,
     killed,
+    later,
   );
   let ended_by = match outcome {
     Ok(ended_by) => ended_by,
@@ -394,6 +400,7 @@ fn first_answer(
   grace: Duration,
   stop_fd: Option<RawFd>,
   killed: &mut bool,
+  later: &mut dyn Later,
 ) -> io::Result<FromReaper> {
   let mut due = deadline;
   let mut stop_pending = stop_fd.is_some();
@@ -425,7 +432,8 @@ fn first_answer(
       watch(Some(reaper.conn.raw())),
       watch(stop_fd.filter(|_| stop_pending)),
     ];
-    poll(&mut fds, wake);
+    poll(&mut fds, wake_for(wake, later));
+    later.run_if_due(Instant::now());
     if fds[0].revents != 0 {
       reaper.conn.fill()?;
     }
@@ -480,6 +488,7 @@ impl Job {
     (stop, stop_fd): (Option<&StopCell<R>>, Option<RawFd>),
     started: Instant,
     killed: bool,
+    later: &mut dyn Later,
   ) -> io::Result<EndedBy<R>> {
     let deadline = limits.timeout.and_then(|t| started.checked_add(t));
     let mut stop_pending = true;
@@ -556,7 +565,8 @@ impl Job {
         watch(Some(reaper.conn.raw())),
         watch(stop_fd.filter(|_| stop_pending)),
       ];
-      poll(&mut fds, wake);
+      poll(&mut fds, wake_for(wake, later));
+      later.run_if_due(Instant::now());
       for (slot, (pipe, stream)) in self.pipes.iter_mut().enumerate() {
         if fds[slot].revents != 0
           && drain(pipe, *stream, &mut self.capture, &mut self.buf)
@@ -655,6 +665,7 @@ fn read_once(
 #[cfg(test)]
 mod tests {
   use super::*;
+  use crate::core::exec::later::Nothing;
   use crate::core::supervisor::wire::{self, Conn};
 
   /// What `answered_now` says after the reaper's side sent `frames` (and closed, if `close`).
@@ -755,7 +766,15 @@ mod tests {
         max_output_bytes: 1024,
         kill_grace: grace,
       };
-      let ended = job.supervise::<()>(&sup, &mut reaper, &limits, (None, None), start, false);
+      let ended = job.supervise::<()>(
+        &sup,
+        &mut reaper,
+        &limits,
+        (None, None),
+        start,
+        false,
+        &mut Nothing,
+      );
       (ended, start.elapsed(), job.tree_gone)
     });
     let kill_at = timeout + grace;
@@ -805,7 +824,15 @@ mod tests {
       kill_grace: Duration::from_millis(100),
     };
     let start = Instant::now();
-    let ended = job.supervise::<()>(&sup, &mut reaper, &limits, (None, None), start, false);
+    let ended = job.supervise::<()>(
+      &sup,
+      &mut reaper,
+      &limits,
+      (None, None),
+      start,
+      false,
+      &mut Nothing,
+    );
     let took = start.elapsed();
     let err = ended.expect_err("a retirement before TreeGone");
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
@@ -850,7 +877,15 @@ mod tests {
       let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
       let mut reaper = Reaper::on(fake, Conn::new(ours));
       let mut killed = false;
-      let answer = first_answer(&sup, &mut reaper, Some(start), grace, None, &mut killed);
+      let answer = first_answer(
+        &sup,
+        &mut reaper,
+        Some(start),
+        grace,
+        None,
+        &mut killed,
+        &mut Nothing,
+      );
       (answer, start.elapsed(), killed)
     });
     // Continued at the first look past the deadline (which is the start).
@@ -921,6 +956,7 @@ mod tests {
         (Some(&cell), Some(fd)),
         Instant::now(),
         true,
+        &mut Nothing,
       );
       assert_eq!(ended.unwrap(), want);
       assert_eq!(job.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
@@ -937,6 +973,7 @@ mod tests {
         (None, None),
         Instant::now(),
         false,
+        &mut Nothing,
       );
       assert_eq!(ended.unwrap(), EndedBy::Exit);
       cell.detach();
