@@ -1033,3 +1033,85 @@ fn a_reaper_stopped_while_idle_is_continued_at_the_deadline_or_at_a_stop() {
     );
   }
 }
+
+/// A command that fills its process limit (here a pids cgroup holding the supervisor, as a
+/// container's `--pids-limit` holds everything) while another job needs a new reaper: the
+/// supervisor cannot fork one. That job fails as a spawn does (exit code 126, the limit
+/// named); the supervisor goes on, and so does the job that filled the limit. Before, the
+/// supervisor exited on the failed fork, and every running job crashed with it. Needs a
+/// writable cgroup v1 `pids` hierarchy (root here); skipped without one.
+#[test]
+fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
+  if direct() {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  assert_eq!(
+    run(&sup, sh("true"), limits(5000, 100))
+      .unwrap()
+      .exit_code(),
+    0
+  );
+  let pid = sup.pid().expect("the supervisor runs");
+  let cg = PathBuf::from(format!(
+    "/sys/fs/cgroup/pids/finn-test-{}",
+    std::process::id()
+  ));
+  if std::fs::create_dir(&cg).is_err() {
+    eprintln!("skipped: no writable cgroup v1 pids hierarchy here");
+    return;
+  }
+  // The supervisor, the command's shell and three sleepers: the limit is full.
+  std::fs::write(cg.join("pids.max"), "5").unwrap();
+  std::fs::write(cg.join("cgroup.procs"), pid.to_string()).unwrap();
+  let dir = tempfile::tempdir().unwrap();
+  let gate = dir.path().join("gate");
+  nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+  let t = token();
+  let (_, filler) = run_on_thread(
+    &sup,
+    sh(&format!(
+      "echo $$ > {procs}; for i in 1 2 3; do sleep {t} & done; echo filled; read x < {gate}; echo a",
+      procs = cg.join("cgroup.procs").display(),
+      gate = gate.display(),
+    )),
+    limits(10_000, 100),
+  );
+  wait_for_holders(&t, 3);
+  // The only idle reaper is the filler's: this job needs a new one.
+  let refused = run(&sup, sh("echo b"), limits(5000, 100));
+  // Opened for reading and writing, a FIFO opens and takes the line at once, reader or not
+  // (the filler's shell is gone when its supervisor took it down).
+  let mut opened = std::fs::OpenOptions::new()
+    .read(true)
+    .write(true)
+    .open(&gate)
+    .unwrap();
+  std::io::Write::write_all(&mut opened, b"go\n").unwrap();
+  let filled = filler.join().unwrap();
+  drop(opened);
+  // Back to the root group (ESRCH: the supervisor is gone, which the asserts below report).
+  let _ = std::fs::write("/sys/fs/cgroup/pids/cgroup.procs", pid.to_string());
+  assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
+  std::fs::remove_dir(&cg).unwrap();
+  match refused {
+    Err(RunError::Spawn(e)) => {
+      assert_eq!(e.exit_code(), 126, "{e}");
+      assert!(e.to_string().contains("process limit reached"), "{e}");
+    }
+    other => panic!("expected a spawn failure, got {other:?}"),
+  }
+  let filled = filled.unwrap();
+  assert_eq!(
+    (filled.exit_code(), filled.stdout.as_str()),
+    (0, "filled\na\n"),
+    "{}",
+    filled.stderr
+  );
+  // The same supervisor runs the next job.
+  assert_eq!(
+    run(&sup, sh("echo c"), limits(5000, 100)).unwrap().stdout,
+    "c\n"
+  );
+  assert_eq!(sup.pid(), Some(pid));
+}

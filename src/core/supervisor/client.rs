@@ -97,7 +97,7 @@ impl Supervisor {
 
   /// A reaper for one job: an idle one, or a new one (starting the supervisor if needed). The
   /// error says what failed, naming the supervisor's file.
-  pub fn checkout(&self) -> Result<Reaper, String> {
+  pub fn checkout(&self) -> Result<Reaper, CheckoutError> {
     let mut state = self.lock();
     if state
       .running
@@ -115,25 +115,28 @@ impl Supervisor {
     }
     if state.running.is_none() {
       state.running = Some(self.start().map_err(|e| {
-        format!(
+        CheckoutError::Failed(format!(
           "cannot start the supervisor {}: {e}",
           self.program.display()
-        )
+        ))
       })?);
       state.generation += 1;
     }
     let generation = state.generation;
     let running = state.running.as_mut().expect("started above");
     match new_reaper(running) {
-      Ok((pid, conn)) => Ok(Reaper {
+      Ok(Ok((pid, conn))) => Ok(Reaper {
         pid,
         conn,
         generation,
       }),
+      Ok(Err(e)) => Err(CheckoutError::NoReaper(e)),
       Err(e) => {
         let pid = running.pid;
         stop(&mut state);
-        Err(format!("the supervisor (pid {pid}) failed: {e}"))
+        Err(CheckoutError::Failed(format!(
+          "the supervisor (pid {pid}) failed: {e}"
+        )))
       }
     }
   }
@@ -258,7 +261,20 @@ fn reap(pid: i32, pidfd: OwnedFd) {
   }
 }
 
-fn new_reaper(running: &mut Running) -> io::Result<(i32, Conn)> {
+/// Why [`Supervisor::checkout`] has no reaper.
+#[derive(Debug)]
+pub enum CheckoutError {
+  /// The supervisor could not be started, or failed (it is let go: the next job starts
+  /// another).
+  Failed(String),
+  /// The supervisor is fine but could not make a reaper (a process limit, which another job's
+  /// command may have filled): this job cannot start, as when a spawn fails.
+  NoReaper(io::Error),
+}
+
+/// Asks for a new reaper: the outer error is the supervisor's failure, the inner one its
+/// refusal (see [`CheckoutError`]).
+fn new_reaper(running: &mut Running) -> io::Result<io::Result<(i32, Conn)>> {
   running.conn.send(&ToSupervisor::NewReaper.encode(), &[])?;
   // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
   // while the answer does not come, and given up on after `NEW_REAPER_BOUND`.
@@ -283,12 +299,17 @@ fn new_reaper(running: &mut Running) -> io::Result<(i32, Conn)> {
       return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
     }
   };
-  let FromSupervisor::ReaperReady { pid } = FromSupervisor::decode(&frame)?;
+  let pid = match FromSupervisor::decode(&frame)? {
+    FromSupervisor::ReaperReady { pid } => pid,
+    FromSupervisor::ReaperFailed { errno } => {
+      return Ok(Err(io::Error::from_raw_os_error(errno)));
+    }
+  };
   let fd = running
     .conn
     .take_fd()
     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no socket came with the reaper"))?;
-  Ok((pid, Conn::new(fd)))
+  Ok(Ok((pid, Conn::new(fd))))
 }
 
 /// How often a wait for a helper that gets no answer sends it SIGCONT (a job's command may

@@ -1,7 +1,9 @@
 //! The messages between the addon, the supervisor and the job reapers.
 //!
 //! Addon -> supervisor: [`ToSupervisor::NewReaper`]; the answer is
-//! [`FromSupervisor::ReaperReady`] with the addon's end of a new socket to that reaper attached.
+//! [`FromSupervisor::ReaperReady`] with the addon's end of a new socket to that reaper attached,
+//! or [`FromSupervisor::ReaperFailed`] when no reaper could be made (a process limit a job's
+//! command filled).
 //! Addon -> reaper: [`ToReaper::Run`] (stdout and stderr write ends attached), then any number
 //! of [`ToReaper::Terminate`]. Reaper -> addon, per job: `Spawned` or `SpawnFailed`; then
 //! `Exited` once the leader is reaped and `TreeGone` once the reaper has no child left.
@@ -24,6 +26,9 @@ pub enum ToSupervisor {
 pub enum FromSupervisor {
   /// A reaper is ready; the addon's end of its socket is attached.
   ReaperReady { pid: i32 },
+  /// No reaper could be made (`fork` or `socketpair` failed with `errno`); the supervisor
+  /// goes on.
+  ReaperFailed { errno: i32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +96,7 @@ const EXITED: u8 = 7;
 const SIGNALED: u8 = 8;
 const TREE_GONE: u8 = 9;
 const RETIRED: u8 = 10;
+const REAPER_FAILED: u8 = 11;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -138,9 +144,11 @@ impl ToSupervisor {
 
 impl FromSupervisor {
   pub fn encode(&self) -> Vec<u8> {
-    let FromSupervisor::ReaperReady { pid } = self;
     let mut w = Writer::default();
-    w.u8(REAPER_READY).i32(*pid);
+    match self {
+      FromSupervisor::ReaperReady { pid } => w.u8(REAPER_READY).i32(*pid),
+      FromSupervisor::ReaperFailed { errno } => w.u8(REAPER_FAILED).i32(*errno),
+    };
     w.0
   }
 
@@ -148,6 +156,7 @@ impl FromSupervisor {
     let mut r = Reader(frame);
     let msg = match r.u8()? {
       REAPER_READY => FromSupervisor::ReaperReady { pid: r.i32()? },
+      REAPER_FAILED => FromSupervisor::ReaperFailed { errno: r.i32()? },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -368,8 +377,12 @@ mod tests {
     ] {
       assert_eq!(FromReaper::decode(&msg.encode()).unwrap(), msg);
     }
-    let ready = FromSupervisor::ReaperReady { pid: 7 };
-    assert_eq!(FromSupervisor::decode(&ready.encode()).unwrap(), ready);
+    for msg in [
+      FromSupervisor::ReaperReady { pid: 7 },
+      FromSupervisor::ReaperFailed { errno: 11 },
+    ] {
+      assert_eq!(FromSupervisor::decode(&msg.encode()).unwrap(), msg);
+    }
     let new = ToSupervisor::NewReaper;
     assert_eq!(ToSupervisor::decode(&new.encode()).unwrap(), new);
   }

@@ -15,7 +15,7 @@ use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
-use super::client::{NUDGE_EVERY, Reaper, Supervisor};
+use super::client::{CheckoutError, NUDGE_EVERY, Reaper, Supervisor};
 use super::descendants;
 use super::protocol::{FromReaper, ToReaper};
 use crate::core::exec::capture::{Capture, Pushed, Stream};
@@ -99,6 +99,8 @@ pub struct Outgoing {
   started: Instant,
   /// The last reaper it went to had closed before reading it (it retired): nothing started.
   unread: bool,
+  /// The command's program, for a spawn failure's message.
+  program: String,
 }
 
 impl Outgoing {
@@ -131,6 +133,7 @@ impl Outgoing {
       reads: (out_r, err_r),
       started,
       unread: false,
+      program: spec.program.to_string_lossy().into_owned(),
     })
   }
 
@@ -165,7 +168,9 @@ impl Outgoing {
     isolation: Option<&Plan>,
     later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
-    let reaper = supervisor.checkout().map_err(RunError::Crashed)?;
+    let reaper = supervisor
+      .checkout()
+      .map_err(|e| checkout_failed(e, &self.program))?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
         later.run_if_due(Instant::now());
@@ -197,6 +202,18 @@ impl Outgoing {
       Ok(true) => Ok((reaper, self)),
       _ => Err(self),
     }
+  }
+}
+
+/// A checkout's failure as the job's: a reaper that could not be made is a spawn failure
+/// (exit code 126, the process limit named), a failed supervisor a crash.
+fn checkout_failed(e: CheckoutError, program: &str) -> RunError {
+  match e {
+    CheckoutError::Failed(msg) => RunError::Crashed(msg),
+    CheckoutError::NoReaper(source) => RunError::Spawn(SpawnError::Exec {
+      program: program.to_string(),
+      source,
+    }),
   }
 }
 
@@ -289,7 +306,9 @@ pub fn resume<R>(
       // An idle reaper retiring as the job came: the job was not started; take another.
       Ok(FromReaper::Retired) if retired < MAX_RETIRED => {
         retired += 1;
-        reaper = supervisor.checkout().map_err(RunError::Crashed)?;
+        reaper = supervisor
+          .checkout()
+          .map_err(|e| checkout_failed(e, &outgoing.program))?;
         match outgoing.send_to(&reaper, isolation) {
           Ok(true) => {}
           Ok(false) => outgoing.unread = true,
@@ -479,7 +498,8 @@ impl Job {
   /// Until the tree is gone (or past the reap bound after a termination). `Err` when the
   /// reaper failed. `killed`: the addon killed the tree before the reaper's first answer, past
   /// the deadline or a stop request; the job ends by that, whatever the reaper reports after
-  /// (a tree killed so reads as the leader's exit by SIGKILL).
+  /// (a tree killed so reads as the leader's exit by SIGKILL). `later` is done once due.
+  #[allow(clippy::too_many_arguments)]
   fn supervise<R>(
     &mut self,
     supervisor: &Supervisor,

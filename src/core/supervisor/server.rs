@@ -152,10 +152,25 @@ impl Supervisor {
     }
   }
 
+  /// Forks a reaper and hands the addon its socket. When that fails (a job's command filled
+  /// the uid's or the cgroup's process limit: EAGAIN), the addon is told so and this goes on:
+  /// exiting would end every other running job with it.
   fn new_reaper(&mut self) -> io::Result<()> {
-    let (addon_end, reaper_end) = wire::pair()?;
+    let failed = |errno: i32| FromSupervisor::ReaperFailed { errno }.encode();
+    let (addon_end, reaper_end) = match wire::pair() {
+      Ok(pair) => pair,
+      Err(e) => {
+        return self
+          .conn
+          .send(&failed(e.raw_os_error().unwrap_or(libc::EIO)), &[]);
+      }
+    };
     // SAFETY: this process is single-threaded; the child runs only `become_reaper`.
-    match unsafe { nix::unistd::fork() }? {
+    let forked = match unsafe { nix::unistd::fork() } {
+      Ok(forked) => forked,
+      Err(errno) => return self.conn.send(&failed(errno as i32), &[]),
+    };
+    match forked {
       ForkResult::Child => {
         become_reaper(reaper_end, &self.lifeline_r, self.reaper_idle, &self.guard)
       }
