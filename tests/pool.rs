@@ -298,24 +298,65 @@ fn dropping_the_last_handle_lets_parked_workers_exit() {
   );
 }
 
-/// With a backlog, a worker holds finished jobs' replies while it runs the next ones, to wake
-/// Node's thread once for several (`worker.rs`, `Carried`). A held reply still goes within
-/// its bound while the next job runs on: here the next job waits on a FIFO the test writes
-/// only once the first job's reply has come. Held until that job's end, it never would.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_held_reply_goes_while_the_next_job_still_runs() {
+/// A FIFO in a fresh directory; opened for reading and writing, it takes a line at once,
+/// whether or not its reader has opened it yet.
+fn gate() -> (tempfile::TempDir, std::path::PathBuf) {
   let dir = tempfile::tempdir().unwrap();
   let fifo = dir.path().join("gate");
   nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+  (dir, fifo)
+}
+
+fn open_gate(fifo: &std::path::Path) -> std::fs::File {
+  let mut f = std::fs::OpenOptions::new()
+    .read(true)
+    .write(true)
+    .open(fifo)
+    .unwrap();
+  std::io::Write::write_all(&mut f, b"go\n").unwrap();
+  f
+}
+
+fn gated(fifo: &std::path::Path, out: &str) -> String {
+  format!("read line < {}; echo {out}", fifo.display())
+}
+
+/// A finished job's reply goes once the worker's next job is on its way, not when that job
+/// ends: here the next job waits on a FIFO the test opens only once the reply has come. A
+/// reply held until then would never come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_goes_while_the_next_job_still_runs() {
+  let (_dir, fifo) = gate();
   let p = pool(1, 10);
   let first = p.submit(job("echo a", Lane::Interactive)).unwrap();
-  let gated = p
-    .submit(job(
-      &format!("read line < {}; echo \"$line\"", fifo.display()),
-      Lane::Interactive,
-    ))
+  let next = p
+    .submit(job(&gated(&fifo, "b"), Lane::Interactive))
     .unwrap();
-  // Two more queued behind the gated job: a backlog when the first one ends.
+  assert_eq!(within_5s(first.result).await.unwrap().stdout, "a\n");
+  let mut next_result = next.result;
+  assert!(next_result.try_recv().is_err());
+  let _open = open_gate(&fifo);
+  assert_eq!(within_5s(next_result).await.unwrap().stdout, "b\n");
+}
+
+/// With a backlog, a worker holds finished jobs' replies while it runs the next ones, to wake
+/// Node's thread once for several (`worker.rs`, `Carried`): a reply comes no earlier than
+/// 2 ms (`HOLD_FOR`) after its job's end. It still comes within that bound while the next job
+/// runs on: here the next job waits on a FIFO the test opens only once the reply has come.
+/// Held until that job's end, it never would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_reply_goes_while_the_next_job_still_runs() {
+  let (_dir, start) = gate();
+  let (_dir2, fifo) = gate();
+  let p = pool(1, 10);
+  let submitted = Instant::now();
+  // The first job waits until everything is queued: then two wait behind the gated one.
+  let first = p
+    .submit(job(&gated(&start, "a"), Lane::Interactive))
+    .unwrap();
+  let next = p
+    .submit(job(&gated(&fifo, "b"), Lane::Interactive))
+    .unwrap();
   let rest: Vec<_> = ["c", "d"]
     .iter()
     .map(|s| {
@@ -323,14 +364,21 @@ async fn a_held_reply_goes_while_the_next_job_still_runs() {
         .unwrap()
     })
     .collect();
+  let _started = open_gate(&start);
   let a = within_5s(first.result).await.unwrap();
+  let held = submitted.elapsed();
   assert_eq!(a.stdout, "a\n");
-  // The gated job is still running: only this write lets it end.
-  let mut gated_result = gated.result;
-  assert!(gated_result.try_recv().is_err());
-  let writer = std::thread::spawn(move || std::fs::write(&fifo, "b\n"));
-  assert_eq!(within_5s(gated_result).await.unwrap().stdout, "b\n");
-  writer.join().unwrap().unwrap();
+  // The job ended no earlier than `duration_ms` after it was submitted; its reply was held
+  // 2 ms from then.
+  assert!(
+    held >= Duration::from_secs_f64(a.duration_ms / 1000.0) + Duration::from_millis(2),
+    "{held:?} after the submission, the job took {} ms",
+    a.duration_ms
+  );
+  let mut next_result = next.result;
+  assert!(next_result.try_recv().is_err());
+  let _open = open_gate(&fifo);
+  assert_eq!(within_5s(next_result).await.unwrap().stdout, "b\n");
   for (s, want) in rest.into_iter().zip(["c\n", "d\n"]) {
     assert_eq!(within_5s(s.result).await.unwrap().stdout, want);
   }
