@@ -686,6 +686,25 @@ fn read_once(
 mod tests {
   use super::*;
   use crate::core::exec::later::Nothing;
+
+  /// `supervise` without a stop cell, a kill before the first answer, or deferred work.
+  fn supervise_plain(
+    job: &mut Job,
+    sup: &Supervisor,
+    reaper: &mut Reaper,
+    limits: &Limits,
+    start: Instant,
+  ) -> io::Result<EndedBy<()>> {
+    job.supervise::<()>(
+      sup,
+      reaper,
+      limits,
+      (None, None),
+      start,
+      false,
+      &mut Nothing,
+    )
+  }
   use crate::core::supervisor::wire::{self, Conn};
 
   /// What `answered_now` says after the reaper's side sent `frames` (and closed, if `close`).
@@ -786,15 +805,7 @@ mod tests {
         max_output_bytes: 1024,
         kill_grace: grace,
       };
-      let ended = job.supervise::<()>(
-        &sup,
-        &mut reaper,
-        &limits,
-        (None, None),
-        start,
-        false,
-        &mut Nothing,
-      );
+      let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
       (ended, start.elapsed(), job.tree_gone)
     });
     let kill_at = timeout + grace;
@@ -844,15 +855,7 @@ mod tests {
       kill_grace: Duration::from_millis(100),
     };
     let start = Instant::now();
-    let ended = job.supervise::<()>(
-      &sup,
-      &mut reaper,
-      &limits,
-      (None, None),
-      start,
-      false,
-      &mut Nothing,
-    );
+    let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
     let took = start.elapsed();
     let err = ended.expect_err("a retirement before TreeGone");
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
@@ -986,14 +989,12 @@ mod tests {
         .send_all(&[&frames[0], &frames[1]])
         .unwrap();
       let mut reaper = Reaper::on(0, Conn::new(ours));
-      let ended = job_reading(None).supervise::<()>(
+      let ended = supervise_plain(
+        &mut job_reading(None),
         &sup,
         &mut reaper,
         &limits,
-        (None, None),
         Instant::now(),
-        false,
-        &mut Nothing,
       );
       assert_eq!(ended.unwrap(), EndedBy::Exit);
       cell.detach();
