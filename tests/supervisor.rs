@@ -527,7 +527,7 @@ fn checked_in_reaper(sup: &Arc<Supervisor>) -> (i32, supervisor::client::Reaper)
       .trim()
       .parse()
       .unwrap();
-    let reaper = sup.checkout().unwrap();
+    let reaper = sup.checkout(true).unwrap();
     if reaper.pid == pid {
       return (pid, reaper);
     }
@@ -848,6 +848,17 @@ fn a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_
 
 /// Whether the reapers' shield stands here (`supervisor/shield.rs`): it is a seccomp filter.
 /// The tests that need it say why they skip.
+/// Whether reapers for jobs without isolation scope their commands' signals (landlock ABI 6).
+fn scoped() -> bool {
+  let ok = finn_sandbox::core::isolate::probe()
+    .landlock
+    .is_some_and(|abi| abi >= 6);
+  if !ok {
+    eprintln!("no landlock signal scope here (ABI < 6): the scope's refusals are not expected");
+  }
+  ok
+}
+
 fn shielded() -> bool {
   let ok = finn_sandbox::core::isolate::probe().seccomp;
   if !ok {
@@ -932,10 +943,12 @@ fn a_command_can_neither_signal_nor_limit_the_supervisor_or_the_host() {
   // SAFETY: geteuid has no preconditions.
   let root = unsafe { libc::geteuid() } == 0;
   let (environ, oom) = if root { (0, 0) } else { (1, 1) };
+  // The reaper's signal scope also refuses opening the supervisor's memory, even to root.
+  let mem = if root && !scoped() { 0 } else { 1 };
   assert_eq!(
     done.stdout,
     format!(
-      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\ntkill=1\nsetown_ex=1\nfiosetown=1\nptrace=1\nmemory=1\naffinity=1\nsched=1\nnice=1\nnice_user=1\nio=1\nnice_own=0\nenviron={environ}\nmem={environ}\nfds={environ}\noom={oom}\nreaper=0\nchild=0\n"
+      "cont=1\nprobe=1\ncont=1\nprobe=1\ncont=1\nprobe=1\nlimit=1\npidfd=1\nsetown=1\nsetown=0\nall=1\ntkill=1\nsetown_ex=1\nfiosetown=1\nptrace=1\nmemory=1\naffinity=1\nsched=1\nnice=1\nnice_user=1\nio=1\nnice_own=0\nenviron={environ}\nmem={mem}\nfds={environ}\noom={oom}\nreaper=0\nchild=0\n"
     ),
     "{}",
     done.stderr
@@ -1114,4 +1127,102 @@ fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
     "c\n"
   );
   assert_eq!(sup.pid(), Some(pid));
+}
+
+/// One job's command against another job running beside it on the same supervisor: it finds
+/// the other job's command and reaper through `/proc` (the same user's processes) and tries to
+/// SIGKILL the reaper, SIGSTOP the command and write into its stdout through
+/// `/proc/<pid>/fd/1`. Each reaper for jobs without isolation keeps its commands in a landlock
+/// domain of its own that scopes signals and ptrace access, so every attempt is refused and the
+/// other job ends as it would alone. Before, the reaper died (the job crashed `WORKER_CRASHED`)
+/// and the forged line showed up in the other job's output.
+#[test]
+fn a_command_cannot_reach_another_job_beside_it() {
+  if direct() || !scoped() {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  let (dir, gate) = fifo();
+  let t = token();
+  let (_, victim) = run_on_thread(
+    &sup,
+    sh(&format!(
+      "sleep {t} & read x < {}; echo own output",
+      gate.display()
+    )),
+    limits(10_000, 100),
+  );
+  wait_for_holders(&t, 1);
+  let script = format!(
+    "V=$(for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && grep -qa {t} $p/cmdline && echo ${{p#/proc/}}; done | head -1); \
+     SH=$(cut -d' ' -f4 /proc/$V/stat); R=$(cut -d' ' -f4 /proc/$SH/stat); \
+     kill -9 $R 2>/dev/null; echo reaper=$?; kill -STOP $SH 2>/dev/null; echo stop=$?; \
+     (echo FORGED > /proc/$SH/fd/1) 2>/dev/null && echo forge=0 || echo forge=1"
+  );
+  let attack = run(&sup, sh(&script), limits(5000, 100)).unwrap();
+  let _open = open_fifo(&gate);
+  let victim = victim.join().unwrap().unwrap();
+  drop(dir);
+  assert_eq!(
+    attack.stdout, "reaper=1\nstop=1\nforge=1\n",
+    "{}",
+    attack.stderr
+  );
+  assert_eq!(
+    (victim.exit_code(), victim.stdout.as_str()),
+    (0, "own output\n"),
+    "{}",
+    victim.stderr
+  );
+  assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
+}
+
+/// Two pools in one Node (loa-finn's `ChildProcessExecutor` makes a pool of its own): a
+/// command of one supervisor's job SIGKILLs the other supervisor and its reapers, whose job
+/// has a `setsid` child. The first supervisor's guard only names itself and Node; the signal
+/// scope refuses every process outside the command's own reaper. Before, the other job's
+/// `setsid` child outlived everything, reparented to init.
+#[test]
+fn a_command_cannot_kill_another_pools_supervisor() {
+  if direct() || !scoped() {
+    return;
+  }
+  let ours = Arc::new(supervisor());
+  let theirs = Arc::new(supervisor());
+  let t = token();
+  let (_, victim) = run_on_thread(
+    &theirs,
+    sh(&format!("setsid sleep {t} & sleep 0.5; echo done")),
+    limits(10_000, 100),
+  );
+  wait_for_holders(&t, 1);
+  let other = theirs.pid().expect("the other supervisor runs");
+  let script = format!(
+    "for p in $(cat /proc/{other}/task/*/children) {other}; do kill -9 $p 2>/dev/null; echo $?; done | sort -u"
+  );
+  let attack = run(&ours, sh(&script), limits(5000, 100)).unwrap();
+  let victim = victim.join().unwrap().unwrap();
+  assert_eq!(attack.stdout, "1\n", "{}", attack.stderr);
+  assert_eq!((victim.exit_code(), victim.stdout.as_str()), (0, "done\n"));
+  assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
+  assert_eq!(theirs.pid(), Some(other));
+}
+
+/// A FIFO in a fresh directory.
+fn fifo() -> (tempfile::TempDir, PathBuf) {
+  let dir = tempfile::tempdir().unwrap();
+  let path = dir.path().join("gate");
+  nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+  (dir, path)
+}
+
+/// Opens `fifo` for reading and writing (never blocks) and puts a line in it for its reader.
+fn open_fifo(fifo: &std::path::Path) -> std::fs::File {
+  let mut f = std::fs::OpenOptions::new()
+    .read(true)
+    .write(true)
+    .open(fifo)
+    .unwrap();
+  std::io::Write::write_all(&mut f, b"go\n").unwrap();
+  f
 }

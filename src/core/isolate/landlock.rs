@@ -185,6 +185,20 @@ impl Stamp {
   }
 }
 
+/// Puts the calling process, and every process it starts, in a landlock domain of its own
+/// that only scopes signals (no access right handled): its processes may signal and trace
+/// one another and their descendants, nothing outside. `Ok(false)` where the kernel has no
+/// signal scope (ABI < 6). Does not set `no_new_privs`: without CAP_SYS_ADMIN the caller must
+/// have set it.
+pub fn scope_signals() -> Result<bool, LandlockError> {
+  let status = Ruleset::default()
+    .scope(Scope::Signal)?
+    .create()?
+    .no_new_privs(false)
+    .restrict_self()?;
+  Ok(status.ruleset != landlock::RulesetStatus::NotEnforced)
+}
+
 fn build_now(
   rules: &FsRules,
   trees: &[DenyTree],

@@ -27,6 +27,8 @@ pub struct Reaper {
   pub pid: i32,
   pub conn: Conn,
   generation: u64,
+  /// In a landlock domain of its own that scopes signals (for jobs without isolation).
+  scoped: bool,
 }
 
 #[cfg(test)]
@@ -37,6 +39,7 @@ impl Reaper {
       pid,
       conn,
       generation: 0,
+      scoped: false,
     }
   }
 }
@@ -97,7 +100,9 @@ impl Supervisor {
 
   /// A reaper for one job: an idle one, or a new one (starting the supervisor if needed). The
   /// error says what failed, naming the supervisor's file.
-  pub fn checkout(&self) -> Result<Reaper, CheckoutError> {
+  /// `scoped`: a reaper whose commands are in its landlock signal scope, for a job without
+  /// isolation (an isolated job's ruleset scopes it; see `shield::scope_signals`).
+  pub fn checkout(&self, scoped: bool) -> Result<Reaper, CheckoutError> {
     let mut state = self.lock();
     if state
       .running
@@ -108,10 +113,8 @@ impl Supervisor {
     }
     // The most recently used first. One that retired or died meanwhile is found out by the
     // job itself (`Retired`, or EPIPE), which then takes another: no check costs a syscall here.
-    while let Some((reaper, _)) = state.idle.pop() {
-      if reaper.generation == state.generation {
-        return Ok(reaper);
-      }
+    if let Some(reaper) = take_idle(&mut state, scoped) {
+      return Ok(reaper);
     }
     if state.running.is_none() {
       state.running = Some(self.start().map_err(|e| {
@@ -124,11 +127,12 @@ impl Supervisor {
     }
     let generation = state.generation;
     let running = state.running.as_mut().expect("started above");
-    match new_reaper(running) {
+    match new_reaper(running, scoped) {
       Ok(Ok((pid, conn))) => Ok(Reaper {
         pid,
         conn,
         generation,
+        scoped,
       }),
       Ok(Err(e)) => Err(CheckoutError::NoReaper(e)),
       Err(e) => {
@@ -150,16 +154,10 @@ impl Supervisor {
 
   /// An idle reaper of the running supervisor, if one is at hand; never starts anything (so
   /// it never waits).
-  pub fn checkout_idle(&self) -> Option<Reaper> {
+  pub fn checkout_idle(&self, scoped: bool) -> Option<Reaper> {
     let mut state = self.lock();
-    let generation = state.generation;
     state.running.as_ref()?;
-    while let Some((reaper, _)) = state.idle.pop() {
-      if reaper.generation == generation {
-        return Some(reaper);
-      }
-    }
-    None
+    take_idle(&mut state, scoped)
   }
 
   /// Lets the supervisor and its idle reapers go (the pool is shut down). A later checkout
@@ -261,6 +259,15 @@ fn reap(pid: i32, pidfd: OwnedFd) {
   }
 }
 
+/// The most recently used idle reaper of the running supervisor and of this kind; idle ones
+/// of an earlier supervisor are dropped on the way.
+fn take_idle(state: &mut State, scoped: bool) -> Option<Reaper> {
+  let generation = state.generation;
+  state.idle.retain(|(r, _)| r.generation == generation);
+  let at = state.idle.iter().rposition(|(r, _)| r.scoped == scoped)?;
+  Some(state.idle.remove(at).0)
+}
+
 /// Why [`Supervisor::checkout`] has no reaper.
 #[derive(Debug)]
 pub enum CheckoutError {
@@ -274,8 +281,10 @@ pub enum CheckoutError {
 
 /// Asks for a new reaper: the outer error is the supervisor's failure, the inner one its
 /// refusal (see [`CheckoutError`]).
-fn new_reaper(running: &mut Running) -> io::Result<io::Result<(i32, Conn)>> {
-  running.conn.send(&ToSupervisor::NewReaper.encode(), &[])?;
+fn new_reaper(running: &mut Running, scoped: bool) -> io::Result<io::Result<(i32, Conn)>> {
+  running
+    .conn
+    .send(&ToSupervisor::NewReaper { scoped }.encode(), &[])?;
   // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
   // while the answer does not come, and given up on after `NEW_REAPER_BOUND`.
   let asked = Instant::now();

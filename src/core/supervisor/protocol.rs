@@ -19,7 +19,10 @@ use crate::core::isolate::Plan;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToSupervisor {
-  NewReaper,
+  /// `scoped`: the reaper puts itself in a landlock domain of its own that scopes signals (see
+  /// `shield::scope_signals`); for jobs without isolation, whose commands have no domain of
+  /// their own.
+  NewReaper { scoped: bool },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -128,13 +131,16 @@ fn c_strings(r: &mut Reader) -> io::Result<Vec<CString>> {
 
 impl ToSupervisor {
   pub fn encode(&self) -> Vec<u8> {
-    vec![NEW_REAPER]
+    let ToSupervisor::NewReaper { scoped } = self;
+    vec![NEW_REAPER, u8::from(*scoped)]
   }
 
   pub fn decode(frame: &[u8]) -> io::Result<Self> {
     let mut r = Reader(frame);
     let msg = match r.u8()? {
-      NEW_REAPER => ToSupervisor::NewReaper,
+      NEW_REAPER => ToSupervisor::NewReaper {
+        scoped: r.u8()? != 0,
+      },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -383,8 +389,10 @@ mod tests {
     ] {
       assert_eq!(FromSupervisor::decode(&msg.encode()).unwrap(), msg);
     }
-    let new = ToSupervisor::NewReaper;
-    assert_eq!(ToSupervisor::decode(&new.encode()).unwrap(), new);
+    for scoped in [false, true] {
+      let new = ToSupervisor::NewReaper { scoped };
+      assert_eq!(ToSupervisor::decode(&new.encode()).unwrap(), new);
+    }
   }
 
   #[test]

@@ -51,9 +51,10 @@ struct Reaper {
 
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
 /// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
-/// the supervisor holds. Its commands start under `guard` (see `shield.rs`).
-pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard) -> ! {
-  let code = match setup(conn, lifeline, idle, guard) {
+/// the supervisor holds. Its commands start under `guard` (see `shield.rs`), and, when
+/// `scoped`, in a landlock domain of this reaper's own that scopes their signals.
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard, scoped: bool) -> ! {
+  let code = match setup(conn, lifeline, idle, guard, scoped) {
     Ok(mut reaper) => {
       reaper.serve();
       0
@@ -67,12 +68,22 @@ pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard) -> 
   unsafe { libc::_exit(code) }
 }
 
-fn setup(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard) -> nix::Result<Reaper> {
+fn setup(
+  conn: OwnedFd,
+  lifeline: OwnedFd,
+  idle: Duration,
+  guard: &Guard,
+  scoped: bool,
+) -> nix::Result<Reaper> {
   nix::sys::prctl::set_child_subreaper(true)?;
   // Before any job: every command inherits the guard. Where the kernel refuses it, the
   // reaper runs unguarded and says so on the supervisor's stderr.
   if let Err(e) = guard.enter() {
     eprintln!("finn-supervisor: no guard for the commands (shield.rs): {e}");
+  }
+  // After the guard, which sets no_new_privs where landlock needs it too.
+  if scoped && let Err(e) = super::shield::scope_signals() {
+    eprintln!("finn-supervisor: no signal scope for the commands (shield.rs): {e}");
   }
   let mut mask = SigSet::empty();
   mask.add(Signal::SIGCHLD);

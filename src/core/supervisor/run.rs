@@ -169,7 +169,7 @@ impl Outgoing {
     later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
     let reaper = supervisor
-      .checkout()
+      .checkout(isolation.is_none())
       .map_err(|e| checkout_failed(e, &self.program))?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
@@ -195,7 +195,7 @@ impl Outgoing {
     supervisor: &Supervisor,
     isolation: Option<&Plan>,
   ) -> Result<(Reaper, Outgoing), Outgoing> {
-    let Some(reaper) = supervisor.checkout_idle() else {
+    let Some(reaper) = supervisor.checkout_idle(isolation.is_none()) else {
       return Err(self);
     };
     match self.send_to(&reaper, isolation) {
@@ -307,7 +307,7 @@ pub fn resume<R>(
       Ok(FromReaper::Retired) if retired < MAX_RETIRED => {
         retired += 1;
         reaper = supervisor
-          .checkout()
+          .checkout(isolation.is_none())
           .map_err(|e| checkout_failed(e, &outgoing.program))?;
         match outgoing.send_to(&reaper, isolation) {
           Ok(true) => {}

@@ -134,7 +134,7 @@ impl Supervisor {
     loop {
       while let Some(frame) = self.conn.take_frame()? {
         match ToSupervisor::decode(&frame)? {
-          ToSupervisor::NewReaper => self.new_reaper()?,
+          ToSupervisor::NewReaper { scoped } => self.new_reaper(scoped)?,
         }
       }
       let mut fds = [
@@ -155,7 +155,7 @@ impl Supervisor {
   /// Forks a reaper and hands the addon its socket. When that fails (a job's command filled
   /// the uid's or the cgroup's process limit: EAGAIN), the addon is told so and this goes on:
   /// exiting would end every other running job with it.
-  fn new_reaper(&mut self) -> io::Result<()> {
+  fn new_reaper(&mut self, scoped: bool) -> io::Result<()> {
     let failed = |errno: i32| FromSupervisor::ReaperFailed { errno }.encode();
     let (addon_end, reaper_end) = match wire::pair() {
       Ok(pair) => pair,
@@ -171,9 +171,13 @@ impl Supervisor {
       Err(errno) => return self.conn.send(&failed(errno as i32), &[]),
     };
     match forked {
-      ForkResult::Child => {
-        become_reaper(reaper_end, &self.lifeline_r, self.reaper_idle, &self.guard)
-      }
+      ForkResult::Child => become_reaper(
+        reaper_end,
+        &self.lifeline_r,
+        self.reaper_idle,
+        &self.guard,
+        scoped,
+      ),
       ForkResult::Parent { child } => {
         drop(reaper_end);
         self.reapers.insert(child.as_raw());
@@ -248,7 +252,13 @@ impl Supervisor {
 
 /// In the forked child: keeps only its socket (as fd 3) and the lifeline (as fd 4), both
 /// close-on-exec so the job's command inherits neither, and runs the reaper.
-fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration, guard: &Guard) -> ! {
+fn become_reaper(
+  conn: OwnedFd,
+  lifeline: &OwnedFd,
+  idle: Duration,
+  guard: &Guard,
+  scoped: bool,
+) -> ! {
   let moved = move_to(conn.as_raw_fd(), 3).and_then(|()| move_to(lifeline.as_raw_fd(), 4));
   if moved.is_err() {
     // SAFETY: exits the forked child at once.
@@ -259,7 +269,7 @@ fn become_reaper(conn: OwnedFd, lifeline: &OwnedFd, idle: Duration, guard: &Guar
   // SAFETY: fds 3 and 4 were just set up above and nothing else owns them now (the
   // supervisor's own owners of those numbers are never used again in this process).
   let (conn, lifeline) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-  reaper::main(conn, lifeline, idle, guard)
+  reaper::main(conn, lifeline, idle, guard, scoped)
 }
 
 /// Makes `fd` available as `target` with close-on-exec set.

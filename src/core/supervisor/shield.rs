@@ -92,6 +92,22 @@ impl Guard {
   }
 }
 
+/// In a reaper for jobs without isolation, before its first job: a landlock domain of the
+/// reaper's own whose only rule is the signal scope. Its commands can then neither signal nor
+/// trace (nor open `/proc/<pid>/fd` of) a process outside it: another job's reaper or command,
+/// another pool's supervisor, Node. Their own tree and their reaper stay in reach. Isolated
+/// jobs get the scope from their own ruleset, on a reaper without this layer (see the module
+/// comment: a scope-only layer under a job's ruleset denies it renames across directories).
+pub fn scope_signals() -> io::Result<()> {
+  match crate::core::isolate::scope_signals() {
+    Ok(true) => Ok(()),
+    Ok(false) => Err(io::Error::other(
+      "this kernel has no landlock signal scope (ABI < 6)",
+    )),
+    Err(e) => Err(io::Error::other(e.to_string())),
+  }
+}
+
 /// Makes this process non-dumpable (the supervisor, at its start; its reapers inherit it).
 pub fn hide() -> io::Result<()> {
   // SAFETY: PR_SET_DUMPABLE takes integers only.
