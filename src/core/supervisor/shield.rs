@@ -16,17 +16,20 @@
 //!   stays as open to the command as Node is dumpable); signals by pidfd (which a
 //!   command could make of `/proc/<supervisor>`) fail with ENOSYS, so tools fall back to
 //!   `kill`, and so does the reaper for its own tree (`pidfd::send_signal_to`).
-//!   `isolate::guard_helpers` lists them. The command still signals its own processes, its
-//!   reaper and anything else of its user.
+//!   `isolate::guard_helpers` lists them. The command still signals its own processes and its
+//!   reaper;
+//! - a reaper for jobs without isolation also puts itself in a landlock domain of its own whose
+//!   only rule is the signal scope ([`scope_signals`]): its commands then reach nothing outside
+//!   it, neither another job nor another pool's supervisor. Where the kernel lacks the scope
+//!   (ABI < 6), they still reach every other process of their user but the two above.
 //!
-//! Two other designs were measured. The same filter installed in each command between `clone`
-//! and `execve` cost about 75 us of the command's CPU per start (the kernel prepares a filter
-//! at each install: 1,000 x `/bin/true` at concurrency 8 ran 2,000-2,100/s against 2,320-2,390/s
-//! unguarded, `node bench/probe.js throughput addon-2`); installed once in the reaper, nothing
-//! measurable. Landlock's signal scope on the reaper (an allowlist: nothing outside the job)
-//! stays on the reaper too, and a scope-only layer under an isolated job's own ruleset denied
-//! that job every rename across directories (REFER, which no rule of that layer grants: git's
-//! push failed with EXDEV). Isolated jobs also get that scope from their own ruleset.
+//! The same filter installed in each command between `clone` and `execve` instead cost about
+//! 75 us of the command's CPU per start (the kernel prepares a filter at each install: 1,000 x
+//! `/bin/true` at concurrency 8 ran 2,000-2,100/s against 2,320-2,390/s unguarded, `node
+//! bench/probe.js throughput addon-2`); installed once in the reaper, nothing measurable. The
+//! signal scope stays off the reapers of isolated jobs: a scope-only layer under a job's own
+//! ruleset denies that job every rename across directories (REFER, which no rule of that layer
+//! grants: git's push failed with EXDEV). Their own ruleset carries the scope instead.
 //!
 //! A filter matches pids, not processes: a job in a pid namespace (isolation) whose own pid
 //! equals the supervisor's or Node's host pid cannot signal that process of its own. Seccomp
