@@ -5,6 +5,9 @@ use std::time::{Duration, Instant};
 use finn_sandbox::core::pool::{JobSpec, Lane, Pool, PoolConfig, PoolError, RawJob, Submitted};
 use tokio::runtime::Handle;
 
+mod common;
+use common::{fifo, open_fifo};
+
 fn job(script: &str, lane: Lane) -> JobSpec {
   JobSpec::new(RawJob {
     binary_path: "/bin/sh".into(),
@@ -298,25 +301,6 @@ fn dropping_the_last_handle_lets_parked_workers_exit() {
   );
 }
 
-/// A FIFO in a fresh directory; opened for reading and writing, it takes a line at once,
-/// whether or not its reader has opened it yet.
-fn gate() -> (tempfile::TempDir, std::path::PathBuf) {
-  let dir = tempfile::tempdir().unwrap();
-  let fifo = dir.path().join("gate");
-  nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-  (dir, fifo)
-}
-
-fn open_gate(fifo: &std::path::Path) -> std::fs::File {
-  let mut f = std::fs::OpenOptions::new()
-    .read(true)
-    .write(true)
-    .open(fifo)
-    .unwrap();
-  std::io::Write::write_all(&mut f, b"go\n").unwrap();
-  f
-}
-
 fn gated(fifo: &std::path::Path, out: &str) -> String {
   format!("read line < {}; echo {out}", fifo.display())
 }
@@ -326,7 +310,7 @@ fn gated(fifo: &std::path::Path, out: &str) -> String {
 /// reply held until then would never come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reply_goes_while_the_next_job_still_runs() {
-  let (_dir, fifo) = gate();
+  let (_dir, fifo) = fifo();
   let p = pool(1, 10);
   let first = p.submit(job("echo a", Lane::Interactive)).unwrap();
   let next = p
@@ -335,7 +319,7 @@ async fn a_reply_goes_while_the_next_job_still_runs() {
   assert_eq!(within_5s(first.result).await.unwrap().stdout, "a\n");
   let mut next_result = next.result;
   assert!(next_result.try_recv().is_err());
-  let _open = open_gate(&fifo);
+  let _open = open_fifo(&fifo);
   assert_eq!(within_5s(next_result).await.unwrap().stdout, "b\n");
 }
 
@@ -346,8 +330,8 @@ async fn a_reply_goes_while_the_next_job_still_runs() {
 /// Held until that job's end, it never would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_reply_goes_while_the_next_job_still_runs() {
-  let (_dir, start) = gate();
-  let (_dir2, fifo) = gate();
+  let (_dir, start) = fifo();
+  let (_dir2, fifo) = fifo();
   let p = pool(1, 10);
   let submitted = Instant::now();
   // The first job waits until everything is queued: then two wait behind the gated one.
@@ -364,7 +348,7 @@ async fn a_held_reply_goes_while_the_next_job_still_runs() {
         .unwrap()
     })
     .collect();
-  let _started = open_gate(&start);
+  let _started = open_fifo(&start);
   let a = within_5s(first.result).await.unwrap();
   let held = submitted.elapsed();
   assert_eq!(a.stdout, "a\n");
@@ -377,7 +361,7 @@ async fn a_held_reply_goes_while_the_next_job_still_runs() {
   );
   let mut next_result = next.result;
   assert!(next_result.try_recv().is_err());
-  let _open = open_gate(&fifo);
+  let _open = open_fifo(&fifo);
   assert_eq!(within_5s(next_result).await.unwrap().stdout, "b\n");
   for (s, want) in rest.into_iter().zip(["c\n", "d\n"]) {
     assert_eq!(within_5s(s.result).await.unwrap().stdout, want);

@@ -16,6 +16,9 @@ use finn_sandbox::core::exec::{
 };
 use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
 
+mod common;
+use common::{fifo, open_fifo};
+
 fn supervisor() -> Supervisor {
   Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")))
 }
@@ -1206,23 +1209,4 @@ fn a_command_cannot_kill_another_pools_supervisor() {
   assert_eq!((victim.exit_code(), victim.stdout.as_str()), (0, "done\n"));
   assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
   assert_eq!(theirs.pid(), Some(other));
-}
-
-/// A FIFO in a fresh directory.
-fn fifo() -> (tempfile::TempDir, PathBuf) {
-  let dir = tempfile::tempdir().unwrap();
-  let path = dir.path().join("gate");
-  nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
-  (dir, path)
-}
-
-/// Opens `fifo` for reading and writing (never blocks) and puts a line in it for its reader.
-fn open_fifo(fifo: &std::path::Path) -> std::fs::File {
-  let mut f = std::fs::OpenOptions::new()
-    .read(true)
-    .write(true)
-    .open(fifo)
-    .unwrap();
-  std::io::Write::write_all(&mut f, b"go\n").unwrap();
-  f
 }

@@ -21,3 +21,24 @@ pub fn exchange(a: &CString, b: &CString) -> i32 {
     )
   }
 }
+
+/// A FIFO in a fresh directory (kept while the returned directory lives).
+pub fn fifo() -> (tempfile::TempDir, std::path::PathBuf) {
+  let dir = tempfile::tempdir().unwrap();
+  let path = dir.path().join("gate");
+  nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+  (dir, path)
+}
+
+/// Opens `fifo` for reading and writing, which never blocks, and puts a line in it for its
+/// reader, whether or not that reader has opened it yet (the line stays while the returned
+/// file is open).
+pub fn open_fifo(fifo: &std::path::Path) -> std::fs::File {
+  let mut f = std::fs::OpenOptions::new()
+    .read(true)
+    .write(true)
+    .open(fifo)
+    .unwrap();
+  std::io::Write::write_all(&mut f, b"go\n").unwrap();
+  f
+}
