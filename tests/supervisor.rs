@@ -1077,12 +1077,12 @@ fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
     eprintln!("skipped: no writable cgroup v1 pids hierarchy here");
     return;
   }
+  // Emptied and removed however the test ends.
+  let group = PidsGroup(cg.clone());
   // The supervisor, the command's shell and three sleepers: the limit is full.
   std::fs::write(cg.join("pids.max"), "5").unwrap();
   std::fs::write(cg.join("cgroup.procs"), pid.to_string()).unwrap();
-  let dir = tempfile::tempdir().unwrap();
-  let gate = dir.path().join("gate");
-  nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+  let (_dir, gate) = fifo();
   let t = token();
   let (_, filler) = run_on_thread(
     &sup,
@@ -1096,20 +1096,14 @@ fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
   wait_for_holders(&t, 3);
   // The only idle reaper is the filler's: this job needs a new one.
   let refused = run(&sup, sh("echo b"), limits(5000, 100));
-  // Opened for reading and writing, a FIFO opens and takes the line at once, reader or not
-  // (the filler's shell is gone when its supervisor took it down).
-  let mut opened = std::fs::OpenOptions::new()
-    .read(true)
-    .write(true)
-    .open(&gate)
-    .unwrap();
-  std::io::Write::write_all(&mut opened, b"go\n").unwrap();
+  // Never blocks, reader or not (the filler's shell is gone when its supervisor took it down).
+  let opened = open_fifo(&gate);
   let filled = filler.join().unwrap();
   drop(opened);
-  // Back to the root group (ESRCH: the supervisor is gone, which the asserts below report).
-  let _ = std::fs::write("/sys/fs/cgroup/pids/cgroup.procs", pid.to_string());
   assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
-  std::fs::remove_dir(&cg).unwrap();
+  // The supervisor back to the root group (gone, if it exited: the asserts below say so).
+  drop(group);
+  assert!(!cg.exists());
   match refused {
     Err(RunError::Spawn(e)) => {
       assert_eq!(e.exit_code(), 126, "{e}");
@@ -1209,4 +1203,18 @@ fn a_command_cannot_kill_another_pools_supervisor() {
   assert_eq!((victim.exit_code(), victim.stdout.as_str()), (0, "done\n"));
   assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
   assert_eq!(theirs.pid(), Some(other));
+}
+
+/// A cgroup v1 pids group made by a test: its processes go back to the root group and it is
+/// removed when dropped, also when the test fails half-way.
+struct PidsGroup(PathBuf);
+
+impl Drop for PidsGroup {
+  fn drop(&mut self) {
+    let procs = std::fs::read_to_string(self.0.join("cgroup.procs")).unwrap_or_default();
+    for pid in procs.lines() {
+      let _ = std::fs::write("/sys/fs/cgroup/pids/cgroup.procs", pid);
+    }
+    let _ = std::fs::remove_dir(&self.0);
+  }
 }
