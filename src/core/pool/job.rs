@@ -247,7 +247,7 @@ pub(super) fn resume(
       later.run_if_due(std::time::Instant::now());
       Ok((reaper, outgoing))
     }
-    None => outgoing.send(sup, isolation, later),
+    None => outgoing.send(sup, &prepared.spec, isolation, later),
   };
   let ran = sent.and_then(|(reaper, outgoing)| {
     supervisor::run::resume(

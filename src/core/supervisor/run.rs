@@ -74,7 +74,7 @@ pub fn run_blocking<R>(
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
   let outgoing = Outgoing::new(spec, isolation, drain, Duration::ZERO)?;
-  let (reaper, outgoing) = outgoing.send(supervisor, isolation, later)?;
+  let (reaper, outgoing) = outgoing.send(supervisor, spec, isolation, later)?;
   resume(
     supervisor,
     reaper,
@@ -99,8 +99,6 @@ pub struct Outgoing {
   started: Instant,
   /// The last reaper it went to had closed before reading it (it retired): nothing started.
   unread: bool,
-  /// The command's program, for a spawn failure's message.
-  program: String,
 }
 
 impl Outgoing {
@@ -133,7 +131,6 @@ impl Outgoing {
       reads: (out_r, err_r),
       started,
       unread: false,
-      program: spec.program.to_string_lossy().into_owned(),
     })
   }
 
@@ -161,16 +158,18 @@ impl Outgoing {
   }
 
   /// Sends the job to a reaper (starting the supervisor or a reaper if needed), blocking,
-  /// and returns the reaper it went to. `later` is done once it is on its way, if due by then.
+  /// and returns the reaper it went to (no reaper to be had for `spec` is its spawn failure).
+  /// `later` is done once it is on its way, if due by then.
   pub fn send(
     self,
     supervisor: &Supervisor,
+    spec: &SpawnSpec,
     isolation: Option<&Plan>,
     later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
     let reaper = supervisor
       .checkout(isolation.is_none())
-      .map_err(|e| checkout_failed(e, &self.program))?;
+      .map_err(|e| checkout_failed(e, spec))?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
         later.run_if_due(Instant::now());
@@ -207,13 +206,10 @@ impl Outgoing {
 
 /// A checkout's failure as the job's: a reaper that could not be made is a spawn failure
 /// (exit code 126, the process limit named), a failed supervisor a crash.
-fn checkout_failed(e: CheckoutError, program: &str) -> RunError {
+fn checkout_failed(e: CheckoutError, spec: &SpawnSpec) -> RunError {
   match e {
     CheckoutError::Failed(msg) => RunError::Crashed(msg),
-    CheckoutError::NoReaper(source) => RunError::Spawn(SpawnError::Exec {
-      program: program.to_string(),
-      source,
-    }),
+    CheckoutError::NoReaper(source) => classify_exec_error(spec, source).into(),
   }
 }
 
@@ -308,7 +304,7 @@ pub fn resume<R>(
         retired += 1;
         reaper = supervisor
           .checkout(isolation.is_none())
-          .map_err(|e| checkout_failed(e, &outgoing.program))?;
+          .map_err(|e| checkout_failed(e, spec))?;
         match outgoing.send_to(&reaper, isolation) {
           Ok(true) => {}
           Ok(false) => outgoing.unread = true,
