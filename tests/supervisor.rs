@@ -1128,10 +1128,10 @@ fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
 
 /// One job's command against another job running beside it on the same supervisor: it finds
 /// the other job's command and reaper through `/proc` (the same user's processes) and tries to
-/// SIGKILL the reaper, SIGSTOP the command and write into its stdout through
-/// `/proc/<pid>/fd/1`. Each reaper for jobs without isolation keeps its commands in a landlock
-/// domain of its own that scopes signals and ptrace access, so every attempt is refused and the
-/// other job ends as it would alone. Before, the reaper died (the job crashed `WORKER_CRASHED`)
+/// SIGKILL the reaper, SIGSTOP the command, trace it (`PTRACE_SEIZE`) and write into its
+/// stdout through `/proc/<pid>/fd/1`. Each reaper for jobs without isolation keeps its commands
+/// in a landlock domain of its own that scopes signals and ptrace access, so every attempt is
+/// refused and the other job ends as it would alone. Before, the reaper died (the job crashed `WORKER_CRASHED`)
 /// and the forged line showed up in the other job's output.
 #[test]
 fn a_command_cannot_reach_another_job_beside_it() {
@@ -1150,10 +1150,32 @@ fn a_command_cannot_reach_another_job_beside_it() {
     limits(10_000, 100),
   );
   wait_for_holders(&t, 1);
+  // The victim's leader shell and reaper (the child of the supervisor above its sleeper), as
+  // the attack must find them: it prints what it found, so an attack that missed its target
+  // cannot pass for a refused one.
+  let ppid = |pid: i32| {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    finn_sandbox::core::exec::tree::parse_stat(&stat)
+      .unwrap()
+      .ppid
+  };
+  let supervisor_pid = sup.pid().expect("the supervisor runs");
+  let sleeper = holders(&t)
+    .into_iter()
+    .find(|&p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n"))
+    .expect("the victim's sleeper");
+  let (mut shell, mut reaper) = (sleeper, ppid(sleeper));
+  while ppid(reaper) != supervisor_pid {
+    (shell, reaper) = (reaper, ppid(reaper));
+  }
   let script = format!(
-    "V=$(for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && grep -qa {t} $p/cmdline && echo ${{p#/proc/}}; done | head -1); \
-     SH=$(cut -d' ' -f4 /proc/$V/stat); R=$(cut -d' ' -f4 /proc/$SH/stat); \
+    "S=$(cut -d' ' -f4 /proc/$PPID/stat); \
+     V=$(for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = sleep ] && grep -qa {t} $p/cmdline && echo ${{p#/proc/}}; done | head -1); \
+     SH=$V; R=$(cut -d' ' -f4 /proc/$V/stat); \
+     while [ \"$(cut -d' ' -f4 /proc/$R/stat)\" != \"$S\" ]; do SH=$R; R=$(cut -d' ' -f4 /proc/$R/stat); done; \
+     echo found=$SH,$R; \
      kill -9 $R 2>/dev/null; echo reaper=$?; kill -STOP $SH 2>/dev/null; echo stop=$?; \
+     perl -e 'exit(syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == -1 ? 1 : 0)' $SH; echo trace=$?; \
      (echo FORGED > /proc/$SH/fd/1) 2>/dev/null && echo forge=0 || echo forge=1"
   );
   let attack = run(&sup, sh(&script), limits(5000, 100)).unwrap();
@@ -1161,7 +1183,8 @@ fn a_command_cannot_reach_another_job_beside_it() {
   let victim = victim.join().unwrap().unwrap();
   drop(dir);
   assert_eq!(
-    attack.stdout, "reaper=1\nstop=1\nforge=1\n",
+    attack.stdout,
+    format!("found={shell},{reaper}\nreaper=1\nstop=1\ntrace=1\nforge=1\n"),
     "{}",
     attack.stderr
   );
@@ -1187,19 +1210,26 @@ fn a_command_cannot_kill_another_pools_supervisor() {
   let ours = Arc::new(supervisor());
   let theirs = Arc::new(supervisor());
   let t = token();
+  let (_dir, gate) = fifo();
   let (_, victim) = run_on_thread(
     &theirs,
-    sh(&format!("setsid sleep {t} & sleep 0.5; echo done")),
+    sh(&format!(
+      "setsid sleep {t} & read x < {}; echo done",
+      gate.display()
+    )),
     limits(10_000, 100),
   );
   wait_for_holders(&t, 1);
   let other = theirs.pid().expect("the other supervisor runs");
+  // The other supervisor and its reaper at least: the count shows the attack had its targets.
   let script = format!(
-    "for p in $(cat /proc/{other}/task/*/children) {other}; do kill -9 $p 2>/dev/null; echo $?; done | sort -u"
+    "T=\"$(cat /proc/{other}/task/*/children) {other}\"; echo targets=$(echo $T | wc -w); \
+     for p in $T; do kill -9 $p 2>/dev/null; echo $?; done | sort -u"
   );
   let attack = run(&ours, sh(&script), limits(5000, 100)).unwrap();
+  let _open = open_fifo(&gate);
   let victim = victim.join().unwrap().unwrap();
-  assert_eq!(attack.stdout, "1\n", "{}", attack.stderr);
+  assert_eq!(attack.stdout, "targets=2\n1\n", "{}", attack.stderr);
   assert_eq!((victim.exit_code(), victim.stdout.as_str()), (0, "done\n"));
   assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
   assert_eq!(theirs.pid(), Some(other));
