@@ -15,8 +15,8 @@ import { ENV, rejectionOf } from './helpers.js'
 /**
  * Under "off", a non-root command cannot read Node's environ either where the kernel has the
  * reapers' landlock signal scope (ABI 6): the scope refuses ptrace-mode reads of processes
- * outside the reaper's domain. Root still reads it there (its `mem` and fds it cannot; see
- * tests/supervisor.rs).
+ * outside the reaper's domain. Root still reads it there (though not its `mem`, nor what its
+ * fds point at; see tests/supervisor.rs).
  */
 const environScoped = (() => {
   const abi = probeIsolation().landlock

@@ -193,9 +193,9 @@ impl Inner {
 /// [`HOLD_BEHIND`] or more jobs queued behind the next one), up to [`HOLD_MAX`] replies are
 /// held for at most [`HOLD_FOR`] and go together: Node's thread wakes once for them. The
 /// backlog makes waiting for the replies cost no throughput (Node's next submissions only
-/// queue), and Node's thread then takes 26.7-30 µs per command instead of 43.3-46.7 and
-/// sleeps 0.32 times per command instead of 0.82-0.91 (`node bench/probe.js throughput
-/// addon-2 --total 3000 --concurrency 8`).
+/// queue), and Node's thread then takes 27-33 µs per command instead of 37-57 and sleeps
+/// 0.31-0.34 times per command instead of 0.83-0.92 (8 paired runs of `node bench/probe.js
+/// throughput addon-2 --total 3000 --concurrency 8`).
 #[derive(Default)]
 struct Carried {
   held: Vec<(Reply, JobOutcome)>,
