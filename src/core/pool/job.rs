@@ -244,7 +244,7 @@ pub(super) fn resume(
   let isolation = prepared.isolation.as_ref();
   let sent = match reaper {
     Some(reaper) => {
-      later.run_if_due(std::time::Instant::now());
+      later.run_if_due();
       Ok((reaper, outgoing))
     }
     None => outgoing.send(sup, &prepared.spec, isolation, later),

@@ -142,7 +142,7 @@ impl Inner {
       Some(resume) => job::resume(*resume, Some(&stop), self, &leader, &mut *carried),
       None => job::execute(job, &stop, self, &leader, &mut *carried),
     };
-    carried.run_if_due(Instant::now());
+    carried.run_if_due();
     tracing::debug!(?outcome, "job settled");
     let next = slot.finish(tally, Some(me));
     match next {

@@ -172,7 +172,7 @@ impl Outgoing {
       .map_err(|e| checkout_failed(e, spec))?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
-        later.run_if_due(Instant::now());
+        later.run_if_due();
         // Unread, it reads as the `Retired` it is: `resume` takes another reaper.
         Ok((
           reaper,
@@ -448,7 +448,7 @@ fn first_answer(
       watch(stop_fd.filter(|_| stop_pending)),
     ];
     poll(&mut fds, wake_for(wake, later));
-    later.run_if_due(Instant::now());
+    later.run_if_due();
     if fds[0].revents != 0 {
       reaper.conn.fill()?;
     }
@@ -582,7 +582,7 @@ impl Job {
         watch(stop_fd.filter(|_| stop_pending)),
       ];
       poll(&mut fds, wake_for(wake, later));
-      later.run_if_due(Instant::now());
+      later.run_if_due();
       for (slot, (pipe, stream)) in self.pipes.iter_mut().enumerate() {
         if fds[slot].revents != 0
           && drain(pipe, *stream, &mut self.capture, &mut self.buf)
