@@ -1,4 +1,5 @@
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs'
+import { execFileSync } from 'node:child_process'
+import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
@@ -369,13 +370,21 @@ describe('worker threads', () => {
     const before = jobThreads()
     const p = new WorkerPool({ interactiveWorkers: 300, maxQueueDepth: 10 })
     const dir = mkdtempSync(join(tmpdir(), 'finn-many-'))
-    // Each command announces itself, then waits for the test's go: all 300 run at once.
-    const script = `touch ${dir}/$$; while [ ! -e ${dir}/go ]; do sleep 0.05; done`
+    const ran = join(dir, 'ran')
+    mkdirSync(ran)
+    // Each command announces itself, then blocks on a FIFO until the test's go: all 300 run at
+    // once, and none burns CPU while it waits (300 shells polling with sleep starved the pool's
+    // own processes on CI's 2 cores past the 20 s bound).
+    const go = join(dir, 'go')
+    execFileSync('mkfifo', [go])
+    const held = openSync(go, 'r+') // read-write: the commands' opens never block, and reads wait for data
+    const script = `touch ${ran}/$$; read line < ${go}`
     const runs = Array.from({ length: 300 }, () => p.exec(sh(script, { timeoutMs: 20_000 })))
-    await until(() => readdirSync(dir).length === 300, 20_000)
+    await until(() => readdirSync(ran).length === 300, 20_000)
     expect(p.stats().interactive).toMatchObject({ active: 300, queued: 0 })
-    writeFileSync(join(dir, 'go'), '')
+    writeSync(held, '\n'.repeat(300)) // one line each: the shell's read takes a byte at a time
     const results = await Promise.all(runs)
+    closeSync(held)
     expect(results.every((r) => r.exitCode === 0)).toBe(true)
     expect(jobThreads() - before).toBeLessThanOrEqual(300)
     await p.shutdown()
