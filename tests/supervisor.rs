@@ -101,6 +101,26 @@ fn wait_for_holders(token: &str, n: usize) {
   }
 }
 
+/// Waits, up to 10 s, until the `sleep` holding `token` has exec'd, and returns its pid. Counting
+/// holders is not enough: the leader shell holds the token in its own command line from the
+/// start, and its forked child, before exec, is a shell too.
+fn wait_for_sleeper(token: &str) -> i32 {
+  let until = Instant::now() + Duration::from_secs(10);
+  loop {
+    let sleeper = holders(token)
+      .into_iter()
+      .find(|&p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n"));
+    if let Some(pid) = sleeper {
+      return pid;
+    }
+    assert!(
+      Instant::now() < until,
+      "the sleeper for {token} never started"
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
 type Outcome = Result<Finished<&'static str>, RunError>;
 
 /// Runs `spec` on a thread through the supervisor (or the direct path); `stop` lets the test
@@ -616,11 +636,22 @@ fn a_reaper_retiring_right_after_its_job_fails_neither_that_job_nor_the_next() {
   for i in 0..20 {
     let done =
       run(&sup, sh("echo $PPID"), limits(5000, 100)).unwrap_or_else(|e| panic!("job {i}: {e:?}"));
-    reapers.insert(done.stdout.trim().parse::<i32>().unwrap());
+    let reaper: i32 = done.stdout.trim().parse().unwrap();
+    reapers.insert(reaper);
+    // The next job goes only once this reaper has retired. Sent earlier, it may find the reaper
+    // still before its idle check (preempted right after `TreeGone`, as on a loaded machine),
+    // and the reaper would rightly take it.
+    let until = Instant::now() + Duration::from_secs(5);
+    while proc_state(reaper).is_some_and(|s| s != 'Z') {
+      assert!(
+        Instant::now() < until,
+        "job {i}: the reaper {reaper} did not retire"
+      );
+      std::thread::sleep(Duration::from_millis(1));
+    }
   }
-  // Reapers did retire between the jobs (a reaper preempted between `TreeGone` and its idle
-  // check may take one more job, so not every job need have a reaper of its own).
-  assert!(reapers.len() >= 2, "{reapers:?}");
+  // Each job met the retired reaper of the one before, and ran on a new one.
+  assert_eq!(reapers.len(), 20, "{reapers:?}");
 }
 
 /// Runs `spec` on this thread with a 20 s timeout and the given drain; it must finish.
@@ -1149,7 +1180,7 @@ fn a_command_cannot_reach_another_job_beside_it() {
     )),
     limits(10_000, 100),
   );
-  wait_for_holders(&t, 1);
+  let sleeper = wait_for_sleeper(&t);
   // The victim's leader shell and reaper (the child of the supervisor above its sleeper), as
   // the attack must find them: it prints what it found, so an attack that missed its target
   // cannot pass for a refused one.
@@ -1160,10 +1191,6 @@ fn a_command_cannot_reach_another_job_beside_it() {
       .ppid
   };
   let supervisor_pid = sup.pid().expect("the supervisor runs");
-  let sleeper = holders(&t)
-    .into_iter()
-    .find(|&p| std::fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n"))
-    .expect("the victim's sleeper");
   let (mut shell, mut reaper) = (sleeper, ppid(sleeper));
   while ppid(reaper) != supervisor_pid {
     (shell, reaper) = (reaper, ppid(reaper));
@@ -1219,7 +1246,7 @@ fn a_command_cannot_kill_another_pools_supervisor() {
     )),
     limits(10_000, 100),
   );
-  wait_for_holders(&t, 1);
+  wait_for_sleeper(&t);
   let other = theirs.pid().expect("the other supervisor runs");
   // The other supervisor and its reaper at least: the count shows the attack had its targets.
   let script = format!(
