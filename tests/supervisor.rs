@@ -1160,10 +1160,12 @@ fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
 /// One job's command against another job running beside it on the same supervisor: it finds
 /// the other job's command and reaper through `/proc` (the same user's processes) and tries to
 /// SIGKILL the reaper, SIGSTOP the command, trace it (`PTRACE_SEIZE`) and write into its
-/// stdout through `/proc/<pid>/fd/1`. Each reaper for jobs without isolation keeps its commands
-/// in a landlock domain of its own that scopes signals and ptrace access, so every attempt is
-/// refused and the other job ends as it would alone. Before, the reaper died (the job crashed `WORKER_CRASHED`)
-/// and the forged line showed up in the other job's output.
+/// stdout through `/proc/<pid>/fd/1`, and lower the reaper's RLIMIT_NOFILE to 3. Each reaper
+/// for jobs without isolation keeps its commands in a landlock domain of its own that scopes
+/// signals and ptrace access, and its seccomp guard refuses limits set on any process but the
+/// caller, so every attempt is refused and the other job ends as it would alone. Before, the
+/// reaper died (the job crashed `WORKER_CRASHED`) and the forged line showed up in the other
+/// job's output; before the guard's limit rule, the lowered RLIMIT_NOFILE alone crashed it.
 #[test]
 fn a_command_cannot_reach_another_job_beside_it() {
   if direct() || !scoped() {
@@ -1202,6 +1204,7 @@ fn a_command_cannot_reach_another_job_beside_it() {
      while [ \"$(cut -d' ' -f4 /proc/$R/stat)\" != \"$S\" ]; do SH=$R; R=$(cut -d' ' -f4 /proc/$R/stat); done; \
      echo found=$SH,$R; \
      kill -9 $R 2>/dev/null; echo reaper=$?; kill -STOP $SH 2>/dev/null; echo stop=$?; \
+     prlimit --pid $R --nofile=3:3 2>/dev/null; echo limit=$?; prlimit --nofile=64:64 true; echo own=$?; \
      perl -e 'exit(syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == -1 ? 1 : 0)' $SH; echo trace=$?; \
      (echo FORGED > /proc/$SH/fd/1) 2>/dev/null && echo forge=0 || echo forge=1"
   );
@@ -1211,7 +1214,7 @@ fn a_command_cannot_reach_another_job_beside_it() {
   drop(dir);
   assert_eq!(
     attack.stdout,
-    format!("found={shell},{reaper}\nreaper=1\nstop=1\ntrace=1\nforge=1\n"),
+    format!("found={shell},{reaper}\nreaper=1\nstop=1\nlimit=1\nown=0\ntrace=1\nforge=1\n"),
     "{}",
     attack.stderr
   );

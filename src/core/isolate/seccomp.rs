@@ -202,7 +202,7 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
 /// (`kill` also to every process, -1; `tkill`, which names any thread, always; signals by
 /// pidfd, which may be a `/proc/<pid>` fd, always, with ENOSYS so tools fall back to `kill`),
 /// I/O signals (`F_SETOWN` to them; `F_SETOWN_EX`, `FIOSETOWN` and `SIOCSPGRP`, whose owner
-/// sits behind a pointer, always), setting their limits, their scheduling (class, affinity,
+/// sits behind a pointer, always), setting the limits of any process but the caller, their scheduling (class, affinity,
 /// nice and I/O priority, the latter two also for any whole uid), tracing them, and their
 /// memory.
 /// Everything else is allowed; x32 syscalls are refused, as in [`compile`].
@@ -256,17 +256,16 @@ pub fn guard_helpers(pids: &[i32], groups: &[i32]) -> Result<Vec<BpfProgram>, Se
       SeccompRule::new(vec![eq(1, SIOCSPGRP)?])?,
     ],
   );
+  // Limits of any process but the caller's own (pid 0: `setrlimit`, `ulimit`, `prlimit CMD`):
+  // the same uid sets them without a capability and no landlock scope covers it, so a command
+  // could crash another job by its reaper (RLIMIT_NOFILE 3: it failed mid-job) or a helper by
+  // RLIMIT_CPU. Reading another's limits stays allowed.
   map.insert(
     libc::SYS_prlimit64,
-    pids
-      .iter()
-      .map(|&p| {
-        SeccompRule::new(vec![
-          eq(0, p)?,
-          SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?,
-        ])
-      })
-      .collect::<Result<Vec<_>, _>>()?,
+    vec![SeccompRule::new(vec![
+      SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, 0)?,
+      SeccompCondition::new(2, SeccompCmpArgLen::Qword, SeccompCmpOp::Ne, 0)?,
+    ])?],
   );
   map.insert(libc::SYS_ptrace, each(1, &pids)?);
   for nr in [
