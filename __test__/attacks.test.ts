@@ -136,6 +136,24 @@ describe('reads outside the jail, with no code execution', () => {
     }
   })
 
+  test('no repository in the jail: git diff of a directory holding a hard link, and of symlink/.. (implicit --no-index)', async () => {
+    const { sandbox, jail } = make()
+    const out = outside()
+    mkdirSync(join(jail, 'a'))
+    mkdirSync(join(jail, 'b'))
+    writeFileSync(join(jail, 'a', 'f'), 'x\n')
+    linkSync(out.file, join(jail, 'b', 'f'))
+    symlinkSync(join(out.dir, 'sub'), join(jail, 'd'))
+    mkdirSync(join(out.dir, 'sub'))
+    writeFileSync(join(jail, 'z'), 'z\n')
+    for (const command of ['git diff a b', `git diff z d/../${out.name}.txt`]) {
+      expect(leaks(loaFinn(jail, command), out.secret), command).toBe(true)
+      const r = await attempt(sandbox, command)
+      expect(r.refused, command).toMatch(/^Subcommand not allowed: git diff \(no repository in the jail/)
+      expect(leaks(r.text, out.secret)).toBe(false)
+    }
+  })
+
   test('cat and ls after --, through a directory named -', async () => {
     const { sandbox, jail } = make()
     const out = outside()
@@ -350,6 +368,31 @@ describe('program execution from repository files (a marker must not appear)', (
       expect(existsSync(marker)).toBe(false)
     })
   }
+
+  test("a [filter] driver in a common dir that git reads as '.git/common' and a trim() as ' common'", async () => {
+    // git keeps the leading space of .git/commondir; a check that trimmed it looked at one
+    // directory's config while the job, pinned to the trimmed path, read the other's.
+    for (const [commondir, refused] of [
+      [' common\n', /^Repository config rejected: commondir is empty, or has whitespace/],
+      ['common\n', /^Repository config rejected: filter\.evil\.clean is not on the allowlist/],
+    ] as const) {
+      const { sandbox, jail, marker, script } = repoJail()
+      const dotGit = join(jail, '.git')
+      for (const name of ['common', ' common']) {
+        mkdirSync(join(dotGit, name))
+        execFileSync('cp', ['-r', 'objects', 'refs', 'HEAD', name], { cwd: dotGit })
+        writeFileSync(join(dotGit, name, 'config'), '[core]\n\trepositoryformatversion = 0\n\tbare = false\n')
+      }
+      appendFileSync(join(dotGit, commondir.trim(), 'config'), `[filter "evil"]\n\tclean = ${script}\n`)
+      writeFileSync(join(dotGit, 'commondir'), commondir)
+      writeFileSync(join(jail, '.gitattributes'), '*.txt filter=evil\n')
+      for (const command of ['git status', 'git diff']) {
+        const r = await attempt(sandbox, command)
+        expect(r.refused, `${JSON.stringify(commondir)}: ${command}`).toMatch(refused)
+        expect(existsSync(marker)).toBe(false)
+      }
+    }
+  })
 
   test("a [filter] driver in a submodule's own config", async () => {
     const { sandbox, jail, marker, script } = repoJail()

@@ -13,7 +13,6 @@ use std::path::{Path, PathBuf};
 
 use super::error::Denial;
 use super::git_config;
-use super::jail::resolve_lexically;
 
 /// Where git will find the repository, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,13 +114,16 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
       // `gitdir: <path>` (a linked worktree or a submodule): followed only inside the jail.
       let text = std::fs::read_to_string(&dot_git).map_err(|_| refuse(".git is unreadable"))?;
       let target = text
-        .trim()
-        .strip_prefix("gitdir:")
-        .map(str::trim)
+        .trim_end_matches(['\n', '\r'])
+        .strip_prefix("gitdir: ")
         .ok_or_else(|| refuse(".git file without gitdir"))?;
-      let resolved = resolve_lexically(jail_root, target);
+      let target = as_git_reads(target, "the .git file's gitdir")?;
       (
-        canonical_inside(jail_root, &resolved, "gitdir points outside the jail")?,
+        canonical_inside(
+          jail_root,
+          &jail_root.join(target),
+          "gitdir points outside the jail",
+        )?,
         Some(jail_root.to_path_buf()),
       )
     }
@@ -145,8 +147,12 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
   }
   let common_dir = match std::fs::read_to_string(&commondir) {
     Ok(text) => {
-      let resolved = resolve_lexically(&git_dir, text.trim());
-      canonical_inside(jail_root, &resolved, "commondir points outside the jail")?
+      let value = as_git_reads(text.trim_end_matches(['\n', '\r']), "commondir")?;
+      canonical_inside(
+        jail_root,
+        &git_dir.join(value),
+        "commondir points outside the jail",
+      )?
     }
     Err(e) if e.kind() == io::ErrorKind::NotFound => git_dir.clone(),
     Err(_) => return Err(refuse("commondir is unreadable")),
@@ -225,12 +231,13 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
       Ok(true)
     })?;
   }
-  git_config::check(git, &git_dir, &config_files)?;
   let repo = Repository {
     git_dir,
     common_dir,
     work_tree,
   };
+  // Listed with the job's own pinning: the config checked is the config the job reads.
+  git_config::check(git, &repo.git_dir, &repo.env(), &config_files)?;
   check_index(git, &repo)?;
   Ok(Some(repo))
 }
@@ -281,7 +288,26 @@ fn check_index(git: &str, repo: &Repository) -> Result<(), Denial> {
   Ok(())
 }
 
-/// `path` canonicalized (symlinks followed) and required inside `jail`.
+/// A path from a `commondir` or `.git` file, which git takes byte for byte once trailing CR
+/// and LF are dropped (the caller drops them). A value with whitespace at either end or a
+/// control character is refused: read any other way (a `trim()` took ` common` for `common`),
+/// the check would look at one directory while git, and the job, used another whose config
+/// nobody checked. An empty one is refused too.
+fn as_git_reads<'a>(value: &'a str, what: &str) -> Result<&'a str, Denial> {
+  if value.is_empty()
+    || value.starts_with(char::is_whitespace)
+    || value.ends_with(char::is_whitespace)
+    || value.chars().any(char::is_control)
+  {
+    return Err(refuse(format!(
+      "{what} is empty, or has whitespace at an end or a control character: {value:?}"
+    )));
+  }
+  Ok(value)
+}
+
+/// `path` canonicalized (symlinks followed, as git's `real_path` does: `d/..` is the parent of
+/// where `d` points) and required inside `jail`.
 fn canonical_inside(jail: &Path, path: &Path, what: &str) -> Result<PathBuf, Denial> {
   match std::fs::canonicalize(path) {
     Ok(real) if real.starts_with(jail) => Ok(real),
@@ -447,6 +473,89 @@ mod tests {
     init(&root);
     std::fs::write(root.join(".git/config"), "[core\nbare\n").unwrap();
     assert!(message(check_repository(&root, &git_bin())).contains("git could not read it"));
+  }
+
+  /// A copy of the repository's common parts in `.git/<name>`, with `config` as its config.
+  fn common_copy(root: &Path, name: &str, config: &str) {
+    let git = root.join(".git");
+    let ok = Command::new("cp")
+      .arg("-r")
+      .args(["objects", "refs", "HEAD"].map(|p| git.join(p)))
+      .arg(git.join(name))
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    std::fs::write(git.join(name).join("config"), config).unwrap();
+  }
+
+  /// The attack: `.git/commondir` holding ` common`. git keeps the space and so read a clean
+  /// `.git/ common/config` in the check, while the check's `trim()` took `common` and pinned
+  /// the job to `.git/common`, whose filter then ran on `git diff` and `git status`.
+  #[test]
+  fn commondir_and_gitdir_are_read_as_git_reads_them() {
+    let (_d, root) = jail();
+    init(&root);
+    let clean = "[core]\n\trepositoryformatversion = 0\n\tbare = false\n";
+    let evil = format!("{clean}[filter \"x\"]\n\tclean = sh evil.sh\n");
+    std::fs::create_dir(root.join(".git/ common")).unwrap();
+    std::fs::create_dir(root.join(".git/common")).unwrap();
+    std::fs::create_dir(root.join(".git/ok")).unwrap();
+    common_copy(&root, " common", clean);
+    common_copy(&root, "common", &evil);
+    common_copy(&root, "ok", clean);
+    let commondir = root.join(".git/commondir");
+    for value in [
+      " common\n",
+      "common \n",
+      "common\t",
+      "com\u{1}mon",
+      "",
+      "\n",
+    ] {
+      std::fs::write(&commondir, value).unwrap();
+      let got = message(check_repository(&root, &git_bin()));
+      assert!(
+        got.contains("commondir is empty, or has whitespace"),
+        "{value:?}: {got}"
+      );
+    }
+    // Read as the job reads it: the config checked is the one the job's pinning makes git read.
+    std::fs::write(&commondir, "common\r\n").unwrap();
+    let got = message(check_repository(&root, &git_bin()));
+    assert!(
+      got.contains("filter.x.clean is not on the allowlist"),
+      "{got}"
+    );
+    std::fs::write(&commondir, "ok\r\n").unwrap();
+    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    assert_eq!(repo.common_dir, root.join(".git/ok"));
+    // A symlink followed before `..`, as git's real_path does: `d/..` is where `d` points's
+    // parent, outside, although `x` exists inside too.
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::create_dir(outside.path().join("in")).unwrap();
+    std::fs::create_dir(outside.path().join("x")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("in"), root.join("d")).unwrap();
+    std::fs::create_dir(root.join("x")).unwrap();
+    std::fs::write(&commondir, "../d/../x").unwrap();
+    let got = message(check_repository(&root, &git_bin()));
+    assert!(got.contains("commondir points outside the jail"), "{got}");
+    std::fs::remove_file(&commondir).unwrap();
+    // The .git file: `gitdir: ` exactly, then the path byte for byte.
+    std::fs::rename(root.join(".git"), root.join("real")).unwrap();
+    for (text, want) in [
+      ("gitdir:  real\n", "gitdir is empty, or has whitespace"),
+      ("gitdir: real \n", "gitdir is empty, or has whitespace"),
+      ("gitdir:real\n", ".git file without gitdir"),
+      ("gitdir: d/../real\n", "gitdir points outside the jail"),
+    ] {
+      std::fs::write(root.join(".git"), text).unwrap();
+      let got = message(check_repository(&root, &git_bin()));
+      assert!(got.contains(want), "{text:?}: {got}");
+    }
+    std::fs::write(root.join(".git"), "gitdir: real\r\n").unwrap();
+    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    assert_eq!(repo.git_dir, root.join("real"));
   }
 
   #[test]

@@ -122,19 +122,28 @@ pub(super) fn sealed(git: &str) -> Command {
   command
 }
 
-/// Runs `git config --list` as `git` would read config for `git_dir`, with no system, global or
-/// XDG file, no includes followed (an include is itself a refused key), and `file` instead of
-/// the repository's files when given.
-fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigEntry>, Denial> {
+/// Runs `git config --list` as `git` would read config with `repo` (the job's pinning:
+/// `GIT_DIR`, `GIT_COMMON_DIR`, ...), run in `git_dir`, with no system, global or XDG file, no
+/// includes followed (an include is itself a refused key), and `file` instead of the
+/// repository's files when given.
+fn listing(
+  git: &str,
+  git_dir: &Path,
+  repo: &[(String, String)],
+  file: Option<&Path>,
+) -> Result<Vec<ConfigEntry>, Denial> {
   let mut command = sealed(git);
-  command.env("GIT_DIR", git_dir).current_dir(git_dir).args([
-    "config",
-    "--list",
-    "--show-origin",
-    "--show-scope",
-    "-z",
-    "--no-includes",
-  ]);
+  command
+    .envs(repo.iter().map(|(k, v)| (k, v)))
+    .current_dir(git_dir)
+    .args([
+      "config",
+      "--list",
+      "--show-origin",
+      "--show-scope",
+      "-z",
+      "--no-includes",
+    ]);
   match file {
     Some(file) => command.arg("--file").arg(file),
     // Fails unless git takes `git_dir` for a repository: without it git lists nothing and
@@ -152,13 +161,18 @@ fn listing(git: &str, git_dir: &Path, file: Option<&Path>) -> Result<Vec<ConfigE
   parse_listing(&out.stdout).map_err(refuse)
 }
 
-/// Every key git would read for `git_dir`, plus those of each extra config file (per-worktree
-/// files git reads only under an extension), on the allowlist; the first key that is not is
-/// named in the refusal.
-pub fn check(git: &str, git_dir: &Path, extra_files: &[std::path::PathBuf]) -> Result<(), Denial> {
-  let mut entries = listing(git, git_dir, None)?;
+/// Every key git would read for the repository pinned by `repo` (its environment), plus those
+/// of each extra config file (per-worktree files git reads only under an extension), on the
+/// allowlist; the first key that is not is named in the refusal.
+pub fn check(
+  git: &str,
+  git_dir: &Path,
+  repo: &[(String, String)],
+  extra_files: &[std::path::PathBuf],
+) -> Result<(), Denial> {
+  let mut entries = listing(git, git_dir, repo, None)?;
   for file in extra_files {
-    entries.extend(listing(git, git_dir, Some(file))?);
+    entries.extend(listing(git, git_dir, repo, Some(file))?);
   }
   for entry in entries {
     // Our own overrides. A `--file` listing has scope `command` too, but a `file:` origin.
@@ -215,6 +229,44 @@ mod tests {
     ] {
       assert!(!key_allowed(key), "{key}");
     }
+  }
+
+  /// The listing reads the config the job's pinning makes git read: here `GIT_COMMON_DIR`
+  /// names a copy with a filter, while the git directory itself (no `commondir`) is clean.
+  #[test]
+  fn the_listing_reads_the_config_of_the_pinned_common_dir() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
+    for name in ["repo", "other"] {
+      let ok = Command::new(&git)
+        .args(["init", "-q", "--bare", name])
+        .current_dir(dir.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .status()
+        .unwrap()
+        .success();
+      assert!(ok);
+    }
+    let (repo, other) = (dir.path().join("repo"), dir.path().join("other"));
+    let mut config = std::fs::read_to_string(other.join("config")).unwrap();
+    config.push_str("[filter \"x\"]\n\tclean = sh evil.sh\n");
+    std::fs::write(other.join("config"), config).unwrap();
+    let s = |p: &Path| p.to_string_lossy().into_owned();
+    let env = |common: &Path| {
+      vec![
+        ("GIT_DIR".to_owned(), s(&repo)),
+        ("GIT_COMMON_DIR".to_owned(), s(common)),
+      ]
+    };
+    assert!(check(&git, &repo, &env(&repo), &[]).is_ok());
+    let refused = check(&git, &repo, &env(&other), &[]).unwrap_err();
+    assert!(
+      refused
+        .message
+        .contains("filter.x.clean is not on the allowlist"),
+      "{}",
+      refused.message
+    );
   }
 
   #[test]

@@ -111,6 +111,15 @@ pub fn jail_args(
       )
     })?;
     let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
+    // Outside a repository, `git diff a b` is git's own file-to-file diff (an implicit
+    // `--no-index`): it read a hard link inside a directory operand and `symlink/..` paths
+    // (which git hands to the kernel as written), outside the jail.
+    if repo.is_none() && sub == "diff" {
+      return Err(Denial::audited(
+        "Subcommand not allowed: git diff (no repository in the jail: git would compare the files themselves, as --no-index)",
+        "subcommand_denied: diff without a repository",
+      ));
+    }
     let protocols = match (protocols, remote, &repo) {
       (Some(p), _, _) => p.to_owned(),
       (None, Some(name), Some(repo)) => {
