@@ -501,7 +501,7 @@ pub fn denied_reads<B: Backend>(b: &B, settings: Vec<(Value, bool)>, fourth: Den
   }
 }
 
-/// mount, mknod, `unshare -U -r` and `unshare -m`; with `remount`, also `mount -o remount,rw /`
+/// mount, mknod, `unshare -U -r`, `unshare -m` and a sysctl write; with `remount`, also `mount -o remount,rw /`
 /// (bwrap's read-only view of the host's root: were it to work, the write to `<outside>`, on
 /// the same filesystem and read-only in the view, would land). As root every one lands off; as
 /// nobody only `unshare -U -r` does, where the host allows user namespaces (the native file
@@ -525,7 +525,8 @@ pub fn root_operations_fail<B: Backend>(b: &B, settings: Vec<(Value, bool)>, rem
          {remount_cmd}
          mknod dev c 1 3
          unshare -U -r touch unshared
-         unshare -m touch unshared-m"
+         unshare -m touch unshared-m
+         v=$(cat /proc/sys/kernel/core_pattern) && printf '%s\n' \"$v\" > /proc/sys/kernel/core_pattern && touch sysctl"
       ),
     );
     let mounted = exists(&j.root.join("m/mounted"));
@@ -545,6 +546,10 @@ pub fn root_operations_fail<B: Backend>(b: &B, settings: Vec<(Value, bool)>, rem
       ("mknod", exists(&j.root.join("dev"))),
       ("unshare -U -r", exists(&j.root.join("unshared"))),
       ("unshare -m", exists(&j.root.join("unshared-m"))),
+      // The same value written back: harmless where it lands (off, as root). bwrap's new
+      // /proc left `/proc/sys` writable to its root, and a pipe in `core_pattern` ran a program
+      // of the command's as host root on the next crash.
+      ("sysctl", exists(&j.root.join("sysctl"))),
     ]);
     let landed = |want: bool| hits.iter().filter(|(_, h)| *h == want).count() == hits.len();
     if stopped {

@@ -703,6 +703,16 @@ fn args(
   push(&mut v, "--dev", &[Path::new("/dev")]);
   if plan.layers.pidns {
     push(&mut v, "--proc", &[Path::new("/proc")]);
+    // bwrap covers these of a new /proc only when `access(W_OK)` succeeds, and inside it, uid 0
+    // without capabilities gets EACCES on the 0555 `/proc/sys`: it stayed writable, and root
+    // (no capability needed for most sysctls) set `kernel.core_pattern` to a pipe, whose
+    // program the kernel then ran on a crash as host root, outside every namespace.
+    // `sysrq-trigger` (mode 0200, no capability checked) would let it reboot the host.
+    for p in ["/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"] {
+      if Path::new(p).exists() {
+        push(&mut v, "--ro-bind", &[Path::new(p), Path::new(p)]);
+      }
+    }
   }
   super::mounts::create_missing_protect(&plan.writable, &plan.protect);
   let checked = &plan.checked.writable;
@@ -879,9 +889,13 @@ mod tests {
       &["--unshare-pid"],
       &["--ro-bind", "/", "/"],
       &["--proc", "/proc"],
+      &["--ro-bind", "/proc/sys", "/proc/sys"],
     ] {
       assert!(has(w), "{w:?} missing from {a:?}");
     }
+    // Where the kernel has one (CONFIG_MAGIC_SYSRQ).
+    let sysrq = "/proc/sysrq-trigger";
+    assert_eq!(has(&["--ro-bind", sysrq, sysrq]), Path::new(sysrq).exists());
     let tmp = Path::new("/tmp").canonicalize().unwrap();
     let t = tmp.to_str().unwrap();
     // The writable root bound from the fd that passed the check.
