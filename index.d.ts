@@ -55,9 +55,11 @@ export interface IsolationOptions {
   limits?: {
     /** Default 256 (a pids cgroup; RLIMIT_NPROC per uid without one). */
     maxProcesses?: number
-    /** Default 2 GiB (a memory cgroup; RLIMIT_AS per process without one). */
+    /** Default 2 GiB (a memory cgroup; RLIMIT_AS per process without one, which does not count files written to a tmpfs). */
     maxMemoryBytes?: number
+    /** RLIMIT_CPU: CPU seconds for each process of the job, not for the job as a whole (its wall time is bounded by the timeout). */
     cpuSeconds?: number
+    /** RLIMIT_FSIZE: the largest file a process may write (larger writes, `truncate` and `fallocate` fail with EFBIG); not a total over files. */
     maxFileBytes?: number
     maxOpenFiles?: number
   }

@@ -780,6 +780,11 @@ fn metadata_of_outside_files_stays_unchanged() {
 }
 
 #[test]
+fn host_devices_cannot_be_read() {
+  attacks::host_devices_cannot_be_read(&Native, settings(json!({})));
+}
+
+#[test]
 fn an_outside_terminal_cannot_be_read_or_written() {
   attacks::an_outside_terminal_cannot_be_read_or_written(&Native, settings(json!({})));
 }

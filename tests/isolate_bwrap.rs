@@ -265,6 +265,14 @@ fn root_operations_fail() {
 }
 
 #[test]
+fn host_devices_cannot_be_read() {
+  if !bwrap_runs("host_devices_cannot_be_read") {
+    return;
+  }
+  attacks::host_devices_cannot_be_read(&Bwrap, settings());
+}
+
+#[test]
 fn network_tcp_udp_and_unix_socket_by_path() {
   if !bwrap_runs("network_tcp_udp_and_unix_socket_by_path") {
     return;

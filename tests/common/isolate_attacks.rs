@@ -10,6 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::os::fd::FromRawFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::Arc;
@@ -868,6 +869,75 @@ pub fn an_outside_terminal_cannot_be_read_or_written<B: Backend>(
       assert_eq!(escaped.len(), 2, "off: {escaped:?} {out:?}: {}", ran.stderr);
     }
   }
+}
+
+/// The host's devices beyond the few a shell needs: another process's POSIX shared memory in
+/// `/dev/shm` (a file of mode 0644: any uid reads it without isolation), and, as root, the
+/// first of the host's consoles, virtual terminals or raw disks that the test itself can open
+/// (`/dev/tty1` gave an attack an operator's typed line, `/dev/loop0` a file of a `denyRead`
+/// directory). `/dev/urandom` and `/dev/null` keep working.
+pub fn host_devices_cannot_be_read<B: Backend>(b: &B, settings: Vec<(Value, bool)>) {
+  let shm = PathBuf::from(format!("/dev/shm/finn-test-{}", rand_suffix()));
+  std::fs::write(&shm, "SHMSECRET\n").unwrap();
+  std::fs::set_permissions(&shm, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+  let device = if is_root() {
+    [
+      "/dev/tty1",
+      "/dev/vcs1",
+      "/dev/console",
+      "/dev/loop0",
+      "/dev/sda",
+      "/dev/vda",
+    ]
+    .into_iter()
+    .find(|d| {
+      std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(d)
+        .is_ok()
+    })
+  } else {
+    None
+  };
+  for (opts, stopped) in settings {
+    let j = b.jail();
+    let dev = device.unwrap_or("/nonexistent-device");
+    let ran = sh(
+      b,
+      &opts,
+      &j.root,
+      &format!(
+        "cat {} > shm; (exec 3< {dev}) 2>/dev/null && touch device; \
+         head -c 4 /dev/urandom | wc -c > random; echo x > /dev/null && touch null",
+        shm.display()
+      ),
+    );
+    let read = |f: &str| std::fs::read_to_string(j.root.join(f)).unwrap_or_default();
+    let hits = [
+      ("shm", read("shm").contains("SHMSECRET")),
+      ("device", exists(&j.root.join("device"))),
+    ];
+    assert_eq!(read("random").trim(), "4", "{opts}: {}", ran.stderr);
+    assert!(exists(&j.root.join("null")), "{opts}: {}", ran.stderr);
+    if stopped {
+      assert!(
+        hits.iter().all(|(_, h)| !h),
+        "{opts}: {hits:?} ({dev}): {}",
+        ran.stderr
+      );
+    } else {
+      // Off, the probes land: the shared memory file always, the device where one was found.
+      assert!(hits[0].1, "off: {hits:?}: {}", ran.stderr);
+      assert_eq!(
+        hits[1].1,
+        device.is_some(),
+        "off: {hits:?} ({dev}): {}",
+        ran.stderr
+      );
+    }
+  }
+  let _ = std::fs::remove_file(&shm);
 }
 
 /// A repository without `.git/hooks` (`git init --template=`, or made by a library that writes no

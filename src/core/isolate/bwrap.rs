@@ -144,7 +144,9 @@ pub(super) fn plan(
   if !layers.cgroup {
     let why = probe.cgroup_reason.clone().unwrap_or_default();
     degraded.push(format!(
-      "cgroup: {why}; maxProcesses is RLIMIT_NPROC (per uid, ignored for root)"
+      "cgroup: {why}; maxProcesses is RLIMIT_NPROC (per uid, ignored for root), and \
+       maxMemoryBytes bounds each process (RLIMIT_AS), not the tree, nor files written to a \
+       tmpfs (bwrap's /dev/shm)"
     ));
   }
   if !layers.pidns {

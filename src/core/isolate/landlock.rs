@@ -46,6 +46,18 @@ pub struct FsRules<'a> {
   pub deny_unix: bool,
 }
 
+/// The only device files a job may open (`/dev` is cut out of every read root above it):
+/// what shells and common tools use. `/dev/stdin`, `/dev/fd/N` and the like are symlinks into
+/// `/proc/self/fd` and reach the job's own files.
+const DEVICES: [&str; 6] = [
+  "/dev/null",
+  "/dev/zero",
+  "/dev/full",
+  "/dev/random",
+  "/dev/urandom",
+  "/dev/tty",
+];
+
 fn read_access() -> BitFlags<AccessFs> {
   AccessFs::from_read(ABI_TARGET)
 }
@@ -69,7 +81,21 @@ pub fn build(rules: &FsRules) -> Result<Arc<OwnedFd>, LandlockError> {
   let trees: Vec<DenyTree> = rules
     .read_roots
     .iter()
-    .map(|root| deny_tree(root, rules.deny_read))
+    .map(|root| {
+      // `/dev` is cut out of any read root above it: only the devices of `DEVICES` are granted.
+      // Read through `/`'s grant, root opened the host's terminals (`/dev/tty1` gave the job an
+      // operator's typed line, `/dev/vcs1` the console's screen) and raw disks (`/dev/loop0`
+      // gave a file of a `denyRead` directory). A read root at or below `/dev` is the caller's
+      // explicit wish and stays.
+      let dev = Path::new("/dev");
+      if dev.starts_with(root) && root.as_path() != dev {
+        let mut deny = rules.deny_read.to_vec();
+        deny.push(dev.to_path_buf());
+        deny_tree(root, &deny)
+      } else {
+        deny_tree(root, rules.deny_read)
+      }
+    })
     .collect();
   let key = CacheKey {
     read_roots: rules.read_roots.to_vec(),
@@ -253,7 +279,7 @@ fn build_now(
   // (nor `/dev/ptmx`, useless without it): a pty there belongs to the host, such as the
   // operator's terminal, which the same uid could write to (inject output) and read from (steal
   // keystrokes). The command has no controlling terminal (a new session, stdin `/dev/null`).
-  for dev in ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty"] {
+  for dev in DEVICES {
     grants.push((
       dev.into(),
       read_access() | AccessFs::WriteFile | AccessFs::Truncate | AccessFs::IoctlDev,

@@ -284,7 +284,8 @@ impl Plan {
       } else {
         degraded.push(format!(
           "cgroup: {why}; maxProcesses counts all of uid {}'s processes, and maxMemoryBytes \
-           bounds each process (RLIMIT_AS), not the tree: up to maxProcesses times as much",
+           bounds each process (RLIMIT_AS), not the tree (up to maxProcesses times as much), \
+           nor files written to a tmpfs",
           probe.uid
         ));
       }
