@@ -629,6 +629,34 @@ mod tests {
     std::fs::remove_file(root.join(".gitmodules")).unwrap();
     std::fs::create_dir(root.join(".git/modules")).unwrap();
     assert!(message(check_repository(&root, &git_bin())).contains("modules/"));
+    std::fs::remove_dir(root.join(".git/modules")).unwrap();
+    // In the git directory too: a config hard-linked elsewhere could change after the check.
+    std::fs::hard_link(root.join(".git/description"), outside.join("linked")).unwrap();
+    assert!(
+      message(check_repository(&root, &git_bin()))
+        .contains("hard-linked file in the git directory: .git/description")
+    );
+  }
+
+  /// What cannot be read is refused, never taken for absent: a `commondir` git would read as
+  /// bytes but that is not UTF-8, a `.git` that cannot be inspected (the jail root a file), a
+  /// `.git` symlink even to a valid `gitdir:` file.
+  #[test]
+  fn what_cannot_be_read_or_is_a_symlink_is_refused() {
+    let (_d, root) = jail();
+    init(&root);
+    std::fs::write(root.join(".git/commondir"), b"\xffcommon").unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains("commondir is unreadable"));
+    std::fs::remove_file(root.join(".git/commondir")).unwrap();
+    std::fs::write(root.join("plain"), "").unwrap();
+    assert!(
+      message(check_repository(&root.join("plain"), &git_bin()))
+        .contains(".git cannot be inspected")
+    );
+    std::fs::rename(root.join(".git"), root.join("real")).unwrap();
+    std::fs::write(root.join("gitfile"), "gitdir: real\n").unwrap();
+    std::os::unix::fs::symlink("gitfile", root.join(".git")).unwrap();
+    assert!(message(check_repository(&root, &git_bin())).contains(".git is a symlink"));
   }
 
   #[test]
