@@ -1278,3 +1278,75 @@ impl Drop for PidsGroup {
     let _ = std::fs::remove_dir(&self.0);
   }
 }
+
+/// A request for a new reaper waits on the supervisor (up to 10 s), and the supervisor can be
+/// slow: an attack SIGKILLed its own reaper with 8,000 processes below it, and the supervisor,
+/// inheriting and killing them, answered late. Node's thread takes idle reapers and gives
+/// reapers back (the inline path): it must not wait for that request. Here the supervisor is
+/// held in a ptrace stop, which no SIGCONT ends, while a thread's request waits on it. Before,
+/// the state's lock was held across the request: Node's `exec()` waited 0.65-1.7 s.
+#[test]
+fn taking_or_returning_an_idle_reaper_never_waits_for_a_request_in_flight() {
+  if direct() || !shielded() {
+    return;
+  }
+  // Ptrace of the (non-dumpable) supervisor needs root.
+  // SAFETY: geteuid has no preconditions.
+  if unsafe { libc::geteuid() } != 0 {
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  let (_, idle) = checked_in_reaper(&sup);
+  let pid = sup.pid().unwrap();
+  // SAFETY: ptrace on a pid of ours, with no pointers.
+  unsafe {
+    assert_eq!(libc::ptrace(libc::PTRACE_SEIZE, pid, 0, 0), 0);
+    assert_eq!(libc::ptrace(libc::PTRACE_INTERRUPT, pid, 0, 0), 0);
+  }
+  let until = Instant::now() + Duration::from_secs(5);
+  while proc_state(pid) != Some('t') {
+    assert!(Instant::now() < until, "the supervisor did not stop");
+    std::thread::sleep(Duration::from_millis(1));
+  }
+  // A request of the other kind: no idle reaper for it, so it asks the stopped supervisor.
+  let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+  let asking = {
+    let sup = sup.clone();
+    std::thread::spawn(move || {
+      // SAFETY: gettid has no preconditions.
+      tid_tx.send(unsafe { libc::gettid() }).unwrap();
+      sup
+        .checkout(false)
+        .map(|r| r.pid)
+        .map_err(|e| format!("{e:?}"))
+    })
+  };
+  // Until it waits in `ppoll` for the answer.
+  let tid = tid_rx.recv().unwrap();
+  let until = Instant::now() + Duration::from_secs(5);
+  while std::fs::read_to_string(format!("/proc/self/task/{tid}/syscall"))
+    .map_or(true, |s| !s.starts_with(&format!("{} ", libc::SYS_ppoll)))
+  {
+    assert!(Instant::now() < until, "the request never waited");
+    std::thread::sleep(Duration::from_millis(1));
+  }
+  // Meanwhile, from another thread: give the idle reaper back and take it again.
+  let (done_tx, done_rx) = std::sync::mpsc::channel();
+  {
+    let sup = sup.clone();
+    std::thread::spawn(move || {
+      sup.checkin(idle);
+      done_tx
+        .send(sup.checkout_idle(true).map(|r| r.pid))
+        .unwrap();
+    });
+  }
+  // The supervisor is still stopped: an answer can only come without waiting for it.
+  let taken = done_rx.recv_timeout(Duration::from_secs(2));
+  assert_eq!(proc_state(pid), Some('t'));
+  // SAFETY: as above.
+  unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, 0) };
+  let asked = asking.join().unwrap();
+  assert!(taken.as_ref().is_ok_and(|r| r.is_some()), "{taken:?}");
+  assert!(asked.is_ok(), "{asked:?}");
+}

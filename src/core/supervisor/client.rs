@@ -11,7 +11,7 @@ use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
@@ -62,8 +62,19 @@ struct State {
 
 struct Running {
   pid: i32,
+  /// Shared with a request for a reaper in flight, which waits on the supervisor outside the
+  /// state's lock: Node's thread takes that lock (idle reapers, returns) and must never wait
+  /// for the supervisor. A supervisor busy killing a big orphaned tree answered a request 0.65 to
+  /// 1.7 s late, and Node's `exec()` waited as long while the lock was held across it.
+  link: Arc<Link>,
+}
+
+struct Link {
   pidfd: OwnedFd,
-  conn: Conn,
+  /// The socket's fd, for `shutdown` while a request holds `conn`.
+  raw: std::os::fd::RawFd,
+  /// One request at a time.
+  conn: Mutex<Conn>,
 }
 
 impl Supervisor {
@@ -103,31 +114,35 @@ impl Supervisor {
   /// `scoped`: a reaper whose commands are in its landlock signal scope, for a job without
   /// isolation (an isolated job's ruleset scopes it; see `shield::scope_signals`).
   pub fn checkout(&self, scoped: bool) -> Result<Reaper, CheckoutError> {
-    let mut state = self.lock();
-    if state
-      .running
-      .as_ref()
-      .is_some_and(|r| pidfd::exited(&r.pidfd))
-    {
-      stop(&mut state);
-    }
-    // The most recently used first. One that retired or died meanwhile is found out by the
-    // job itself (`Retired`, or EPIPE), which then takes another: no check costs a syscall here.
-    if let Some(reaper) = take_idle(&mut state, scoped) {
-      return Ok(reaper);
-    }
-    if state.running.is_none() {
-      state.running = Some(self.start().map_err(|e| {
-        CheckoutError::Failed(format!(
-          "cannot start the supervisor {}: {e}",
-          self.program.display()
-        ))
-      })?);
-      state.generation += 1;
-    }
-    let generation = state.generation;
-    let running = state.running.as_mut().expect("started above");
-    match new_reaper(running, scoped) {
+    let (generation, pid, link) = {
+      let mut state = self.lock();
+      if state
+        .running
+        .as_ref()
+        .is_some_and(|r| pidfd::exited(&r.link.pidfd))
+      {
+        stop(&mut state);
+      }
+      // The most recently used first. One that retired or died meanwhile is found out by the
+      // job itself (`Retired`, or EPIPE), which then takes another: no check costs a syscall
+      // here.
+      if let Some(reaper) = take_idle(&mut state, scoped) {
+        return Ok(reaper);
+      }
+      if state.running.is_none() {
+        state.running = Some(self.start().map_err(|e| {
+          CheckoutError::Failed(format!(
+            "cannot start the supervisor {}: {e}",
+            self.program.display()
+          ))
+        })?);
+        state.generation += 1;
+      }
+      let running = state.running.as_ref().expect("started above");
+      (state.generation, running.pid, running.link.clone())
+    };
+    // Outside the state's lock (see `Running::link`).
+    match new_reaper(&link, scoped) {
       Ok(Ok((pid, conn))) => Ok(Reaper {
         pid,
         conn,
@@ -136,8 +151,11 @@ impl Supervisor {
       }),
       Ok(Err(e)) => Err(CheckoutError::NoReaper(e)),
       Err(e) => {
-        let pid = running.pid;
-        stop(&mut state);
+        let mut state = self.lock();
+        // Unless another job's request found it out first and a new one runs already.
+        if state.generation == generation {
+          stop(&mut state);
+        }
         Err(CheckoutError::Failed(format!(
           "the supervisor (pid {pid}) failed: {e}"
         )))
@@ -148,7 +166,7 @@ impl Supervisor {
   /// SIGCONTs the supervisor, if one runs (a job's command may have stopped it).
   pub fn nudge(&self) {
     if let Some(running) = &self.lock().running {
-      pidfd::send_signal(&running.pidfd, Signal::SIGCONT);
+      pidfd::send_signal(&running.link.pidfd, Signal::SIGCONT);
     }
   }
 
@@ -175,16 +193,16 @@ impl Supervisor {
       state.idle.clear();
       state.running.take()
     };
-    let Some(Running { pid, pidfd, conn }) = running else {
+    let Some(Running { pid, link }) = running else {
       return;
     };
-    drop(conn);
+    link.close();
     let until = Instant::now() + bound;
-    while !pidfd::exited(&pidfd) && Instant::now() < until {
-      let mut fds = [crate::core::exec::poll::watch(Some(pidfd.as_raw_fd()))];
+    while !pidfd::exited(&link.pidfd) && Instant::now() < until {
+      let mut fds = [crate::core::exec::poll::watch(Some(link.pidfd.as_raw_fd()))];
       crate::core::exec::poll::poll(&mut fds, Some(until));
     }
-    reap(pid, pidfd);
+    reap(pid, link);
   }
 
   /// Returns a reaper whose job ended with its tree gone. Reapers idle for too long are let go.
@@ -217,8 +235,11 @@ impl Supervisor {
     };
     Ok(Running {
       pid,
-      pidfd,
-      conn: Conn::new(ours),
+      link: Arc::new(Link {
+        pidfd,
+        raw: ours.as_raw_fd(),
+        conn: Mutex::new(Conn::new(ours)),
+      }),
     })
   }
 }
@@ -233,21 +254,29 @@ impl Drop for Supervisor {
 /// kill what they hold and exit. Reaped on a thread of its own, as it may take a moment.
 fn stop(state: &mut State) {
   state.idle.clear();
-  if let Some(running) = state.running.take() {
-    let Running { pid, pidfd, conn } = running;
-    drop(conn);
-    reap(pid, pidfd);
+  if let Some(Running { pid, link }) = state.running.take() {
+    link.close();
+    reap(pid, link);
+  }
+}
+
+impl Link {
+  /// Makes the supervisor see its end of the socket closed, even while a request in flight
+  /// still holds `conn` (that request then fails at once): it kills what it holds and exits.
+  fn close(&self) {
+    // SAFETY: `raw` is `conn`'s fd, open as long as this `Link` is.
+    unsafe { libc::shutdown(self.raw, libc::SHUT_RDWR) };
   }
 }
 
 /// Reaps the supervisor now if it has exited, else on a thread of its own.
-fn reap(pid: i32, pidfd: OwnedFd) {
-  if pidfd::exited(&pidfd) {
+fn reap(pid: i32, link: Arc<Link>) {
+  if pidfd::exited(&link.pidfd) {
     let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
   } else {
     let reap = move || {
       let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
-      drop(pidfd);
+      drop(link);
     };
     if std::thread::Builder::new()
       .name("finn-supervisor-reap".into())
@@ -281,21 +310,20 @@ pub enum CheckoutError {
 
 /// Asks for a new reaper: the outer error is the supervisor's failure, the inner one its
 /// refusal (see [`CheckoutError`]).
-fn new_reaper(running: &mut Running, scoped: bool) -> io::Result<io::Result<(i32, Conn)>> {
-  running
-    .conn
-    .send(&ToSupervisor::NewReaper { scoped }.encode(), &[])?;
+fn new_reaper(link: &Link, scoped: bool) -> io::Result<io::Result<(i32, Conn)>> {
+  let mut conn = link.conn.lock().unwrap_or_else(|e| e.into_inner());
+  conn.send(&ToSupervisor::NewReaper { scoped }.encode(), &[])?;
   // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
   // while the answer does not come, and given up on after `NEW_REAPER_BOUND`.
   let asked = Instant::now();
   let frame = loop {
-    if let Some(frame) = running.conn.take_frame()? {
+    if let Some(frame) = conn.take_frame()? {
       break frame;
     }
-    let mut fds = [crate::core::exec::poll::watch(Some(running.conn.raw()))];
+    let mut fds = [crate::core::exec::poll::watch(Some(conn.raw()))];
     crate::core::exec::poll::poll(&mut fds, Some(Instant::now() + NUDGE_EVERY));
     if fds[0].revents == 0 {
-      pidfd::send_signal(&running.pidfd, Signal::SIGCONT);
+      pidfd::send_signal(&link.pidfd, Signal::SIGCONT);
       if asked.elapsed() >= NEW_REAPER_BOUND {
         return Err(io::Error::new(
           io::ErrorKind::TimedOut,
@@ -304,7 +332,7 @@ fn new_reaper(running: &mut Running, scoped: bool) -> io::Result<io::Result<(i32
       }
       continue;
     }
-    if !running.conn.fill()? {
+    if !conn.fill()? {
       return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
     }
   };
@@ -314,8 +342,7 @@ fn new_reaper(running: &mut Running, scoped: bool) -> io::Result<io::Result<(i32
       return Ok(Err(io::Error::from_raw_os_error(errno)));
     }
   };
-  let fd = running
-    .conn
+  let fd = conn
     .take_fd()
     .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no socket came with the reaper"))?;
   Ok(Ok((pid, Conn::new(fd))))
