@@ -203,6 +203,8 @@ function supervisorPath() {
 
 // Pools alive in this process. When Node exits (process.exit() included, and a worker thread's
 // exit) every running tree is SIGKILLed synchronously: nothing will await those jobs any more.
+// A worker thread ended by terminate() emits no 'exit': each native pool's cleanup hook on its
+// environment does the same there (binding/pool.rs, TeardownHook).
 const livePools = new Set()
 let exitHookInstalled = false
 function killAllOnExit() {

@@ -12,6 +12,7 @@ import { copyFileSync, mkdtempSync, readdirSync, readFileSync, renameSync, write
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
+import { Worker } from 'node:worker_threads'
 import { describe, expect, test } from 'vitest'
 import { PoolError, WorkerPool } from '../index.js'
 import { ENV, rejectionOf, sh, until } from './helpers.js'
@@ -135,6 +136,25 @@ describe('Node dies with commands running', () => {
     const { left, ms } = await nodeDies(how)
     expect(left).toEqual([])
     console.log(`node ${how}: last process of the trees gone ${ms.toFixed(1)} ms after Node exited`)
+  })
+
+  test("a worker thread ended by terminate(), Node living on: no process of its pool's five trees survives", async () => {
+    // terminate() emits no 'exit' in the thread: the pool's teardown hook on the thread's
+    // environment kills the trees. Before it, an attack's trees ran on until their timeout.
+    const tok = token()
+    const { scripts, processes } = trees(tok)
+    const body = `
+      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+      const pool = new sandbox.WorkerPool({ interactiveWorkers: 5 })
+      for (const s of ${JSON.stringify(scripts)}) {
+        pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
+      }`
+    const worker = new Worker(body, { eval: true })
+    const exited = new Promise<void>((resolve) => worker.on('exit', () => resolve()))
+    await untilHolders(tok, processes)
+    await worker.terminate()
+    await exited
+    expect((await survivors(tok, 2000)).left).toEqual([])
   })
 })
 

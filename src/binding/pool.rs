@@ -255,13 +255,66 @@ fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> 
 }
 
 /// The native pool. Use `WorkerPool` from the package entry instead.
-#[napi]
+#[napi(custom_finalize)]
 pub struct NativeWorkerPool {
   pub(crate) pool: Pool,
   pub(crate) settler: Arc<Settler>,
   /// Where jobs started on this thread wait for their reaper (see `event_loop.rs`); `None`
   /// where it cannot be set up (every job then runs on a worker thread).
   inline: std::cell::RefCell<Option<LoopHost>>,
+  /// The environment's cleanup hook that kills the running trees (see [`TeardownHook`]);
+  /// removed when the pool is collected first.
+  teardown: Option<Arc<TeardownHook>>,
+}
+
+/// Kills the pool's running trees when its JS environment goes. `index.js` does that from
+/// `process.on('exit')`, which a worker thread ended by `terminate()` never emits: its pools'
+/// trees ran on until their timeout (an attack: 3 of 3 processes alive 20 s later). The hook
+/// runs on the environment's thread, at its teardown, for every way an environment ends.
+struct TeardownHook {
+  pool: crate::core::pool::ExitHandle,
+  ran: std::sync::atomic::AtomicBool,
+}
+
+unsafe extern "C" fn on_teardown(arg: *mut std::ffi::c_void) {
+  // SAFETY: the reference given to the hook in `add_teardown`, taken back once: the hook runs
+  // once, and `finalize` removes it (and takes the reference back itself) only if it has not run.
+  let hook = unsafe { Arc::from_raw(arg as *const TeardownHook) };
+  hook.ran.store(true, std::sync::atomic::Ordering::SeqCst);
+  let _ = std::panic::catch_unwind(|| hook.pool.kill_all_now());
+}
+
+fn add_teardown(env: &Env, pool: &Pool) -> Option<Arc<TeardownHook>> {
+  let hook = Arc::new(TeardownHook {
+    pool: pool.exit_handle(),
+    ran: std::sync::atomic::AtomicBool::new(false),
+  });
+  let arg = Arc::into_raw(hook.clone()) as *mut std::ffi::c_void;
+  // SAFETY: `env` is this call's environment; the hook's argument holds one reference.
+  let status = unsafe { napi::sys::napi_add_env_cleanup_hook(env.raw(), Some(on_teardown), arg) };
+  if status != napi::sys::Status::napi_ok {
+    // SAFETY: the reference made above, which the hook never got.
+    drop(unsafe { Arc::from_raw(arg as *const TeardownHook) });
+    return None;
+  }
+  Some(hook)
+}
+
+impl napi::bindgen_prelude::ObjectFinalize for NativeWorkerPool {
+  fn finalize(self, env: Env) -> napi::Result<()> {
+    if let Some(hook) = &self.teardown
+      && !hook.ran.load(std::sync::atomic::Ordering::SeqCst)
+    {
+      let arg = Arc::as_ptr(hook) as *mut std::ffi::c_void;
+      // SAFETY: the hook added in `new` with this argument, on this environment's thread, and
+      // not run: removed, it never runs, so its reference is taken back here.
+      unsafe {
+        napi::sys::napi_remove_env_cleanup_hook(env.raw(), Some(on_teardown), arg);
+        drop(Arc::from_raw(arg as *const TeardownHook));
+      }
+    }
+    Ok(())
+  }
 }
 
 #[napi]
@@ -283,10 +336,13 @@ impl NativeWorkerPool {
       let message = format!("could not start the job runtime: {e}");
       coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)
     })?;
+    let pool = Pool::new(config, runtime);
+    let teardown = add_teardown(env, &pool);
     Ok(NativeWorkerPool {
-      pool: Pool::new(config, runtime),
+      pool,
       settler: Arc::new(Settler::new(on_settled)?),
       inline: std::cell::RefCell::new(LoopHost::new(env)),
+      teardown,
     })
   }
 

@@ -22,7 +22,7 @@ pub use config::{JobSpec, Lane, PoolConfig, RawJob};
 pub use error::{PoolError, PoolErrorCode};
 pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
 pub use job::{ExecResult, JobOutcome};
-pub use pool::{Completion, Pool, Submitted};
+pub use pool::{Completion, ExitHandle, Pool, Submitted};
 pub use stats::PoolStats;
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::TEST_PANIC_SESSION;

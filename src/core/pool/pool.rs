@@ -265,36 +265,57 @@ impl Pool {
   }
 }
 
+/// A handle on a pool that does not keep it alive, for a host's teardown hook (a worker thread
+/// ended by `terminate()`, which runs no `exit` handler): [`ExitHandle::kill_all_now`].
+pub struct ExitHandle(std::sync::Weak<Inner>);
+
+impl ExitHandle {
+  /// [`Pool::kill_all_now`], if the pool still exists.
+  pub fn kill_all_now(&self) {
+    if let Some(inner) = self.0.upgrade() {
+      kill_all_now(&inner);
+    }
+  }
+}
+
 impl Pool {
+  /// An [`ExitHandle`] on this pool.
+  pub fn exit_handle(&self) -> ExitHandle {
+    ExitHandle(Arc::downgrade(&self.inner))
+  }
+
   /// SIGKILLs every running tree now, synchronously, and closes the pool: for the host
   /// process's exit, when no promise will be awaited any more. Queued jobs are dropped. A job
   /// between `posix_spawn` and recording its pid (its child may already run) is waited for, up
   /// to 200 ms; one that spawns after this call kills its own tree at once.
   pub fn kill_all_now(&self) {
-    self.inner.exiting.store(true, Ordering::SeqCst);
-    let dropped: Vec<Queued> = self.inner.lock().close();
-    drop(dropped);
-    let mut killed: Vec<i32> = Vec::new();
-    let give_up = std::time::Instant::now() + Duration::from_millis(200);
-    loop {
-      let pids: Vec<i32> = self
-        .inner
-        .lock()
-        .running
-        .values()
-        .map(|r| r.leader.load(Ordering::SeqCst))
-        .collect();
-      let fresh: Vec<i32> = pids
-        .iter()
-        .copied()
-        .filter(|&pid| pid > 0 && !killed.contains(&pid))
-        .collect();
-      self.inner.kill_trees_now(&fresh);
-      killed.extend(fresh);
-      if !pids.contains(&0) || std::time::Instant::now() >= give_up {
-        return;
-      }
-      std::thread::sleep(Duration::from_millis(1));
+    kill_all_now(&self.inner);
+  }
+}
+
+fn kill_all_now(inner: &Inner) {
+  inner.exiting.store(true, Ordering::SeqCst);
+  let dropped: Vec<Queued> = inner.lock().close();
+  drop(dropped);
+  let mut killed: Vec<i32> = Vec::new();
+  let give_up = std::time::Instant::now() + Duration::from_millis(200);
+  loop {
+    let pids: Vec<i32> = inner
+      .lock()
+      .running
+      .values()
+      .map(|r| r.leader.load(Ordering::SeqCst))
+      .collect();
+    let fresh: Vec<i32> = pids
+      .iter()
+      .copied()
+      .filter(|&pid| pid > 0 && !killed.contains(&pid))
+      .collect();
+    inner.kill_trees_now(&fresh);
+    killed.extend(fresh);
+    if !pids.contains(&0) || std::time::Instant::now() >= give_up {
+      return;
     }
+    std::thread::sleep(Duration::from_millis(1));
   }
 }
