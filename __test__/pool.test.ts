@@ -234,6 +234,27 @@ describe('output cap', () => {
     expect(r.stdout.startsWith('\uFFFD\uFFFD')).toBe(true)
   })
 
+  test("the pool's own messages (a failed spawn, a rejected cwd) are held to maxBuffer too", async () => {
+    // A missing program named by a 3,000-byte path: its message went out whole (3,060 bytes
+    // under maxBuffer 1), as did the jail's rejection.
+    const p = pool()
+    const jail = mkdtempSync(join(tmpdir(), 'finn-msgcap-'))
+    const runs = [
+      p.exec({ binaryPath: `/nonexistent/${'é'.repeat(1500)}`, args: [], cwd: '/', env: ENV, maxBuffer: 100 }),
+      p.exec({ ...sh('true'), cwd: '/', maxBuffer: 30 }, 'interactive', jail),
+    ]
+    const [missing, rejected] = await Promise.all(runs)
+    for (const [r, cap] of [[missing, 100], [rejected, 30]] as const) {
+      expect(r.truncated).toBe(true)
+      expect(r.stdout + r.stderr).toMatch(/\n\[TRUNCATED at maxBuffer\]$/)
+      expect(Buffer.byteLength(r.stdout) + Buffer.byteLength(r.stderr)).toBeLessThanOrEqual(cap)
+      expect(r.stderr).not.toContain('\uFFFD')
+    }
+    expect(missing.exitCode).toBe(127)
+    expect(missing.stderr.length).toBeGreaterThan(0)
+    expect(rejected.exitCode).toBe(1)
+  })
+
   test('output that fits is untouched', async () => {
     const r = await pool().exec(sh('printf 12345', { maxBuffer: 5 }))
     expect(r).toMatchObject({ stdout: '12345', truncated: false, exitCode: 0 })

@@ -88,15 +88,24 @@ fn result(
   }
 }
 
+/// A result whose only output is the pool's own `message` on stderr, held to the job's
+/// `maxBuffer` like a command's output (UTF-8 bytes, marker included, no split character):
+/// before, a failed spawn's message naming a long path went out whole under `maxBuffer: 1`.
+fn message_result(
+  message: &str,
+  exit_code: i32,
+  max_bytes: usize,
+  duration: Duration,
+) -> ExecResult {
+  let mut capture = exec::capture::Capture::new(max_bytes);
+  capture.push(exec::capture::Stream::Stderr, message.as_bytes());
+  let (stdout, stderr, truncated) = capture.finish();
+  result(stdout, stderr, exit_code, truncated, duration)
+}
+
 /// A working directory outside the jail: loa-finn's sanitized result (exit 1), not an error.
-fn jail_rejected() -> (JobOutcome, Tally) {
-  let rejected = result(
-    String::new(),
-    JAIL_REJECTION.into(),
-    1,
-    false,
-    Duration::ZERO,
-  );
+fn jail_rejected(max_bytes: usize) -> (JobOutcome, Tally) {
+  let rejected = message_result(JAIL_REJECTION, 1, max_bytes, Duration::ZERO);
   (Ok(rejected), Tally::Completed(0.0))
 }
 
@@ -121,7 +130,7 @@ pub(super) fn prepare(
   {
     // The caller sees the sanitized message only; the detail goes to the log.
     tracing::warn!(%detail, "working directory rejected");
-    return Err(Box::new(jail_rejected()));
+    return Err(Box::new(jail_rejected(job.max_buffer)));
   }
   let isolation = match resolve_isolation(
     job.isolation.as_ref().or(inner.config.isolation.as_ref()),
@@ -141,14 +150,14 @@ pub(super) fn prepare(
     };
     if !inside {
       tracing::warn!(cwd = ?plan.cwd, "working directory rejected (its checked fd)");
-      return Err(Box::new(jail_rejected()));
+      return Err(Box::new(jail_rejected(job.max_buffer)));
     }
   }
   let report = isolation.as_ref().map(Plan::report);
   let started = std::time::Instant::now();
   let program = match exec::resolve_program(&job.binary_path, job.path_var.as_deref()) {
     Ok(program) => program,
-    Err(e) => return Err(Box::new(spawn_failure(e, started))),
+    Err(e) => return Err(Box::new(spawn_failure(e, job.max_buffer, started))),
   };
   let spec = SpawnSpec {
     program,
@@ -171,12 +180,15 @@ pub(super) fn prepare(
   })
 }
 
-fn spawn_failure(e: exec::SpawnError, started: std::time::Instant) -> (JobOutcome, Tally) {
-  let failed = result(
-    String::new(),
-    format!("{e}\n"),
+fn spawn_failure(
+  e: exec::SpawnError,
+  max_bytes: usize,
+  started: std::time::Instant,
+) -> (JobOutcome, Tally) {
+  let failed = message_result(
+    &format!("{e}\n"),
     e.exit_code(),
-    false,
+    max_bytes,
     started.elapsed(),
   );
   (Ok(failed), Tally::Failed)
@@ -279,7 +291,9 @@ pub(super) fn conclude(
 ) -> (JobOutcome, Tally) {
   let finished = match ran {
     Ok(finished) => finished,
-    Err(supervisor::RunError::Spawn(e)) => return spawn_failure(e, prepared.started),
+    Err(supervisor::RunError::Spawn(e)) => {
+      return spawn_failure(e, prepared.limits.max_output_bytes, prepared.started);
+    }
     Err(supervisor::RunError::Crashed(msg)) => {
       tracing::error!(%msg, "the job's supervisor failed");
       return (Err(PoolError::Crashed(msg)), Tally::Failed);
