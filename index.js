@@ -274,7 +274,12 @@ class WorkerPool {
 
   shutdown() {
     try {
-      return this.#native.shutdown().then(() => undefined)
+      return this.#native.shutdown().then(
+        () => undefined,
+        (err) => {
+          throw toPoolError(err)
+        },
+      )
     } catch (err) {
       return Promise.reject(toPoolError(err))
     }

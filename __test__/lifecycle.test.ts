@@ -1,5 +1,5 @@
 import { execFile, execFileSync } from 'node:child_process'
-import { copyFileSync, mkdirSync, mkdtempSync, symlinkSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, rmdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -29,6 +29,50 @@ describe('process lifetime', () => {
         .exec({ binaryPath: '/bin/sh', args: ['-c', 'sleep 0.3; echo finished'], cwd: '/', env: {} })
         .then((r) => console.log(r.stdout.trim()))`)
     expect(stdout).toBe('finished\n')
+  })
+
+  // Root only: a cgroup v1 pids group (RLIMIT_NPROC counts every thread of the uid, and ignores root).
+  const pidsGroup = process.getuid?.() === 0 && existsSync('/sys/fs/cgroup/pids/cgroup.procs')
+  test.skipIf(!pidsGroup)('a shutdown that cannot wait (the process limit filled) rejects, a second one resolves, and Node then exits', async () => {
+    // The waiting thread cannot be made: the unsettled promise's deferred used to keep Node's
+    // loop alive for ever (an attack: still alive 15 s after the second shutdown, 3 of 3).
+    const group = `/sys/fs/cgroup/pids/finn-test-shutdown-${process.pid}`
+    const dir = mkdtempSync(join(tmpdir(), 'finn-full-'))
+    mkdirSync(group)
+    try {
+      writeFileSync(join(group, 'pids.max'), '300')
+      const script = `
+        const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+        const fs = require('node:fs')
+        const pool = new sandbox.WorkerPool({ interactiveWorkers: 2, killGraceMs: 100 })
+        // Forks until the kernel refuses (a shell exits at its first failed fork), then says so.
+        const fill = 'for (1..400) { my $p = fork; last unless defined $p; if (!$p) { sleep 100; exit } } open(F, ">${dir}/filled"); close F; sleep 100'
+        pool.exec({ binaryPath: '/usr/bin/perl', args: ['-e', fill], cwd: '/', env: {} }).catch(() => {})
+        const poll = setInterval(async () => {
+          if (!fs.existsSync('${dir}/filled')) return
+          clearInterval(poll)
+          const first = await pool.shutdown().then(() => 'resolved', (e) => e.code + ' ' + e.message)
+          // Again once the killed tree has given its pids back (a caller retrying).
+          let second
+          for (let i = 0; i < 100 && second !== 'resolved'; i++) {
+            await new Promise((r) => setTimeout(r, 50))
+            second = await pool.shutdown().then(() => 'resolved', (e) => e.code)
+          }
+          console.log(JSON.stringify([first, second]))
+        }, 5)`
+      const { stdout } = await run('sh', ['-c', `echo $$ > ${group}/cgroup.procs && exec "$0" -e "$1"`, process.execPath, script], { timeout: 20_000 })
+      const [first, second] = JSON.parse(stdout)
+      expect(first).toMatch(/^WORKER_CRASHED could not wait for the shutdown/)
+      expect(second).toBe('resolved')
+    } finally {
+      for (const pid of readOr(join(group, 'cgroup.procs')).split('\n').filter(Boolean)) {
+        try {
+          process.kill(Number(pid), 'SIGKILL')
+        } catch {}
+      }
+      await until(() => readOr(join(group, 'cgroup.procs')).trim() === '', 5_000)
+      rmdirSync(group)
+    }
   })
 
   test('process.exit() during a job exits cleanly and kills the job tree', async () => {

@@ -423,10 +423,24 @@ impl NativeWorkerPool {
     // No job comes any more: the inline host's handle and descriptors go now (a job it still
     // watches goes to a worker thread), not when the pool object is collected.
     drop(self.inline.borrow_mut().take());
-    self
-      .pool
-      .shutdown_then(move || deferred.resolve(|_| Ok(())))
-      .map_err(|e| napi::Error::from_reason(format!("could not wait for the shutdown: {e}")))?;
+    // Settled by the waiting thread, or here when that thread cannot be made (a command filled
+    // the process limit): a deferred dropped unsettled keeps Node's loop alive for ever.
+    let slot = Arc::new(Mutex::new(Some(deferred)));
+    let waiter = slot.clone();
+    let waiting = self.pool.shutdown_then(move || {
+      if let Some(deferred) = waiter.lock().unwrap_or_else(|e| e.into_inner()).take() {
+        deferred.resolve(|_| Ok(()));
+      }
+    });
+    if let Err(e) = waiting
+      && let Some(deferred) = slot.lock().unwrap_or_else(|e| e.into_inner()).take()
+    {
+      deferred.reject(coded(
+        env,
+        PoolErrorCode::WorkerCrashed.as_str(),
+        format!("could not wait for the shutdown: {e}"),
+      ));
+    }
     Ok(PromiseRaw::new(env.raw(), promise.raw()))
   }
 }
