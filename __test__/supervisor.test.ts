@@ -105,19 +105,26 @@ function trees(tok: string): { scripts: string[]; processes: number } {
   }
 }
 
+/** JS that starts the five trees of `tok` on one pool, nothing awaiting them. */
+function startTrees(tok: string): { code: string; processes: number } {
+  const { scripts, processes } = trees(tok)
+  const code = `
+    const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
+    const pool = new sandbox.WorkerPool({ interactiveWorkers: 5 })
+    for (const s of ${JSON.stringify(scripts)}) {
+      pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
+    }`
+  return { code, processes }
+}
+
 /**
  * Starts a Node process that runs the five trees on one pool, waits until all are up, then
  * ends that Node with `how`; returns the survivors and how long they took to go.
  */
 async function nodeDies(how: 'SIGKILL' | 'exit' | 'throw') {
   const tok = token()
-  const { scripts, processes } = trees(tok)
-  const body = `
-    const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-    const pool = new sandbox.WorkerPool({ interactiveWorkers: 5 })
-    for (const s of ${JSON.stringify(scripts)}) {
-      pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
-    }
+  const { code, processes } = startTrees(tok)
+  const body = `${code}
     process.stdin.on('data', () => {
       if (${JSON.stringify(how)} === 'exit') process.exit(0)
       throw new Error('uncaught on purpose')
@@ -142,14 +149,8 @@ describe('Node dies with commands running', () => {
     // terminate() emits no 'exit' in the thread: the pool's teardown hook on the thread's
     // environment kills the trees. Before it, an attack's trees ran on until their timeout.
     const tok = token()
-    const { scripts, processes } = trees(tok)
-    const body = `
-      const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-      const pool = new sandbox.WorkerPool({ interactiveWorkers: 5 })
-      for (const s of ${JSON.stringify(scripts)}) {
-        pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
-      }`
-    const worker = new Worker(body, { eval: true })
+    const { code, processes } = startTrees(tok)
+    const worker = new Worker(code, { eval: true })
     const exited = new Promise<void>((resolve) => worker.on('exit', () => resolve()))
     await untilHolders(tok, processes)
     await worker.terminate()
