@@ -302,7 +302,15 @@ fn add_teardown(env: &Env, pool: &Pool) -> Option<Arc<TeardownHook>> {
 
 impl napi::bindgen_prelude::ObjectFinalize for NativeWorkerPool {
   fn finalize(self, env: Env) -> napi::Result<()> {
+    // A pool collected while jobs run or wait keeps its hook: those trees must still die with
+    // the environment (an attack dropped a pool with 3 jobs running, forced a GC, then
+    // terminated the thread: 6 of 6 processes lived on). Only such pools leave a hook behind,
+    // a few bytes each, until the environment goes.
+    let stats = self.pool.stats();
+    let busy = stats.interactive.active + stats.interactive.queued + stats.system.queued > 0
+      || stats.system.active;
     if let Some(hook) = &self.teardown
+      && !busy
       && !hook.ran.load(std::sync::atomic::Ordering::SeqCst)
     {
       let arg = Arc::as_ptr(hook) as *mut std::ffi::c_void;
