@@ -523,6 +523,25 @@ describe('audit and redaction', () => {
     expect(leaks(r.text, token)).toBe(false)
   })
 
+  test('a bare repository at the jail root: git diff of absolute or climbing paths (implicit --no-index) does not show the audit log', async () => {
+    // No work tree: git takes an absolute path for one outside the repository and compares the
+    // files themselves; `git diff <jail>/e <jail>` printed the audit log (isolation off).
+    const { sandbox, jail } = make(undefined, { isolation: { mode: 'off' } })
+    git(jail, 'init', '-q', '--bare', '.')
+    mkdirSync(join(jail, 'e'))
+    const token = `TOKEN${randomBytes(8).toString('hex')}`
+    await attempt(sandbox, `cat ${token}`)
+    const command = `git diff ${join(jail, 'e')} ${jail}`
+    expect(leaks(loaFinn(jail, command), token)).toBe(true)
+    for (const c of [command, `git diff e/.. ${join(jail, 'e')}`]) {
+      const r = await attempt(sandbox, c)
+      expect(r.refused, c).toMatch(/^Path not allowed: .* \(git diff in a bare repository would compare it as a file/)
+      expect(leaks(r.text, token)).toBe(false)
+    }
+    // Revisions still diff.
+    expect((await attempt(sandbox, 'git diff HEAD HEAD')).refused).toBeUndefined()
+  })
+
   test('a flood of 11 MiB denied commands cannot rotate history out; no line exceeds 8 KiB', async () => {
     const jail = tempDir('finn-jail-')
     const auditLog = new AuditLog(jail, { maxFileSize: 64 * 1024, maxFiles: 2 })

@@ -120,6 +120,26 @@ pub fn jail_args(
         "subcommand_denied: diff without a repository",
       ));
     }
+    // A bare repository has no work tree, so git takes an absolute path, or one that climbs
+    // with `..`, for one outside it, and `git diff <a> <b>` again compares the files
+    // themselves: `git diff <jail>/e <jail>` printed the audit log.
+    if sub == "diff"
+      && repo.as_ref().is_some_and(|r| r.work_tree.is_none())
+      && let Some((arg, _)) = cmd.args.iter().zip(&roles).find(|(a, r)| {
+        matches!(r, Role::Path | Role::GitOperand)
+          && (a.starts_with('/')
+            || std::path::Path::new(a.as_str())
+              .components()
+              .any(|c| c == std::path::Component::ParentDir))
+      })
+    {
+      return Err(Denial::audited(
+        format!(
+          "Path not allowed: {arg} (git diff in a bare repository would compare it as a file, as --no-index)"
+        ),
+        format!("path_rejected: {arg} (bare repository diff)"),
+      ));
+    }
     let protocols = match (protocols, remote, &repo) {
       (Some(p), _, _) => p.to_owned(),
       (None, Some(name), Some(repo)) => {
