@@ -336,6 +336,59 @@ mod tests {
     );
   }
 
+  /// git compares files itself (an implicit `--no-index`) outside a repository, and in a bare
+  /// one for an absolute or climbing operand: `git diff` is refused there, nothing else is.
+  #[test]
+  fn git_diff_never_becomes_a_file_diff() {
+    let (_d, jail) = jail();
+    let root = jail.root().to_string_lossy().into_owned();
+    assert!(
+      run(&jail, "git diff a b")
+        .unwrap_err()
+        .starts_with("Subcommand not allowed: git diff (no repository in the jail")
+    );
+    let status = run(&jail, "git status").unwrap();
+    assert!(status.offline, "no protocol, no network");
+    assert_eq!(
+      run(&jail, "git diff a /nonexistent-finn/x").unwrap_err(),
+      "Path escapes jail: /nonexistent-finn/x"
+    );
+    let init = |bare: bool| {
+      let mut git = std::process::Command::new("git");
+      git.args(["init", "-q"]).current_dir(jail.root());
+      if bare {
+        git.arg("--bare");
+      }
+      assert!(git.status().unwrap().success());
+    };
+    init(true);
+    std::fs::create_dir(jail.root().join("e")).unwrap();
+    for command in [
+      format!("git diff {root}/e {root}"),
+      "git diff e/.. e".into(),
+    ] {
+      let refused = run(&jail, &command).unwrap_err();
+      assert!(
+        refused.starts_with("Path not allowed: ") && refused.contains("bare repository"),
+        "{command}: {refused}"
+      );
+    }
+    // Revisions, and other subcommands with absolute paths, still run.
+    assert!(run(&jail, "git diff HEAD main").is_ok());
+    assert!(run(&jail, &format!("git log -- {root}/e")).is_ok());
+    for entry in std::fs::read_dir(jail.root()).unwrap() {
+      let path = entry.unwrap().path();
+      if path.is_dir() {
+        std::fs::remove_dir_all(path).unwrap();
+      } else {
+        std::fs::remove_file(path).unwrap();
+      }
+    }
+    init(false);
+    std::fs::create_dir(jail.root().join("e")).unwrap();
+    assert!(run(&jail, &format!("git diff {root}/e {root}")).is_ok());
+  }
+
   #[test]
   fn a_missing_git_is_refused_before_the_check_would_run_it() {
     let (_d, jail) = jail();
