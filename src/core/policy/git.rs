@@ -114,7 +114,6 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
       // `gitdir: <path>` (a linked worktree or a submodule): followed only inside the jail.
       let text = std::fs::read_to_string(&dot_git).map_err(|_| refuse(".git is unreadable"))?;
       let target = text
-        .trim_end_matches(['\n', '\r'])
         .strip_prefix("gitdir: ")
         .ok_or_else(|| refuse(".git file without gitdir"))?;
       let target = as_git_reads(target, "the .git file's gitdir")?;
@@ -147,7 +146,7 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
   }
   let common_dir = match std::fs::read_to_string(&commondir) {
     Ok(text) => {
-      let value = as_git_reads(text.trim_end_matches(['\n', '\r']), "commondir")?;
+      let value = as_git_reads(&text, "commondir")?;
       canonical_inside(
         jail_root,
         &git_dir.join(value),
@@ -289,11 +288,12 @@ fn check_index(git: &str, repo: &Repository) -> Result<(), Denial> {
 }
 
 /// A path from a `commondir` or `.git` file, which git takes byte for byte once trailing CR
-/// and LF are dropped (the caller drops them). A value with whitespace at either end or a
+/// and LF are dropped (dropped here). A value with whitespace at either end or a
 /// control character is refused: read any other way (a `trim()` took ` common` for `common`),
 /// the check would look at one directory while git, and the job, used another whose config
 /// nobody checked. An empty one is refused too.
-fn as_git_reads<'a>(value: &'a str, what: &str) -> Result<&'a str, Denial> {
+fn as_git_reads<'a>(text: &'a str, what: &str) -> Result<&'a str, Denial> {
+  let value = text.trim_end_matches(['\n', '\r']);
   if value.is_empty()
     || value.starts_with(char::is_whitespace)
     || value.ends_with(char::is_whitespace)
