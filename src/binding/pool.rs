@@ -263,7 +263,7 @@ pub struct NativeWorkerPool {
   /// where it cannot be set up (every job then runs on a worker thread).
   inline: std::cell::RefCell<Option<LoopHost>>,
   /// The environment's cleanup hook that kills the running trees (see [`TeardownHook`]);
-  /// removed when the pool is collected first.
+  /// removed when the pool is collected first with no job running or queued.
   teardown: Option<Arc<TeardownHook>>,
 }
 
@@ -306,11 +306,8 @@ impl napi::bindgen_prelude::ObjectFinalize for NativeWorkerPool {
     // the environment (an attack dropped a pool with 3 jobs running, forced a GC, then
     // terminated the thread: 6 of 6 processes lived on). Only such pools leave a hook behind,
     // a few bytes each, until the environment goes.
-    let stats = self.pool.stats();
-    let busy = stats.interactive.active + stats.interactive.queued + stats.system.queued > 0
-      || stats.system.active;
     if let Some(hook) = &self.teardown
-      && !busy
+      && !self.pool.has_jobs()
       && !hook.ran.load(std::sync::atomic::Ordering::SeqCst)
     {
       let arg = Arc::as_ptr(hook) as *mut std::ffi::c_void;

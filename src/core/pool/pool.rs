@@ -279,6 +279,12 @@ impl ExitHandle {
 }
 
 impl Pool {
+  /// Whether a job runs or waits in a queue.
+  pub fn has_jobs(&self) -> bool {
+    let state = self.inner.lock();
+    !state.running.is_empty() || state.interactive.queued() > 0 || state.system.queued() > 0
+  }
+
   /// An [`ExitHandle`] on this pool.
   pub fn exit_handle(&self) -> ExitHandle {
     ExitHandle(Arc::downgrade(&self.inner))
