@@ -1,4 +1,5 @@
-import { readFileSync } from 'node:fs'
+import { chmodSync, readdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { expect } from 'vitest'
 import type { ExecSpec } from '../index.js'
 
@@ -9,15 +10,69 @@ export function sh(script: string, extra: Partial<ExecSpec> = {}): ExecSpec {
   return { binaryPath: '/bin/sh', args: ['-c', script], cwd: '/', env: ENV, ...extra }
 }
 
-/** A pid is alive unless it is absent or a zombie (a zombie awaits a reaper, it runs nothing). */
-export function alive(pid: number): boolean {
+/** The state letter of `/proc/<path>/stat` ('' when it cannot be read). */
+function stateAt(path: string): string {
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]
-    return state !== 'Z' && state !== 'X'
+    const stat = readFileSync(`${path}/stat`, 'utf8')
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]
   } catch {
-    return false
+    return ''
   }
+}
+
+/** The live threads of `pid`: their `/proc/<pid>/task/<tid>` paths. */
+function liveTasks(pid: number): string[] {
+  let tids: string[]
+  try {
+    tids = readdirSync(`/proc/${pid}/task`)
+  } catch {
+    return []
+  }
+  return tids.map((tid) => `/proc/${pid}/task/${tid}`).filter((t) => !['', 'Z', 'X'].includes(stateAt(t)))
+}
+
+/**
+ * A pid is alive while any of its threads is: a zombie awaits a reaper and runs nothing, but a
+ * process whose leader thread has exited shows `Z` in `/proc/<pid>/stat` while its other threads
+ * run on.
+ */
+export function alive(pid: number): boolean {
+  return liveTasks(pid).length > 0
+}
+
+/**
+ * Live processes that carry `tok` in the command line of any live thread. Each thread is read on
+ * its own: a process whose leader thread has exited has an empty `/proc/<pid>/cmdline`, while
+ * `/proc/<pid>/task/<tid>/cmdline` of its running threads still shows it.
+ */
+export function holders(tok: string): number[] {
+  const out: number[] = []
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue
+    const pid = Number(name)
+    if (pid === process.pid) continue
+    const holds = liveTasks(pid).some((t) => {
+      try {
+        return readFileSync(`${t}/cmdline`, 'latin1').includes(tok)
+      } catch {
+        return false
+      }
+    })
+    if (holds) out.push(pid)
+  }
+  return out
+}
+
+/**
+ * Writes the zombie-leader program (`tests/fixtures/zombie-leader.s`) into `dir` as `z` and
+ * returns its path: its main thread exits alone, and the process lives on in a second thread.
+ */
+export function zombieLeader(dir: string): string {
+  const hex = readFileSync(join(import.meta.dirname, '..', 'tests', 'fixtures', 'zombie-leader.hex'), 'utf8').trim()
+  const path = join(dir, 'z')
+  writeFileSync(path, Buffer.from(hex, 'hex'))
+  chmodSync(path, 0o755)
+  return path
 }
 
 /** Lines `name pid` printed by a test script, as a map. */

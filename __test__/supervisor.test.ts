@@ -15,7 +15,7 @@ import { promisify } from 'node:util'
 import { Worker } from 'node:worker_threads'
 import { describe, expect, test } from 'vitest'
 import { PoolError, WorkerPool } from '../index.js'
-import { ENV, rejectionOf, sh, until } from './helpers.js'
+import { ENV, holders, rejectionOf, sh, until, zombieLeader } from './helpers.js'
 
 /** Runs `fn` with FINN_SANDBOX_SUPERVISOR set to `path` (pools read it when constructed). */
 function withSupervisor<T>(path: string, fn: () => T): T {
@@ -45,25 +45,6 @@ function stat(pid: number): { state: string; ppid: number } | undefined {
   }
 }
 
-/** Live (non-zombie) processes whose command line contains `tok`. */
-function holders(tok: string): number[] {
-  const out: number[] = []
-  for (const name of readdirSync('/proc')) {
-    if (!/^\d+$/.test(name)) continue
-    const pid = Number(name)
-    if (pid === process.pid) continue
-    let cmdline: string
-    try {
-      cmdline = readFileSync(`/proc/${pid}/cmdline`, 'latin1')
-    } catch {
-      continue
-    }
-    const s = stat(pid)
-    if (s && s.state !== 'Z' && s.state !== 'X' && cmdline.includes(tok)) out.push(pid)
-  }
-  return out
-}
-
 /** Polls /proc until `n` processes hold `tok` (the trees are fully up). */
 async function untilHolders(tok: string, n: number, timeoutMs = 10_000): Promise<number[]> {
   const start = Date.now()
@@ -86,7 +67,10 @@ async function survivors(tok: string, boundMs: number): Promise<{ left: number[]
   }
 }
 
-/** Five commands built to outlive their job, and how many processes carry the token once all are up. */
+/** The zombie-leader program, written once for this file. */
+const z = zombieLeader(mkdtempSync(join(tmpdir(), 'finn-z-')))
+
+/** Six commands built to outlive their job, and how many processes carry the token once all are up. */
 function trees(tok: string): { scripts: string[]; processes: number } {
   return {
     scripts: [
@@ -100,17 +84,20 @@ function trees(tok: string): { scripts: string[]; processes: number } {
       `trap '' TERM; setsid sleep ${tok} & (setsid sh -c 'sleep ${tok}; :' &); sh -c 'trap "" TERM; sleep ${tok}; :' & wait; : ${tok}`,
       // A double-forked setsid escapee holding the pipe, and a leader sleeping.
       `(setsid sleep ${tok} &); sleep ${tok}; : ${tok}`,
+      // Two processes whose leader thread has exited while a second thread runs on (shown as
+      // Z in /proc/<pid>/stat), one of them setsid and double-forked.
+      `trap '' TERM; ${z} ${tok} & (setsid ${z} ${tok} &); wait; : ${tok}`,
     ],
-    processes: 2 + 2 + 4 + 6 + 3,
+    processes: 2 + 2 + 4 + 6 + 3 + 3,
   }
 }
 
-/** JS that starts the five trees of `tok` on one pool, nothing awaiting them. */
+/** JS that starts the six trees of `tok` on one pool, nothing awaiting them. */
 function startTrees(tok: string): { code: string; processes: number } {
   const { scripts, processes } = trees(tok)
   const code = `
     const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-    const pool = new sandbox.WorkerPool({ interactiveWorkers: 5 })
+    const pool = new sandbox.WorkerPool({ interactiveWorkers: 6 })
     for (const s of ${JSON.stringify(scripts)}) {
       pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
     }`
@@ -118,7 +105,7 @@ function startTrees(tok: string): { code: string; processes: number } {
 }
 
 /**
- * Starts a Node process that runs the five trees on one pool, waits until all are up, then
+ * Starts a Node process that runs the six trees on one pool, waits until all are up, then
  * ends that Node with `how`; returns the survivors and how long they took to go.
  */
 async function nodeDies(how: 'SIGKILL' | 'exit' | 'throw') {
@@ -139,14 +126,14 @@ async function nodeDies(how: 'SIGKILL' | 'exit' | 'throw') {
 }
 
 describe('Node dies with commands running', () => {
-  test.each(['SIGKILL', 'exit', 'throw'] as const)('%s: no process of the five trees survives', async (how) => {
+  test.each(['SIGKILL', 'exit', 'throw'] as const)('%s: no process of the six trees survives', async (how) => {
     const { left, ms } = await nodeDies(how)
     expect(left).toEqual([])
     console.log(`node ${how}: last process of the trees gone ${ms.toFixed(1)} ms after Node exited`)
   })
 
   test.each(['kept', 'collected'] as const)(
-    "a worker thread ended by terminate(), Node living on, its pool %s: no process of the pool's five trees survives",
+    "a worker thread ended by terminate(), Node living on, its pool %s: no process of the pool's six trees survives",
     async (pool) => {
       // terminate() emits no 'exit' in the thread: the pool's teardown hook on the thread's
       // environment kills the trees. Before it, an attack's trees ran on until their timeout;

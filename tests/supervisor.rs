@@ -17,7 +17,7 @@ use finn_sandbox::core::exec::{
 use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
 
 mod common;
-use common::{fifo, open_fifo};
+use common::{fifo, holders, open_fifo};
 
 fn supervisor() -> Supervisor {
   Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")))
@@ -50,34 +50,6 @@ fn limits(timeout_ms: u64, grace_ms: u64) -> Limits {
 fn token() -> String {
   let n = uuid::Uuid::new_v4().as_u128() % 1_000_000_000_000;
   format!("9999.{n:012}")
-}
-
-/// Pids of live processes (not zombies) whose command line contains `token`.
-fn holders(token: &str) -> Vec<i32> {
-  let me = std::process::id() as i32;
-  let mut out = Vec::new();
-  for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-    let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-      continue;
-    };
-    if pid == me {
-      continue;
-    }
-    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
-      continue;
-    };
-    let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-      .ok()
-      .and_then(|s| {
-        s.rsplit_once(')')
-          .map(|(_, r)| r.trim_start().starts_with('Z'))
-      })
-      .unwrap_or(true);
-    if !zombie && String::from_utf8_lossy(&cmdline).contains(token) {
-      out.push(pid);
-    }
-  }
-  out
 }
 
 /// Waits until no process holds `token`, up to `bound`; returns the holders left then.
@@ -171,6 +143,103 @@ fn nasty(tok: &str) -> String {
      sh -c 'trap \"\" TERM; sleep {tok}; :' & \
      echo started; wait; : {tok}"
   )
+}
+
+/// The zombie-leader program (`tests/fixtures/zombie-leader.s`), written once per test binary.
+fn zombie_program() -> &'static str {
+  static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+  PATH.get_or_init(|| {
+    let dir = tempfile::tempdir().unwrap().keep();
+    common::zombie_leader(&dir).to_str().unwrap().to_owned()
+  })
+}
+
+/// Two processes whose leader thread has exited while a second thread runs on (one in the
+/// background, one `setsid` and double-forked), beside a TERM-immune shell that waits. Once
+/// both have started, three processes carry the token, and `/proc/<pid>/stat` shows each
+/// program's leader as `Z`.
+fn zombie_leaders(tok: &str) -> String {
+  let z = zombie_program();
+  format!("trap '' TERM; {z} {tok} & (setsid {z} {tok} &); echo started; wait; : {tok}")
+}
+
+/// Waits until both zombie-leader programs of `tok` show their leader as `Z`: a tree walk that
+/// took `Z` for dead would skip them from then on.
+fn wait_for_zombie_leaders(tok: &str) {
+  let until = Instant::now() + Duration::from_secs(10);
+  loop {
+    let zombies = holders(tok)
+      .into_iter()
+      .filter(|&p| proc_state(p) == Some('Z'))
+      .count();
+    if zombies == 2 {
+      return;
+    }
+    assert!(Instant::now() < until, "{zombies} zombie leaders of {tok}");
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+/// A process whose main thread ends with the raw `exit` syscall lives on in its other thread
+/// while its leader shows `Z`: a walk that took it for dead left it running past the timeout,
+/// and the reaper waited its 10 s reap bound for a tree that never emptied.
+#[test]
+fn a_timeout_or_an_abort_kills_processes_whose_leader_thread_has_exited() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let started = Instant::now();
+  let (_cell, handle) = run_on_thread(&sup, sh(&zombie_leaders(&tok)), limits(1000, 100));
+  wait_for_zombie_leaders(&tok);
+  let done = handle.join().unwrap().unwrap();
+  assert_eq!(done.ended_by, EndedBy::Timeout);
+  let took = started.elapsed();
+  assert!(took < Duration::from_secs(5), "settled after {took:?}");
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+
+  let tok = token();
+  let (cell, handle) = run_on_thread(&sup, sh(&zombie_leaders(&tok)), limits(60_000, 100));
+  wait_for_zombie_leaders(&tok);
+  let asked = Instant::now();
+  cell.request(Stop {
+    grace: Duration::from_millis(100),
+    reason: "abort",
+  });
+  let done = handle.join().unwrap().unwrap();
+  assert_eq!(done.ended_by, EndedBy::Stopped("abort"));
+  let took = asked.elapsed();
+  assert!(took < Duration::from_secs(5), "settled after {took:?}");
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
+}
+
+/// A zombie-leader process left in the background when the leader exits is killed after the
+/// drain like any other, and the job settles without waiting for the reap bound.
+#[test]
+fn a_background_process_whose_leader_thread_has_exited_is_killed_after_the_drain() {
+  let sup = Arc::new(supervisor());
+  let tok = token();
+  let z = zombie_program();
+  let started = Instant::now();
+  let done = run(
+    &sup,
+    sh(&format!(
+      "(setsid {z} {tok} &); {z} {tok} & echo done; exit 3"
+    )),
+    limits(20_000, 100),
+  )
+  .unwrap();
+  let took = started.elapsed();
+  assert_eq!(done.status, Some(ExitStatus::Exited(3)));
+  assert!(took < Duration::from_secs(5), "settled after {took:?}");
+  assert_eq!(
+    survivors_after(&tok, Duration::from_millis(500)),
+    Vec::<i32>::new()
+  );
 }
 
 #[test]
@@ -342,7 +411,7 @@ fn a_background_setsid_child_is_killed_after_the_drain_and_the_job_settles_at_on
 async fn shutdown_leaves_no_survivor_of_trees_that_escape() {
   use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, PoolError, RawJob};
   let config = PoolConfig {
-    interactive_workers: 3,
+    interactive_workers: 4,
     kill_grace: Duration::from_millis(200),
     shutdown_deadline: Duration::from_millis(300),
     supervisor: (!direct()).then(|| env!("CARGO_BIN_EXE_finn-supervisor").into()),
@@ -350,11 +419,14 @@ async fn shutdown_leaves_no_survivor_of_trees_that_escape() {
   };
   let pool = Pool::new(config, tokio::runtime::Handle::current());
   let tok = token();
-  let jobs: Vec<_> = (0..3)
-    .map(|_| {
+  // Three escaping trees and one of processes whose leader thread has exited.
+  let scripts = [nasty(&tok), nasty(&tok), nasty(&tok), zombie_leaders(&tok)];
+  let jobs: Vec<_> = scripts
+    .iter()
+    .map(|script| {
       let job = JobSpec::new(RawJob {
         binary_path: "/bin/sh".into(),
-        args: vec!["-c".into(), nasty(&tok)],
+        args: vec!["-c".into(), script.clone()],
         cwd: "/".into(),
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         timeout_ms: Some(60_000),
@@ -365,9 +437,12 @@ async fn shutdown_leaves_no_survivor_of_trees_that_escape() {
     })
     .collect();
   let waiting = tok.clone();
-  tokio::task::spawn_blocking(move || wait_for_holders(&waiting, 21))
-    .await
-    .unwrap();
+  tokio::task::spawn_blocking(move || {
+    wait_for_holders(&waiting, 24);
+    wait_for_zombie_leaders(&waiting);
+  })
+  .await
+  .unwrap();
   pool.shutdown().await;
   for job in jobs {
     assert_eq!(job.result.await.unwrap(), Err(PoolError::ShutDown));

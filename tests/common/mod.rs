@@ -42,3 +42,52 @@ pub fn open_fifo(fifo: &std::path::Path) -> std::fs::File {
   std::io::Write::write_all(&mut f, b"go\n").unwrap();
   f
 }
+
+/// Pids of live processes that carry `token` in the command line of any of their threads.
+///
+/// Each thread is read on its own: a process whose leader thread has exited shows `Z` in
+/// `/proc/<pid>/stat` and an empty `/proc/<pid>/cmdline` (the leader has no memory any
+/// more), yet runs on in its other threads, whose `task/<tid>` entries show both.
+pub fn holders(token: &str) -> Vec<i32> {
+  let me = std::process::id() as i32;
+  let mut out = Vec::new();
+  for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+    let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+      continue;
+    };
+    if pid == me {
+      continue;
+    }
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+      continue;
+    };
+    let holds = tasks.flatten().any(|task| {
+      let live = std::fs::read_to_string(task.path().join("stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, r)| r.trim_start().to_owned()))
+        .is_some_and(|r| !r.starts_with('Z') && !r.starts_with('X'));
+      live
+        && std::fs::read(task.path().join("cmdline"))
+          .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+    });
+    if holds {
+      out.push(pid);
+    }
+  }
+  out
+}
+
+/// Writes the zombie-leader program (`tests/fixtures/zombie-leader.s`) into `dir` as an
+/// executable `z` and returns its path.
+pub fn zombie_leader(dir: &std::path::Path) -> std::path::PathBuf {
+  use std::os::unix::fs::PermissionsExt;
+  let hex = include_str!("../fixtures/zombie-leader.hex").trim();
+  let bytes: Vec<u8> = (0..hex.len())
+    .step_by(2)
+    .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+    .collect();
+  let path = dir.join("z");
+  std::fs::write(&path, bytes).unwrap();
+  std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+  path
+}

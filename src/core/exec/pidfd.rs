@@ -51,7 +51,8 @@ pub fn send_signal_to(pidfd: &OwnedFd, pid: i32, signal: Signal) {
   }
 }
 
-/// A pidfd polls readable once its process has exited.
+/// A pidfd polls readable once its process has exited: once every thread has, so a leader shown
+/// as `Z` whose other threads run on is not exited.
 pub fn exited(pidfd: &OwnedFd) -> bool {
   let mut fds = libc::pollfd {
     fd: pidfd.as_raw_fd(),

@@ -14,6 +14,9 @@ pub struct Proc {
   pub ppid: i32,
   pub pgrp: i32,
   pub session: i32,
+  /// Dead: a zombie or exiting, with no thread left running. A leader whose own thread has
+  /// exited (`SYS_exit`) shows `Z` while its other threads run on: that process is alive
+  /// (see [`read`]).
   pub zombie: bool,
 }
 
@@ -35,6 +38,29 @@ pub fn parse_stat(text: &str) -> Option<Proc> {
   })
 }
 
+/// Whether the thread group `pid` has a thread other than its leader: its `task` directory
+/// lists one. Used only for a leader shown as `Z`, so a plain zombie costs one directory read.
+fn has_other_threads(pid: i32) -> bool {
+  let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+    return false;
+  };
+  let me = pid.to_string();
+  tasks
+    .flatten()
+    .any(|t| t.file_name().to_str().is_some_and(|tid| tid != me))
+}
+
+/// Reads `/proc/<pid>/stat`. A leader shown as `Z` whose other threads still run is alive:
+/// it can be signalled and stopped, it keeps the tree's resources, and a parent's `waitpid`
+/// does not see it until its last thread exits, so a walk that skipped it would wait for ever.
+pub fn read(pid: i32) -> Option<Proc> {
+  let mut p = parse_stat(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)?;
+  if p.zombie && has_other_threads(pid) {
+    p.zombie = false;
+  }
+  Some(p)
+}
+
 /// Every process visible in `/proc` right now.
 pub fn scan() -> Vec<Proc> {
   let Ok(dir) = fs::read_dir("/proc") else {
@@ -48,7 +74,7 @@ pub fn scan() -> Vec<Proc> {
       if !name.bytes().all(|b| b.is_ascii_digit()) {
         return None;
       }
-      parse_stat(&fs::read_to_string(format!("/proc/{name}/stat")).ok()?)
+      read(name.parse().ok()?)
     })
     .collect()
 }

@@ -120,10 +120,7 @@ impl Tree {
         let Ok(fd) = pidfd::open(pid) else { continue };
         // The pid now names this very process: if it still has the parent the walk saw, it is
         // the one the walk saw (or a sibling of it, equally ours).
-        let same = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-          .ok()
-          .and_then(|s| tree::parse_stat(&s))
-          .is_some_and(|now| now.ppid == ppid && !now.zombie);
+        let same = tree::read(pid).is_some_and(|now| now.ppid == ppid && !now.zombie);
         if !same {
           continue;
         }
@@ -306,6 +303,18 @@ pub(super) mod tests {
     (c, line.trim().parse().unwrap())
   }
 
+  /// Kills a test's root and every descendant when dropped, so a failing assertion leaves no
+  /// stopped process holding the test harness's pipes.
+  struct KillOnDrop(std::process::Child);
+
+  impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+      kill_now(self.0.id() as i32, &|_| false);
+      let _ = self.0.kill();
+      let _ = self.0.wait();
+    }
+  }
+
   fn state(pid: i32) -> Option<char> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     stat.rsplit(") ").next()?.chars().next()
@@ -377,6 +386,72 @@ pub(super) mod tests {
     }
     let _ = root.kill();
     let _ = root.wait();
+  }
+
+  /// A process forked after a round's walk read its parent's children is found by the next
+  /// round, within the same call: `freeze` walks again until a walk finds nothing new. The
+  /// `spare` callback, called by the walk after it has read the root's children, makes the
+  /// root fork once more at exactly that moment.
+  #[test]
+  fn freeze_walks_again_until_a_walk_finds_nothing_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let gate = dir.path().join("gate");
+    nix::unistd::mkfifo(&gate, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (root, _first) = shell(&format!(
+      "sleep 30 & echo $!; while read x < {}; do sleep 30 & done",
+      gate.display()
+    ));
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    let forked = std::cell::Cell::new(false);
+    let spare = |_pid: i32| {
+      if !forked.replace(true) {
+        std::fs::write(&gate, "go\n").unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while children_of(root_pid).unwrap_or_default().len() < 2 {
+          assert!(std::time::Instant::now() < until, "the root never forked");
+          std::thread::yield_now();
+        }
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    assert_eq!(tree.freeze(&spare), 2);
+    assert!(forked.get());
+    let held = tree.alive();
+    assert_eq!(held.len(), 2, "{held:?}");
+    for pid in &held {
+      wait_state(*pid, &[Some('T')]);
+    }
+  }
+
+  /// A process whose leader thread has exited (`SYS_exit`) while another thread runs shows `Z`
+  /// in its `stat` and is held like any live process: stopped, then killed.
+  #[test]
+  fn a_process_whose_leader_thread_has_exited_is_held_and_killed() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let hex = include_str!("../../../tests/fixtures/zombie-leader.hex").trim();
+    let bytes: Vec<u8> = (0..hex.len())
+      .step_by(2)
+      .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+      .collect();
+    let z = dir.path().join("z");
+    std::fs::write(&z, bytes).unwrap();
+    std::fs::set_permissions(&z, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (root, leader) = shell(&format!("{} & echo $!; wait", z.display()));
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    wait_state(leader, &[Some('Z')]);
+    assert!(!tree::read(leader).unwrap().zombie);
+    let mut tree = Tree::new(root_pid);
+    assert_eq!(tree.freeze(&|_| false), 1);
+    assert_eq!(tree.alive(), vec![leader]);
+    assert!(!tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_millis(20)));
+    tree.signal(Signal::SIGKILL, &|_| false);
+    assert!(tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_secs(10)));
+    // Reaped by its shell once its last thread is gone.
+    wait_state(leader, &[None]);
   }
 
   #[test]

@@ -223,7 +223,9 @@ impl Supervisor {
   }
 
   /// The addon is gone. Reapers see their own sockets close and kill their trees; the lifeline
-  /// closing tells them too. Whatever is still below us after the bound is SIGKILLed.
+  /// closing tells them too. Whatever is still below us after the bound is SIGKILLed, again on
+  /// every wake, and the supervisor exits only once it has no child left: a process it gave up
+  /// on would be inherited by init and outlive Node.
   fn wind_down(&mut self) {
     self.lifeline_w = None;
     let give_up = Instant::now() + REAPERS_EXIT_BOUND;
@@ -232,15 +234,11 @@ impl Supervisor {
       if self.reap() {
         return;
       }
-      let now = Instant::now();
       let reapers = &self.reapers;
-      if now >= give_up {
+      if Instant::now() >= give_up {
         descendants::kill_now(self.me, &|_| false);
       } else {
         descendants::kill_now(self.me, &|pid| reapers.contains(&pid));
-      }
-      if now >= give_up + REAPERS_EXIT_BOUND {
-        return;
       }
       let mut fds = [watch(Some(self.sigchld.as_raw_fd()))];
       checks += 1;
