@@ -149,6 +149,28 @@ describe('documentation', () => {
       expect(broken).toEqual([])
     })
 
+    // GitHub splits a table row on every unescaped `|`, inside code spans too: a row with more or
+    // fewer cells than its header shifts or drops a column.
+    test('every table row has as many cells as its header', () => {
+      const bad: string[] = []
+      let header = 0
+      let fenced = false
+      read(file)
+        .split('\n')
+        .forEach((line, i) => {
+          if (/^\s*(```|~~~)/.test(line)) fenced = !fenced
+          if (fenced) return
+          if (!line.startsWith('|')) {
+            header = 0
+            return
+          }
+          const cells = line.replace(/\\\|/g, '').split('|').length - 2
+          if (header === 0) header = cells
+          else if (cells !== header) bad.push(`${file}:${i + 1}: ${cells} cells, the header has ${header}`)
+        })
+      expect(bad).toEqual([])
+    })
+
     test('reads as documentation, not as a lab notebook', () => {
       const found: string[] = []
       read(file)
