@@ -101,7 +101,7 @@ function markdown(iso) {
   return [
     '## Isolation cost per exec',
     '',
-    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (the issue cites about +5 ms per exec as bwrap's known cost). "added" is the median over \`off\`'s at the same heap.`,
+    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (bwrap's known cost is about +5 ms per exec). "added" is the median over \`off\`'s at the same heap.`,
     '',
     `| ${head.join(' | ')} |`,
     `|${head.map(() => '---').join('|')}|`,

@@ -18,7 +18,7 @@ const LABELS = {
   'addon-retired': 'finn-sandbox pool, after 100 jobs, idle 11 s (reapers retired)',
   'wt-created': 'worker_threads pool (2+1 workers), created',
   supervisor: 'with the supervisor (default)',
-  direct: 'direct posix_spawn from Node (before the supervisor; test hooks)',
+  direct: 'direct posix_spawn from Node (no supervisor; test hooks)',
 }
 const label = (id) => LABELS[id] || id
 
@@ -174,7 +174,7 @@ function targets(res) {
 function aims(res, add, out) {
   const seq = res.sequential || {}
   const tp = res.throughput || {}
-  const A = 'Aim (issue 15): '
+  const A = 'Aim: '
   for (const n of [2, 4]) {
     const a = median(seq[`addon-${n}`])
     const nat = median(seq.native)
@@ -652,7 +652,7 @@ function markdown(res, files) {
     p('## The supervisor hop')
     p()
     p(
-      `Since issue 15 every job runs under a job reaper forked by the pool’s \`finn-supervisor\` process: the worker thread sends the spec and the pipes’ write ends over the reaper’s socket, the reaper starts the command and reports its exit and, once it has no child left, that the tree is gone. This phase runs sequential \`/bin/true\` through the 2-worker pool both ways, in fresh processes, ${h.rounds} interleaved round(s) x ${h.jobs} jobs: with the supervisor, and on the direct path from before it (\`FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off\`: posix_spawn from Node, contained by process groups only). Own CPU and context switches (wake-ups) are those of Node’s threads, the supervisor and its reapers, from /proc (CPU in 10 ms ticks), without the commands’ own.`,
+      `Every job runs under a job reaper forked by the pool’s \`finn-supervisor\` process: the worker thread sends the spec and the pipes’ write ends over the reaper’s socket, the reaper starts the command and reports its exit and, once it has no child left, that the tree is gone. This phase runs sequential \`/bin/true\` through the 2-worker pool both ways, in fresh processes, ${h.rounds} interleaved round(s) x ${h.jobs} jobs: with the supervisor, and on the direct path without it (\`FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off\`: posix_spawn from Node, contained by process groups only). Own CPU and context switches (wake-ups) are those of Node’s threads, the supervisor and its reapers, from /proc (CPU in 10 ms ticks), without the commands’ own.`,
     )
     p()
     p(
