@@ -98,13 +98,21 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
 
   test('npm pack of a clean checkout ships the release binaries and no build junk', () => {
     const paths = packed.map((f) => f.path).sort()
-    const sources = execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', 'src'], { cwd: root, encoding: 'utf8' })
-      .split('\n')
-      .filter((f) => f && existsSync(join(root, f)))
+    const tracked = (dir: string) =>
+      execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', dir], { cwd: root, encoding: 'utf8' })
+        .split('\n')
+        .filter((f) => f && existsSync(join(root, f)))
+    const sources = tracked('src')
     const expected = [
       'package.json',
       'README.md',
       'CHANGELOG.md',
+      // every page the README links to, so its links resolve inside the installed package
+      'RELIABILITY.md',
+      'BENCHMARKS.md',
+      'SECURITY.md',
+      'CONTRIBUTING.md',
+      ...tracked('docs'),
       'index.js',
       'index.d.ts',
       'native.js',
