@@ -2,6 +2,7 @@
 //! seccomp. `prepare` builds everything before the fork; `Prepared::apply_in_child` applies it
 //! between fork and exec in the supervisor's child.
 
+mod bpf;
 mod bwrap;
 mod cgroup;
 mod child;
