@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process'
-import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync, writeSync } from 'node:fs'
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
@@ -200,6 +200,29 @@ describe('timeouts', () => {
     const started = performance.now()
     await rejection(pool().exec(sh('sleep 100 & sleep 100', { timeoutMs: 200 })))
     expect(performance.now() - started).toBeLessThan(1500)
+  })
+
+  test("a job's deadline is kept while Node's thread is busy, for a job sent from that thread", async () => {
+    const p = pool({ killGraceMs: 300 })
+    // A reaper is idle after this: the next job goes to it from Node's thread (core/pool/inline.rs).
+    await p.exec(sh('exit 0'))
+    const dir = mkdtempSync(join(tmpdir(), 'finn-busy-'))
+    const marker = join(dir, 'terminated')
+    const sent = Date.now()
+    const job = p.exec(sh(`trap ': > ${marker}; exit 143' TERM; sleep 30 & wait`, { timeoutMs: 200 }))
+    // Node's thread runs JS only: no timer, no I/O callback of the pool runs meanwhile.
+    const end = Date.now() + 3000
+    while (Date.now() < end) {
+      // busy
+    }
+    // The command marked its SIGTERM while the loop ran, near the deadline (file times are a
+    // clock tick coarse).
+    expect(existsSync(marker), 'the command was not terminated while Node was busy').toBe(true)
+    const terminatedAfter = statSync(marker).mtimeMs - sent
+    expect(terminatedAfter).toBeGreaterThanOrEqual(180)
+    expect(terminatedAfter).toBeLessThan(2000)
+    expect((await rejection(job)).code).toBe(PoolErrorCode.EXEC_TIMEOUT)
+    expect(p.stats().totals.timedOut).toBe(1)
   })
 
   test('the clock starts at dispatch, not while queued', async () => {

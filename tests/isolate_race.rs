@@ -405,6 +405,7 @@ fn a_run_with_fewer_checked_fds_than_writable_roots_starts_nothing() {
     spec: Box::new(spec),
     drain_ms: 100,
     linger_us: 0,
+    timeout: None,
     isolation: Some(Box::new(plan)),
     attached,
   }
