@@ -336,10 +336,17 @@ class AuditLog {
   }
 }
 
+/** Lets `ToolSandbox.getJail()` wrap its own native jail; no caller holds it. */
+const SANDBOX_JAIL = Symbol('sandbox jail')
+
 class FilesystemJail {
   #native
 
-  constructor(dataDir) {
+  constructor(dataDir, nativeJail) {
+    if (dataDir === SANDBOX_JAIL) {
+      this.#native = nativeJail
+      return
+    }
     checkPath(dataDir, 'dataDir')
     this.#native = new native.NativeJail(dataDir)
   }
@@ -477,7 +484,8 @@ class ToolSandbox {
   }
 
   getJail() {
-    if (!this.#jail) this.#jail = new FilesystemJail(this.#native.getJailRoot())
+    // The sandbox's own jail: its hidden audit directory and the paths no command may write.
+    if (!this.#jail) this.#jail = new FilesystemJail(SANDBOX_JAIL, this.#native.getJail())
     return this.#jail
   }
 

@@ -142,6 +142,36 @@ describe('pipeline stages, messages and audit entries', () => {
     expect(() => new FilesystemJail(join(jail, 'missing'))).toThrow(/ENOENT/)
   })
 
+  test("getJail() refuses what the sandbox refuses commands: the audit log, .git/hooks, .git/config", async () => {
+    const { sandbox, jail } = make()
+    git(jail, 'init', '-q')
+    writeFileSync(join(jail, 'notes.md'), 'n')
+    await sandbox.execute('ls') // the audit log exists now
+    const hostJail = sandbox.getJail()
+    expect(hostJail.getJailRoot()).toBe(jail)
+    expect(hostJail.validatePath('notes.md')).toBe(join(jail, 'notes.md'))
+    expect(hostJail.validatePath('.git/HEAD')).toBe(join(jail, '.git/HEAD'))
+    const refused = (path: string) => {
+      try {
+        hostJail.validatePath(path)
+      } catch (e) {
+        expect(e).toBeInstanceOf(SandboxError)
+        return (e as Error).message
+      }
+      return 'accepted'
+    }
+    expect(refused('audit/audit.log')).toBe('Path is reserved for the host: audit/audit.log')
+    for (const path of ['.git/hooks/pre-commit', '.git/hooks', '.git/config', './sub/../.git/config', '.git/config.worktree']) {
+      expect(refused(path), path).toBe(`Path is protected (no command may write it): ${path}`)
+    }
+    // Commands read them as before: only writes are theirs to refuse.
+    expect((await sandbox.execute('cat .git/config')).exitCode).toBe(0)
+    // The rule is the sandbox's isolation `fs.protect`, not a copy of its default.
+    const custom = make({ isolation: { fs: { protect: ['private'] } } }).sandbox.getJail()
+    expect(() => custom.validatePath('private/key')).toThrow('Path is protected (no command may write it): private/key')
+    expect(custom.validatePath('.git/config')).toBe(join(custom.getJailRoot(), '.git/config'))
+  })
+
   test('6a. a binary that does not exist fails closed', async () => {
     const { sandbox, auditLog } = make({ policies: { tool: policy('/__missing_binary__/tool') } })
     expect((await refusal(sandbox.execute('tool'))).message).toBe('Binary not available: tool')
