@@ -8,6 +8,9 @@
 const { helperPath } = require('./platform.js')
 
 const native = loadNative()
+// The isolation probe (namespaces, cgroups, landlock) runs off Node's thread from now on;
+// probeIsolation() and doctor() read its result.
+native.probeIsolationInBackground()
 
 /**
  * napi's loader throws "Cannot find native binding" with advice about npm's optional

@@ -210,6 +210,13 @@ export interface PoolTotals {
   avgExecMs: number
 }
 
+/**
+ * Starts the isolation probe on a thread of its own (`index.js` does at load): the first
+ * `probeIsolation()` or `doctor()` then finds it done, or waits for it, instead of running it
+ * on Node's thread.
+ */
+export declare function probeIsolationInBackground(): void
+
 /** Machine facts (cached after the first call), as JSON: `index.js`'s `probeIsolation()`. */
 export declare function probeIsolationJson(): string
 

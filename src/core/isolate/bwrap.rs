@@ -43,10 +43,10 @@ use super::seccomp::{self, SeccompRules};
 /// Why bwrap cannot run here, or `None` when it can.
 fn unusable(probe: &Probe) -> Option<String> {
   if probe.bwrap.is_none() {
-    return Some(
-      "bwrap: bubblewrap is not installed (no executable `bwrap` in PATH); apt-get install bubblewrap"
-        .into(),
-    );
+    return Some(format!(
+      "bwrap: bubblewrap is not installed (no executable `bwrap`, root's, in {}); apt-get install bubblewrap",
+      super::probe::SYSTEM_BIN_DIRS.join(", ")
+    ));
   }
   if !probe.sys_admin && !probe.userns {
     return Some(format!(
