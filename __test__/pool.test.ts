@@ -344,6 +344,66 @@ describe('AbortSignal', () => {
     for (const pid of Object.values(pidsOf(readOr(log)))) expect(alive(pid)).toBe(false)
     expect(p.stats().totals.timedOut).toBe(0)
   })
+
+  /** A real signal with one member replaced by a throwing getter. */
+  function signalThrowingOn(member: 'aborted' | 'addEventListener' | 'removeEventListener'): AbortSignal {
+    const signal = new AbortController().signal
+    Object.defineProperty(signal, member, {
+      get() {
+        throw new Error(`${member} is broken`)
+      },
+    })
+    return signal
+  }
+
+  test('a signal that throws when read or listened to rejects INVALID_SPEC naming the field, and nothing runs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'finn-badsignal-'))
+    const p = pool({ interactiveWorkers: 1 })
+    const listenThrows = new AbortController().signal
+    listenThrows.addEventListener = () => {
+      throw new Error('no listeners here')
+    }
+    const cases: [string, AbortSignal, string][] = [
+      ['aborted', signalThrowingOn('aborted'), 'options.signal.aborted threw: aborted is broken'],
+      ['a getter', signalThrowingOn('addEventListener'), 'options.signal.addEventListener threw: addEventListener is broken'],
+      ['a call', listenThrows, 'options.signal.addEventListener threw: no listeners here'],
+    ]
+    for (const [name, signal, message] of cases) {
+      const marker = join(dir, name)
+      const err = await rejection(p.exec(sh(`touch '${marker}'; sleep 0.5`), 'interactive', undefined, { signal }))
+      expect(err.code, name).toBe(PoolErrorCode.INVALID_SPEC)
+      expect(err.message, name).toBe(message)
+      // Nothing was submitted: no job is running or queued, and none ran.
+      expect(p.stats().interactive, name).toMatchObject({ active: 0, queued: 0 })
+      expect(existsSync(marker), name).toBe(false)
+    }
+    const getterThrows = {
+      get signal(): AbortSignal {
+        throw new Error('options are broken')
+      },
+    }
+    const err = await rejection(p.exec(sh('exit 0'), 'interactive', undefined, getterThrows))
+    expect([err.code, err.message]).toEqual([PoolErrorCode.INVALID_SPEC, 'options.signal could not be read: options are broken'])
+    expect((await p.exec(sh('echo still here'))).stdout).toBe('still here\n')
+    expect(p.stats().totals).toMatchObject({ completed: 1, failed: 0 })
+  })
+
+  test('a signal whose removeEventListener throws: the job still settles, and so do the others', async () => {
+    const p = pool()
+    const signal = signalThrowingOn('removeEventListener')
+    // Read before the job is submitted: the removal at the end uses the function read then.
+    const broken = new AbortController().signal
+    broken.removeEventListener = () => {
+      throw new Error('cannot remove')
+    }
+    const results = await Promise.allSettled([
+      p.exec(sh('echo one'), 'interactive', undefined, { signal: broken }),
+      p.exec(sh('echo two')),
+    ])
+    expect(results.map((r) => (r.status === 'fulfilled' ? r.value.stdout : r.reason))).toEqual(['one\n', 'two\n'])
+    const err = await rejection(p.exec(sh('exit 0'), 'interactive', undefined, { signal }))
+    expect(err.message).toBe('options.signal.removeEventListener threw: removeEventListener is broken')
+  })
 })
 
 describe('shutdown', () => {

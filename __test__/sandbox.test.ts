@@ -252,6 +252,30 @@ describe('pipeline stages, messages and audit entries', () => {
     expect((err as PoolError).code).toBe(PoolErrorCode.ABORTED)
   })
 
+  test('a signal that cannot be listened to is refused before the check: nothing runs, nothing is audited as allowed', async () => {
+    const { sandbox, auditLog, jail } = make({ policies: { touch: policy('/usr/bin/touch', { validatePaths: true }) } })
+    const signal = new AbortController().signal
+    signal.addEventListener = () => {
+      throw new Error('no listeners here')
+    }
+    const err = await refusal(sandbox.execute('touch made', { signal }))
+    expect(err.message).toBe('options.signal.addEventListener threw: no listeners here')
+    const aborted = Object.defineProperty(new AbortController().signal, 'aborted', {
+      get() {
+        throw new Error('aborted is broken')
+      },
+    })
+    expect((await refusal(sandbox.execute('touch made', { signal: aborted }))).message).toBe('options.signal.aborted threw: aborted is broken')
+    // The next command settles after any job of the refused ones would have (commands start
+    // in order): none ran, and the audit has this one's entries only.
+    expect((await sandbox.execute('touch other')).exitCode).toBe(0)
+    expect(existsSync(join(jail, 'made'))).toBe(false)
+    expect(audit(auditLog).map((e) => [e.action, e.args])).toEqual([
+      ['allow', ['other']],
+      ['allow', ['other']],
+    ])
+  })
+
   test('an abort while the command is still being checked (off the JS thread) stops it too', async () => {
     const { sandbox } = make({ policies: { sleep: policy('/bin/sleep') } })
     const ac = new AbortController()
