@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process'
 import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
+import { Worker } from 'node:worker_threads'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
 import { PoolError, PoolErrorCode, WorkerPool, type ExecResult } from '../index.js'
@@ -223,6 +224,38 @@ describe('timeouts', () => {
     expect(terminatedAfter).toBeLessThan(2000)
     expect((await rejection(job)).code).toBe(PoolErrorCode.EXEC_TIMEOUT)
     expect(p.stats().totals.timedOut).toBe(1)
+  })
+
+  test("a job's deadline is kept while the worker thread that sent it is blocked in Atomics.wait", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'finn-wait-'))
+    const marker = join(dir, 'terminated')
+    const index = join(__dirname, '..', 'index.js')
+    const worker = new Worker(
+      `const { parentPort, workerData } = require('node:worker_threads')
+      const { WorkerPool } = require(workerData.index)
+      ;(async () => {
+        const pool = new WorkerPool({ killGraceMs: 300 })
+        await pool.exec({ binaryPath: '/bin/sh', args: ['-c', 'exit 0'], cwd: '/', env: {} })
+        const sent = Date.now()
+        const job = pool.exec({ binaryPath: '/bin/sh', args: ['-c', workerData.script], cwd: '/', env: {}, timeoutMs: 200 })
+        // This thread's loop cannot run: the pool's handles on it neither.
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3000)
+        const code = await job.then(() => 'resolved', (e) => e.code)
+        await pool.shutdown()
+        parentPort.postMessage({ sent, code })
+      })()`,
+      { eval: true, workerData: { index, script: `trap ': > ${marker}; exit 143' TERM; sleep 30 & wait` } },
+    )
+    const { sent, code } = await new Promise<{ sent: number; code: string }>((resolve, reject) => {
+      worker.once('message', resolve)
+      worker.once('error', reject)
+    })
+    await worker.terminate()
+    expect(code).toBe(PoolErrorCode.EXEC_TIMEOUT)
+    expect(existsSync(marker)).toBe(true)
+    const terminatedAfter = statSync(marker).mtimeMs - sent
+    expect(terminatedAfter).toBeGreaterThanOrEqual(180)
+    expect(terminatedAfter).toBeLessThan(2000)
   })
 
   test('the clock starts at dispatch, not while queued', async () => {
