@@ -318,3 +318,28 @@ async fn an_inline_job_is_terminated_at_its_deadline_while_its_host_does_not_run
   );
   assert_eq!(p.stats().totals.timed_out, 1);
 }
+
+/// The deadline counts until the leader exits, on the reaper's side as on the addon's: a
+/// leader that exits at once leaves its background child to the drain, and the job is the
+/// leader's exit, not a timeout, however long past the deadline the child lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_stops_counting_once_the_leader_has_exited() {
+  let config = PoolConfig {
+    interactive_workers: 1,
+    kill_grace: Duration::from_millis(200),
+    drain: Duration::from_secs(5),
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let p = Pool::new(config, Handle::current());
+  let host = Host::default();
+  let settled = Settled::default();
+  let mut spec = job("sleep 0.6 & echo leader done");
+  spec.timeout_ms = 100;
+  submit(&p, &host, &settled, spec);
+  host.run();
+  let done = wait_for(&settled, 1);
+  assert_eq!(stdout(&done[0].1), "leader done\n");
+  assert_eq!(done[0].1.as_ref().unwrap().exit_code, 0);
+  assert_eq!(p.stats().totals.timed_out, 0);
+}
