@@ -335,6 +335,13 @@ export declare class ToolSandbox {
   tokenize(commandString: string): SandboxCommand
   /** Refusals throw `SandboxError`; executor failures other than a timeout are rethrown. */
   execute(commandString: string, options?: SandboxExecuteOptions): Promise<SandboxResult>
+  /**
+   * The jail for a host tool's checks of the agent's paths: this sandbox's root, refusing its
+   * audit directory ("Path is reserved for the host: …") and every path no command may write
+   * (`isolation.fs.protect`, by default `.git/hooks`, `.git/config` and `.git/config.worktree`:
+   * "Path is protected (no command may write it): …"), reads included, since the check cannot
+   * tell a read from a write.
+   */
   getJail(): FilesystemJail
 }
 

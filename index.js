@@ -8,6 +8,9 @@
 const { helperPath } = require('./platform.js')
 
 const native = loadNative()
+// The isolation probe (namespaces, cgroups, landlock) runs off Node's thread from now on;
+// probeIsolation() and doctor() read its result.
+native.probeIsolationInBackground()
 
 /**
  * napi's loader throws "Cannot find native binding" with advice about npm's optional
@@ -64,14 +67,84 @@ function toPoolError(err) {
   return new PoolError(PoolErrorCode.WORKER_CRASHED, text, { cause: err })
 }
 
-function isAbortSignal(value) {
-  return (
-    value !== null &&
-    typeof value === 'object' &&
-    typeof value.aborted === 'boolean' &&
-    typeof value.addEventListener === 'function' &&
-    typeof value.removeEventListener === 'function'
-  )
+/** An error's message for another message, read without letting a second throw escape. */
+function messageOf(err) {
+  try {
+    return shown(err instanceof Error ? err.message : err)
+  } catch {
+    return 'an unprintable value'
+  }
+}
+
+/**
+ * The caller's `options.signal`, read once and listened to before anything is submitted: a
+ * getter or a listener registration that throws afterwards would leave a job running that
+ * nobody can abort, and a caller told it failed. `invalid(message)` makes the error thrown for
+ * a bad signal; its message names the field. `undefined` without a signal.
+ */
+function watchSignal(options, invalid) {
+  let signal
+  try {
+    signal = options == null ? undefined : options.signal
+  } catch (err) {
+    throw invalid(`options.signal could not be read: ${messageOf(err)}`)
+  }
+  if (signal == null) return undefined
+  if (typeof signal !== 'object') throw invalid('options.signal must be an AbortSignal')
+  let aborted, add, remove
+  for (const [field, read] of [
+    ['aborted', () => (aborted = signal.aborted)],
+    ['addEventListener', () => (add = signal.addEventListener)],
+    ['removeEventListener', () => (remove = signal.removeEventListener)],
+  ]) {
+    try {
+      read()
+    } catch (err) {
+      throw invalid(`options.signal.${field} threw: ${messageOf(err)}`)
+    }
+  }
+  if (typeof aborted !== 'boolean' || typeof add !== 'function' || typeof remove !== 'function') {
+    throw invalid('options.signal must be an AbortSignal')
+  }
+  const watch = { aborted, reason: undefined, onAbort: undefined, listener: undefined, signal, remove }
+  if (aborted) {
+    watch.reason = reasonOf(signal)
+    return watch
+  }
+  watch.listener = () => {
+    if (watch.aborted) return
+    watch.aborted = true
+    watch.reason = reasonOf(signal)
+    if (watch.onAbort) watch.onAbort()
+  }
+  try {
+    add.call(signal, 'abort', watch.listener, { once: true })
+  } catch (err) {
+    throw invalid(`options.signal.addEventListener threw: ${messageOf(err)}`)
+  }
+  return watch
+}
+
+/** The signal's `reason`, or undefined when reading it throws. */
+function reasonOf(signal) {
+  try {
+    return signal.reason
+  } catch {
+    return undefined
+  }
+}
+
+/** Removes the abort listener once the job is settled; a throwing removal changes nothing. */
+function unwatch(watch) {
+  if (watch === undefined || watch.listener === undefined) return
+  const listener = watch.listener
+  watch.listener = undefined
+  watch.onAbort = undefined
+  try {
+    watch.remove.call(watch.signal, 'abort', listener)
+  } catch {
+    // The job is settled: a listener left behind can only call a job that is gone.
+  }
 }
 
 /** A value shown in an error message, cut so a 10 MB argument never becomes a 10 MB message. */
@@ -91,8 +164,8 @@ function checkOptions(options, field) {
   if (options != null && typeof options !== 'object') throw new TypeError(`${field} must be an object, not ${typeof options}`)
 }
 
-function abortedError(signal) {
-  return new PoolError(PoolErrorCode.ABORTED, 'The operation was aborted', { cause: signal.reason })
+function abortedError(watch) {
+  return new PoolError(PoolErrorCode.ABORTED, 'The operation was aborted', { cause: watch.reason })
 }
 
 // Pending jobs keep Node alive through one ref'd timer (a weak threadsafe function delivers the
@@ -114,11 +187,11 @@ function settleBatch(pending, batch) {
     if (entry === undefined) continue
     pending.delete(settled.id)
     release()
-    if (entry.signal) entry.signal.removeEventListener('abort', entry.onAbort)
+    unwatch(entry.watch)
     if (settled.errorCode == null) {
       entry.resolve(settled.result ?? settled.sandboxResult)
-    } else if (settled.errorCode === PoolErrorCode.ABORTED && entry.signal) {
-      entry.reject(abortedError(entry.signal))
+    } else if (settled.errorCode === PoolErrorCode.ABORTED && entry.watch) {
+      entry.reject(abortedError(entry.watch))
     } else {
       entry.reject(new PoolError(settled.errorCode, settled.errorMessage))
     }
@@ -243,32 +316,41 @@ class WorkerPool {
       if (options != null && typeof options !== 'object') {
         return Promise.reject(new PoolError(PoolErrorCode.INVALID_SPEC, `options must be an object, not ${typeof options}`))
       }
-      const signal = options == null ? undefined : options.signal
-      if (signal != null && !isAbortSignal(signal)) {
-        return Promise.reject(new PoolError(PoolErrorCode.INVALID_SPEC, 'options.signal must be an AbortSignal'))
+      const watch = watchSignal(options, (message) => new PoolError(PoolErrorCode.INVALID_SPEC, message))
+      if (watch && watch.aborted) return Promise.reject(abortedError(watch))
+      let ticket
+      try {
+        ticket = submit(this.#native, spec, lane, jailRoot)
+      } catch (err) {
+        unwatch(watch)
+        throw err
       }
-      if (signal && signal.aborted) return Promise.reject(abortedError(signal))
-      return this.#track(submit(this.#native, spec, lane, jailRoot), signal)
+      return this.#track(ticket, watch)
     } catch (err) {
       return Promise.reject(toPoolError(err))
     }
   }
 
-  /** A promise for a submitted job's settlement (it arrives on a later turn of the loop). */
-  #track(ticket, signal) {
-    if (ticket.id == null) return Promise.reject(new PoolError(ticket.errorCode, ticket.errorMessage))
+  /**
+   * A promise for a submitted job's settlement (it arrives on a later turn of the loop).
+   * `watch` (from `watchSignal`) is already listening: nothing the caller supplied is read
+   * from here on.
+   */
+  #track(ticket, watch) {
+    if (ticket.id == null) {
+      unwatch(watch)
+      return Promise.reject(new PoolError(ticket.errorCode, ticket.errorMessage))
+    }
     const id = ticket.id
     return new Promise((resolve, reject) => {
-      const entry = { resolve, reject, signal, onAbort: undefined }
-      if (signal) {
-        entry.onAbort = () => this.#native.abort(id)
-        signal.addEventListener('abort', entry.onAbort, { once: true })
-      }
-      this.#pending.set(id, entry)
+      this.#pending.set(id, { resolve, reject, watch })
       hold()
-      // Aborted before the job was submitted (ToolSandbox awaits its checks first): the abort
-      // event has already fired, so stop the job now.
-      if (signal && signal.aborted) this.#native.abort(id)
+      if (watch) {
+        watch.onAbort = () => this.#native.abort(id)
+        // Aborted between the listening and the submission (ToolSandbox awaits its checks in
+        // between): the event has fired already, so stop the job now.
+        if (watch.aborted) this.#native.abort(id)
+      }
     })
   }
 
@@ -293,8 +375,8 @@ class WorkerPool {
     return pool.#native
   }
 
-  static track(pool, ticket, signal) {
-    return pool.#track(ticket, signal)
+  static track(pool, ticket, watch) {
+    return pool.#track(ticket, watch)
   }
 }
 
@@ -336,10 +418,17 @@ class AuditLog {
   }
 }
 
+/** Lets `ToolSandbox.getJail()` wrap its own native jail; no caller holds it. */
+const SANDBOX_JAIL = Symbol('sandbox jail')
+
 class FilesystemJail {
   #native
 
-  constructor(dataDir) {
+  constructor(dataDir, nativeJail) {
+    if (dataDir === SANDBOX_JAIL) {
+      this.#native = nativeJail
+      return
+    }
     checkPath(dataDir, 'dataDir')
     this.#native = new native.NativeJail(dataDir)
   }
@@ -477,18 +566,25 @@ class ToolSandbox {
   }
 
   getJail() {
-    if (!this.#jail) this.#jail = new FilesystemJail(this.#native.getJailRoot())
+    // The sandbox's own jail: its hidden audit directory and the paths no command may write.
+    if (!this.#jail) this.#jail = new FilesystemJail(SANDBOX_JAIL, this.#native.getJail())
     return this.#jail
   }
 
   async execute(commandString, options) {
     if (typeof commandString !== 'string') throw new TypeError(`commandString must be a string, not ${typeof commandString}`)
     checkOptions(options, 'options')
-    const signal = options == null ? undefined : options.signal
-    const sessionId = options == null ? undefined : options.sessionId
-    if (signal != null && !isAbortSignal(signal)) throw new SandboxError('options.signal must be an AbortSignal')
+    let sessionId
+    try {
+      sessionId = options == null ? undefined : options.sessionId
+    } catch (err) {
+      throw new SandboxError(`options.sessionId could not be read: ${messageOf(err)}`)
+    }
     if (sessionId != null && typeof sessionId !== 'string') throw new SandboxError('options.sessionId must be a string')
-    if (signal && signal.aborted) throw abortedError(signal)
+    // Listening before the check: the check writes the audit's `allow`, and a command allowed
+    // must be one that runs, abortable, when the caller is told it does.
+    const watch = watchSignal(options, (message) => new SandboxError(message))
+    if (watch && watch.aborted) throw abortedError(watch)
     const command = String(commandString)
     const pool = poolOf(this.#executor)
     // Stages 1-7 (policy, jail, the repository's check with git, the audit entry) run on
@@ -500,17 +596,23 @@ class ToolSandbox {
     this.#turn = new Promise((resolve) => {
       done = resolve
     })
+    let started
     try {
       const checked = await checking
       await turn
-      return this.#start(checked, pool, signal)
+      started = this.#start(checked, pool, watch)
+    } catch (err) {
+      unwatch(watch)
+      throw err
     } finally {
       done()
     }
+    // The pool's settlement removes the listener; any other end (a JS executor's) does here.
+    return watch ? Promise.resolve(started).finally(() => unwatch(watch)) : started
   }
 
   /** Starts a checked command (synchronously: what is left to await comes back as a promise). */
-  #start(checked, pool, signal) {
+  #start(checked, pool, watch) {
     if (pool) {
       let ticket
       try {
@@ -518,7 +620,7 @@ class ToolSandbox {
       } catch (err) {
         rethrowSandbox(err)
       }
-      return WorkerPool.track(pool, ticket, signal)
+      return WorkerPool.track(pool, ticket, watch)
     }
 
     if (!this.#executor) {

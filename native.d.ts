@@ -55,6 +55,11 @@ export declare class NativeToolSandbox {
   tokenize(command: string): SandboxCommand
   getJailRoot(): string
   /**
+   * The jail host tools check the agent's paths with: this sandbox's own (its hidden audit
+   * directory), refusing as well what no command may write (`.git/hooks`, `.git/config`).
+   */
+  getJail(): NativeJail
+  /**
    * Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of libuv's pool:
    * they read the file system, run git to check a repository and append to the audit log,
    * none of which may hold up Node's thread. Resolves to the checked command (a refusal is
@@ -204,6 +209,13 @@ export interface PoolTotals {
   timedOut: number
   avgExecMs: number
 }
+
+/**
+ * Starts the isolation probe on a thread of its own (`index.js` does at load): the first
+ * `probeIsolation()` or `doctor()` then finds it done, or waits for it, instead of running it
+ * on Node's thread.
+ */
+export declare function probeIsolationInBackground(): void
 
 /** Machine facts (cached after the first call), as JSON: `index.js`'s `probeIsolation()`. */
 export declare function probeIsolationJson(): string

@@ -845,4 +845,5 @@ module.exports.NativeWorkerPool = nativeBinding.NativeWorkerPool
 module.exports.doctorJson = nativeBinding.doctorJson
 module.exports.errorCodes = nativeBinding.errorCodes
 module.exports.limits = nativeBinding.limits
+module.exports.probeIsolationInBackground = nativeBinding.probeIsolationInBackground
 module.exports.probeIsolationJson = nativeBinding.probeIsolationJson

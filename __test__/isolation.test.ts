@@ -175,11 +175,42 @@ test('probeIsolation() and doctor() answer from cached probes', () => {
   for (const l of d.layers) expect(l.available || typeof l.reason === 'string').toBe(true)
 })
 
+test('the probes run no program found by PATH: a fake `unshare` first on PATH never runs', () => {
+  // A command that can write a file into a directory on Node's PATH must not get it run as
+  // Node's user, outside every sandbox, by the first probeIsolation(), doctor() or isolated job.
+  const d = dirs()
+  const fakeBin = join(d.out, 'bin')
+  mkdirSync(fakeBin)
+  const marker = join(d.out, 'ran')
+  for (const name of ['unshare', 'bwrap', 'true']) {
+    writeFileSync(join(fakeBin, name), `#!/bin/sh\necho ${name} >> ${marker}\nexit 0\n`, { mode: 0o755 })
+  }
+  const index = resolve(__dirname, '..', 'index.js')
+  const script = `
+    const { WorkerPool, probeIsolation, doctor } = require(${JSON.stringify(index)})
+    const userns = probeIsolation().userns
+    doctor()
+    const pool = new WorkerPool()
+    pool.exec({ binaryPath: '/bin/echo', args: ['ok'], cwd: ${JSON.stringify(d.jail)}, env: {}, isolation: { mode: 'auto' } })
+      .then((r) => { console.log(JSON.stringify({ userns, bwrap: probeIsolation().bwrap, stdout: r.stdout })); return pool.shutdown() })`
+  const child = spawnSync(process.execPath, ['-e', script], {
+    env: { PATH: `${fakeBin}:${process.env.PATH}` },
+    encoding: 'utf8',
+  })
+  expect(child.status, child.stderr).toBe(0)
+  expect(existsSync(marker), readFileSync(marker, { encoding: 'utf8', flag: 'a+' })).toBe(false)
+  const r = JSON.parse(child.stdout)
+  expect(r.bwrap === false || !r.bwrap.startsWith(fakeBin)).toBe(true)
+  delete r.bwrap
+  // The same answer as this process's probe, found without the PATH.
+  expect(r).toEqual({ userns: probeIsolation().userns, stdout: 'ok\n' })
+})
+
 // The bwrap backend (mode "bwrap"): the same attacks, run under bubblewrap through the pool and
 // judged from Node. The per-flag suite, also run as nobody, is tests/isolate_bwrap.rs.
 const BWRAP: IsolationOptions = { mode: 'bwrap' }
 const bwrapPath = probeIsolation().bwrap
-if (bwrapPath === false) console.warn('bwrap tests skipped: bubblewrap is not installed (no `bwrap` in PATH)')
+if (bwrapPath === false) console.warn('bwrap tests skipped: bubblewrap is not installed (no `bwrap` in the system directories)')
 
 describe.skipIf(bwrapPath === false).each([
   ['bwrap', BWRAP, true],
@@ -267,8 +298,8 @@ describe.skipIf(bwrapPath === false).each([
   })
 })
 
-test('mode "bwrap" without bwrap rejects ISOLATION_UNAVAILABLE naming the binary, and runs nothing', () => {
-  // A Node whose PATH has no bwrap: its (cached) probe finds none.
+// bwrap is looked for in the system directories only (never PATH): this runs where none is there.
+test.skipIf(bwrapPath !== false)('mode "bwrap" without bwrap rejects ISOLATION_UNAVAILABLE naming the binary, and runs nothing', () => {
   const d = dirs()
   const index = resolve(__dirname, '..', 'index.js')
   const script = `

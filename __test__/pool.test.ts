@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process'
-import { closeSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, symlinkSync, writeFileSync, writeSync } from 'node:fs'
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
+import { Worker } from 'node:worker_threads'
 import { join } from 'node:path'
 import { afterEach, describe, expect, test } from 'vitest'
 import { PoolError, PoolErrorCode, WorkerPool, type ExecResult } from '../index.js'
@@ -202,6 +203,61 @@ describe('timeouts', () => {
     expect(performance.now() - started).toBeLessThan(1500)
   })
 
+  test("a job's deadline is kept while Node's thread is busy, for a job sent from that thread", async () => {
+    const p = pool({ killGraceMs: 300 })
+    // A reaper is idle after this: the next job goes to it from Node's thread (core/pool/inline.rs).
+    await p.exec(sh('exit 0'))
+    const dir = mkdtempSync(join(tmpdir(), 'finn-busy-'))
+    const marker = join(dir, 'terminated')
+    const sent = Date.now()
+    const job = p.exec(sh(`trap ': > ${marker}; exit 143' TERM; sleep 30 & wait`, { timeoutMs: 200 }))
+    // Node's thread runs JS only: no timer, no I/O callback of the pool runs meanwhile.
+    const end = Date.now() + 3000
+    while (Date.now() < end) {
+      // busy
+    }
+    // The command marked its SIGTERM while the loop ran, near the deadline (file times are a
+    // clock tick coarse).
+    expect(existsSync(marker), 'the command was not terminated while Node was busy').toBe(true)
+    const terminatedAfter = statSync(marker).mtimeMs - sent
+    expect(terminatedAfter).toBeGreaterThanOrEqual(180)
+    expect(terminatedAfter).toBeLessThan(2000)
+    expect((await rejection(job)).code).toBe(PoolErrorCode.EXEC_TIMEOUT)
+    expect(p.stats().totals.timedOut).toBe(1)
+  })
+
+  test("a job's deadline is kept while the worker thread that sent it is blocked in Atomics.wait", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'finn-wait-'))
+    const marker = join(dir, 'terminated')
+    const index = join(__dirname, '..', 'index.js')
+    const worker = new Worker(
+      `const { parentPort, workerData } = require('node:worker_threads')
+      const { WorkerPool } = require(workerData.index)
+      ;(async () => {
+        const pool = new WorkerPool({ killGraceMs: 300 })
+        await pool.exec({ binaryPath: '/bin/sh', args: ['-c', 'exit 0'], cwd: '/', env: {} })
+        const sent = Date.now()
+        const job = pool.exec({ binaryPath: '/bin/sh', args: ['-c', workerData.script], cwd: '/', env: {}, timeoutMs: 200 })
+        // This thread's loop cannot run: the pool's handles on it neither.
+        Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 3000)
+        const code = await job.then(() => 'resolved', (e) => e.code)
+        await pool.shutdown()
+        parentPort.postMessage({ sent, code })
+      })()`,
+      { eval: true, workerData: { index, script: `trap ': > ${marker}; exit 143' TERM; sleep 30 & wait` } },
+    )
+    const { sent, code } = await new Promise<{ sent: number; code: string }>((resolve, reject) => {
+      worker.once('message', resolve)
+      worker.once('error', reject)
+    })
+    await worker.terminate()
+    expect(code).toBe(PoolErrorCode.EXEC_TIMEOUT)
+    expect(existsSync(marker)).toBe(true)
+    const terminatedAfter = statSync(marker).mtimeMs - sent
+    expect(terminatedAfter).toBeGreaterThanOrEqual(180)
+    expect(terminatedAfter).toBeLessThan(2000)
+  })
+
   test('the clock starts at dispatch, not while queued', async () => {
     const p = pool({ interactiveWorkers: 1 })
     const first = p.exec(sh('sleep 0.4'))
@@ -320,6 +376,66 @@ describe('AbortSignal', () => {
     expect((err.cause as Error).message).toBe('user cancelled')
     for (const pid of Object.values(pidsOf(readOr(log)))) expect(alive(pid)).toBe(false)
     expect(p.stats().totals.timedOut).toBe(0)
+  })
+
+  /** A real signal with one member replaced by a throwing getter. */
+  function signalThrowingOn(member: 'aborted' | 'addEventListener' | 'removeEventListener'): AbortSignal {
+    const signal = new AbortController().signal
+    Object.defineProperty(signal, member, {
+      get() {
+        throw new Error(`${member} is broken`)
+      },
+    })
+    return signal
+  }
+
+  test('a signal that throws when read or listened to rejects INVALID_SPEC naming the field, and nothing runs', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'finn-badsignal-'))
+    const p = pool({ interactiveWorkers: 1 })
+    const listenThrows = new AbortController().signal
+    listenThrows.addEventListener = () => {
+      throw new Error('no listeners here')
+    }
+    const cases: [string, AbortSignal, string][] = [
+      ['aborted', signalThrowingOn('aborted'), 'options.signal.aborted threw: aborted is broken'],
+      ['a getter', signalThrowingOn('addEventListener'), 'options.signal.addEventListener threw: addEventListener is broken'],
+      ['a call', listenThrows, 'options.signal.addEventListener threw: no listeners here'],
+    ]
+    for (const [name, signal, message] of cases) {
+      const marker = join(dir, name)
+      const err = await rejection(p.exec(sh(`touch '${marker}'; sleep 0.5`), 'interactive', undefined, { signal }))
+      expect(err.code, name).toBe(PoolErrorCode.INVALID_SPEC)
+      expect(err.message, name).toBe(message)
+      // Nothing was submitted: no job is running or queued, and none ran.
+      expect(p.stats().interactive, name).toMatchObject({ active: 0, queued: 0 })
+      expect(existsSync(marker), name).toBe(false)
+    }
+    const getterThrows = {
+      get signal(): AbortSignal {
+        throw new Error('options are broken')
+      },
+    }
+    const err = await rejection(p.exec(sh('exit 0'), 'interactive', undefined, getterThrows))
+    expect([err.code, err.message]).toEqual([PoolErrorCode.INVALID_SPEC, 'options.signal could not be read: options are broken'])
+    expect((await p.exec(sh('echo still here'))).stdout).toBe('still here\n')
+    expect(p.stats().totals).toMatchObject({ completed: 1, failed: 0 })
+  })
+
+  test('a signal whose removeEventListener throws: the job still settles, and so do the others', async () => {
+    const p = pool()
+    const signal = signalThrowingOn('removeEventListener')
+    // Read before the job is submitted: the removal at the end uses the function read then.
+    const broken = new AbortController().signal
+    broken.removeEventListener = () => {
+      throw new Error('cannot remove')
+    }
+    const results = await Promise.allSettled([
+      p.exec(sh('echo one'), 'interactive', undefined, { signal: broken }),
+      p.exec(sh('echo two')),
+    ])
+    expect(results.map((r) => (r.status === 'fulfilled' ? r.value.stdout : r.reason))).toEqual(['one\n', 'two\n'])
+    const err = await rejection(p.exec(sh('exit 0'), 'interactive', undefined, { signal }))
+    expect(err.message).toBe('options.signal.removeEventListener threw: removeEventListener is broken')
   })
 })
 

@@ -142,6 +142,36 @@ describe('pipeline stages, messages and audit entries', () => {
     expect(() => new FilesystemJail(join(jail, 'missing'))).toThrow(/ENOENT/)
   })
 
+  test("getJail() refuses what the sandbox refuses commands: the audit log, .git/hooks, .git/config", async () => {
+    const { sandbox, jail } = make()
+    git(jail, 'init', '-q')
+    writeFileSync(join(jail, 'notes.md'), 'n')
+    await sandbox.execute('ls') // the audit log exists now
+    const hostJail = sandbox.getJail()
+    expect(hostJail.getJailRoot()).toBe(jail)
+    expect(hostJail.validatePath('notes.md')).toBe(join(jail, 'notes.md'))
+    expect(hostJail.validatePath('.git/HEAD')).toBe(join(jail, '.git/HEAD'))
+    const refused = (path: string) => {
+      try {
+        hostJail.validatePath(path)
+      } catch (e) {
+        expect(e).toBeInstanceOf(SandboxError)
+        return (e as Error).message
+      }
+      return 'accepted'
+    }
+    expect(refused('audit/audit.log')).toBe('Path is reserved for the host: audit/audit.log')
+    for (const path of ['.git/hooks/pre-commit', '.git/hooks', '.git/config', './sub/../.git/config', '.git/config.worktree']) {
+      expect(refused(path), path).toBe(`Path is protected (no command may write it): ${path}`)
+    }
+    // Commands read them as before: only writes are theirs to refuse.
+    expect((await sandbox.execute('cat .git/config')).exitCode).toBe(0)
+    // The rule is the sandbox's isolation `fs.protect`, not a copy of its default.
+    const custom = make({ isolation: { fs: { protect: ['private'] } } }).sandbox.getJail()
+    expect(() => custom.validatePath('private/key')).toThrow('Path is protected (no command may write it): private/key')
+    expect(custom.validatePath('.git/config')).toBe(join(custom.getJailRoot(), '.git/config'))
+  })
+
   test('6a. a binary that does not exist fails closed', async () => {
     const { sandbox, auditLog } = make({ policies: { tool: policy('/__missing_binary__/tool') } })
     expect((await refusal(sandbox.execute('tool'))).message).toBe('Binary not available: tool')
@@ -220,6 +250,30 @@ describe('pipeline stages, messages and audit entries', () => {
     const err = await running.then(() => null, (e: unknown) => e)
     expect(err).toBeInstanceOf(PoolError)
     expect((err as PoolError).code).toBe(PoolErrorCode.ABORTED)
+  })
+
+  test('a signal that cannot be listened to is refused before the check: nothing runs, nothing is audited as allowed', async () => {
+    const { sandbox, auditLog, jail } = make({ policies: { touch: policy('/usr/bin/touch', { validatePaths: true }) } })
+    const signal = new AbortController().signal
+    signal.addEventListener = () => {
+      throw new Error('no listeners here')
+    }
+    const err = await refusal(sandbox.execute('touch made', { signal }))
+    expect(err.message).toBe('options.signal.addEventListener threw: no listeners here')
+    const aborted = Object.defineProperty(new AbortController().signal, 'aborted', {
+      get() {
+        throw new Error('aborted is broken')
+      },
+    })
+    expect((await refusal(sandbox.execute('touch made', { signal: aborted }))).message).toBe('options.signal.aborted threw: aborted is broken')
+    // The next command settles after any job of the refused ones would have (commands start
+    // in order): none ran, and the audit has this one's entries only.
+    expect((await sandbox.execute('touch other')).exitCode).toBe(0)
+    expect(existsSync(join(jail, 'made'))).toBe(false)
+    expect(audit(auditLog).map((e) => [e.action, e.args])).toEqual([
+      ['allow', ['other']],
+      ['allow', ['other']],
+    ])
   })
 
   test('an abort while the command is still being checked (off the JS thread) stops it too', async () => {

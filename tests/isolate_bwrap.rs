@@ -27,7 +27,9 @@ use common::isolate_attacks::{
 /// bwrap is installed; otherwise says why the test is skipped.
 fn have_bwrap(test: &str) -> bool {
   if probe().bwrap.is_none() {
-    eprintln!("{test}: skipped: bubblewrap is not installed (no `bwrap` in PATH)");
+    eprintln!(
+      "{test}: skipped: bubblewrap is not installed (no `bwrap` in the system directories)"
+    );
     return false;
   }
   true

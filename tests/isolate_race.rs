@@ -225,6 +225,80 @@ fn bwrap_binds_come_from_the_checked_fds() {
   swapped_between_check_and_run(json!({"mode": "bwrap"}), "bwrap");
 }
 
+/// The working directory swapped, after the check, for a symlink to another directory the
+/// command may write (here inside the same writable root): the command must run in the checked
+/// directory or not at all. The native backend enters it by its fd; bwrap by path (`--chdir`),
+/// so the bind verifier checks inside the sandbox that it entered the checked object. The
+/// directory the symlink names must get nothing.
+#[test]
+fn the_command_runs_only_in_the_checked_cwd() {
+  let mut backends = vec!["native"];
+  if bwrap_runs() {
+    backends.push("bwrap");
+  } else {
+    eprintln!("bwrap: skipped (bwrap cannot run here)");
+  }
+  let sup = Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")));
+  let limits = Limits {
+    timeout: Some(Duration::from_secs(20)),
+    max_output_bytes: 1 << 16,
+    kill_grace: Duration::from_millis(100),
+  };
+  for backend in backends {
+    let d = dirs();
+    let (sub, elsewhere) = (d.w.join("sub"), d.w.join("elsewhere"));
+    std::fs::create_dir(&sub).unwrap();
+    std::fs::create_dir(&elsewhere).unwrap();
+    let o = IsolationOptions::from_json(json!({
+      "mode": backend,
+      "fs": {"writable": [d.w.to_str().unwrap()]}
+    }))
+    .unwrap();
+    // The check opens `sub` (the cwd) and `w` (the writable root).
+    let plan = Plan::resolve(&o, &sub, probe()).unwrap().unwrap();
+    let held = d.w.join("sub-checked");
+    std::fs::rename(&sub, &held).unwrap();
+    std::os::unix::fs::symlink("elsewhere", &sub).unwrap();
+    let spec = SpawnSpec {
+      program: CString::new("/usr/bin/touch").unwrap(),
+      argv: vec![
+        CString::new("touch").unwrap(),
+        CString::new("made").unwrap(),
+      ],
+      env: vec![CString::new("PATH=/usr/bin:/bin").unwrap()],
+      cwd: cstr(&sub),
+    };
+    let r = supervisor::run_blocking(
+      &sup,
+      &spec,
+      Some(&plan),
+      &limits,
+      Duration::from_millis(100),
+      &StopCell::<()>::new(),
+      &mut finn_sandbox::core::exec::later::Nothing,
+      |_| (),
+    );
+    let shown = format!("{:?}", r.as_ref().map(|f| (f.exit_code(), &f.stderr)));
+    assert!(
+      !elsewhere.join("made").exists(),
+      "{backend}: the command ran in the swapped-in directory: {shown}"
+    );
+    if held.join("made").exists() {
+      assert_eq!(r.unwrap().exit_code(), 0, "{backend}");
+    } else {
+      // Refused before the command: the verifier names why.
+      assert!(
+        shown.contains("not the directory that was checked"),
+        "{backend}: {shown}"
+      );
+    }
+    eprintln!(
+      "{backend}: ran in the checked directory: {}",
+      held.join("made").exists()
+    );
+  }
+}
+
 fn pool() -> Pool {
   let config = PoolConfig {
     supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
@@ -237,10 +311,19 @@ fn pool() -> Pool {
 /// `jailRoot`) with a symlink to outside, as fast as it can, while jobs with `jailRoot` run.
 /// The pool's checks (the jail check, then the plan's fds, whose path is checked against the
 /// jail again) and the reaper's rules must agree on one object: 0 writes outside. Off: the same
-/// race lands writes outside (the jail check by path, then the command's chdir by path).
+/// race lands writes outside (the jail check by path, then the command's chdir by path). The
+/// bwrap backend, where it runs, enters the cwd by path too (`--chdir`): the object it entered
+/// must be the checked one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cwd_swap_race_through_the_pool_never_escapes() {
-  for isolated in [false, true] {
+  let modes: &[Option<&str>] = if bwrap_runs() {
+    &[None, Some("auto"), Some("bwrap")]
+  } else {
+    eprintln!("bwrap: skipped (bwrap cannot run here)");
+    &[None, Some("auto")]
+  };
+  for &mode in modes {
+    let isolated = mode.is_some();
     let d = dirs();
     std::os::unix::fs::symlink(&d.out, &d.alt).unwrap();
     let stop = Arc::new(AtomicBool::new(false));
@@ -255,7 +338,7 @@ async fn the_cwd_swap_race_through_the_pool_never_escapes() {
       })
     };
     let p = pool();
-    let iso = isolated.then(|| IsolationOptions::from_json(json!({"mode": "auto"})).unwrap());
+    let iso = mode.map(|m| IsolationOptions::from_json(json!({ "mode": m })).unwrap());
     let mut tries = 0;
     while tries < 300 && (isolated || d.landed_outside() == 0) {
       tries += 1;
@@ -277,7 +360,7 @@ async fn the_cwd_swap_race_through_the_pool_never_escapes() {
     stop.store(true, Ordering::Relaxed);
     swapper.join().unwrap();
     let n = d.landed_outside();
-    eprintln!("pool isolated={isolated}: {n} writes outside in {tries} jobs");
+    eprintln!("pool mode={mode:?}: {n} writes outside in {tries} jobs");
     if isolated {
       assert_eq!(n, 0, "{n} writes outside in {tries} jobs");
     } else {
@@ -405,6 +488,7 @@ fn a_run_with_fewer_checked_fds_than_writable_roots_starts_nothing() {
     spec: Box::new(spec),
     drain_ms: 100,
     linger_us: 0,
+    timeout: None,
     isolation: Some(Box::new(plan)),
     attached,
   }

@@ -272,3 +272,74 @@ async fn queued_jobs_go_to_a_worker_in_order_and_a_rejected_cwd_ends_at_once() {
   }
   assert_eq!(p.stats().totals.completed, 5);
 }
+
+/// A job sent inline whose host then does not run (Node's thread in a long synchronous loop,
+/// or a worker thread blocked in `Atomics.wait`) still ends at its deadline: its reaper keeps
+/// it, and the job settles as a timeout once the host looks again. The command marks its
+/// SIGTERM in a file; the marker must appear while the host is not running at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_job_is_terminated_at_its_deadline_while_its_host_does_not_run() {
+  let (p, host, settled) = warmed(1);
+  let dir = tempfile::tempdir().unwrap();
+  let marker = dir.path().join("terminated");
+  let mut spec = job(&format!(
+    "trap ': > {}; exit 143' TERM; sleep 30 & wait",
+    marker.display()
+  ));
+  spec.timeout_ms = 200;
+  let sent = std::time::SystemTime::now();
+  submit(&p, &host, &settled, spec);
+  assert_eq!(*host.watched.borrow(), 1, "sent from this thread");
+  // The host does not run: nothing on this side can keep the deadline.
+  let bound = Instant::now() + Duration::from_secs(10);
+  while !marker.exists() {
+    assert!(
+      Instant::now() < bound,
+      "the command was not terminated while its host did not run"
+    );
+    std::thread::sleep(Duration::from_millis(10));
+  }
+  let terminated = std::fs::metadata(&marker).unwrap().modified().unwrap();
+  // File times come from the kernel's coarse clock (a tick, up to 10 ms, behind).
+  let after = terminated.duration_since(sent).unwrap();
+  assert!(
+    after >= Duration::from_millis(180) && after < Duration::from_secs(3),
+    "terminated {after:?} after it was sent (timeout 200 ms)"
+  );
+  host.run();
+  let done = wait_for(&settled, 1);
+  assert!(
+    matches!(
+      done[0].1,
+      Err(finn_sandbox::core::pool::PoolError::Timeout(200))
+    ),
+    "{:?}",
+    done[0].1
+  );
+  assert_eq!(p.stats().totals.timed_out, 1);
+}
+
+/// The deadline counts until the leader exits, on the reaper's side as on the addon's: a
+/// leader that exits at once leaves its background child to the drain, and the job is the
+/// leader's exit, not a timeout, however long past the deadline the child lasts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_stops_counting_once_the_leader_has_exited() {
+  let config = PoolConfig {
+    interactive_workers: 1,
+    kill_grace: Duration::from_millis(200),
+    drain: Duration::from_secs(5),
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let p = Pool::new(config, Handle::current());
+  let host = Host::default();
+  let settled = Settled::default();
+  let mut spec = job("sleep 0.6 & echo leader done");
+  spec.timeout_ms = 100;
+  submit(&p, &host, &settled, spec);
+  host.run();
+  let done = wait_for(&settled, 1);
+  assert_eq!(stdout(&done[0].1), "leader done\n");
+  assert_eq!(done[0].1.as_ref().unwrap().exit_code, 0);
+  assert_eq!(p.stats().totals.timed_out, 0);
+}

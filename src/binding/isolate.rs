@@ -37,6 +37,19 @@ impl From<IsolationReport> for IsolationInfo {
   }
 }
 
+/// Starts the isolation probe on a thread of its own (`index.js` does at load): the first
+/// `probeIsolation()` or `doctor()` then finds it done, or waits for it, instead of running it
+/// on Node's thread.
+#[napi]
+pub fn probe_isolation_in_background() {
+  // Without a thread (a process limit), the first caller probes on its own thread.
+  let _ = std::thread::Builder::new()
+    .name("finn-probe".into())
+    .spawn(|| {
+      isolate::probe();
+    });
+}
+
 /// Machine facts (cached after the first call), as JSON: `index.js`'s `probeIsolation()`.
 #[napi]
 pub fn probe_isolation_json() -> String {

@@ -376,6 +376,15 @@ impl NativeToolSandbox {
     self.sandbox.jail().root().to_string_lossy().into_owned()
   }
 
+  /// The jail host tools check the agent's paths with: this sandbox's own (its hidden audit
+  /// directory), refusing as well what no command may write (`.git/hooks`, `.git/config`).
+  #[napi(catch_unwind)]
+  pub fn get_jail(&self) -> NativeJail {
+    NativeJail {
+      jail: self.sandbox.host_jail().clone(),
+    }
+  }
+
   /// Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of libuv's pool:
   /// they read the file system, run git to check a repository and append to the audit log,
   /// none of which may hold up Node's thread. Resolves to the checked command (a refusal is

@@ -19,7 +19,10 @@
 //!   bound read-only over that, `denyRead` hidden (an empty, unreadable, read-only tmpfs over a
 //!   directory, `/dev/null` over a file);
 //! - `--add-seccomp-fd` for each program of `seccomp.rs`, installed by bwrap right before it
-//!   execs the command.
+//!   execs the command;
+//! - `--chdir` enters the working directory by path, which the host can swap for a symlink
+//!   between the check and bwrap's chdir: the verifier (`verify_binds_main`) runs in it first
+//!   and refuses to start the command unless it is the object that was checked.
 //!
 //! bwrap needs CAP_SYS_ADMIN (root) or an unprivileged user namespace; where it has neither, the
 //! job fails with `ISOLATION_UNAVAILABLE` rather than run without it.
@@ -43,10 +46,10 @@ use super::seccomp::{self, SeccompRules};
 /// Why bwrap cannot run here, or `None` when it can.
 fn unusable(probe: &Probe) -> Option<String> {
   if probe.bwrap.is_none() {
-    return Some(
-      "bwrap: bubblewrap is not installed (no executable `bwrap` in PATH); apt-get install bubblewrap"
-        .into(),
-    );
+    return Some(format!(
+      "bwrap: bubblewrap is not installed (no executable `bwrap`, root's, in {}); apt-get install bubblewrap",
+      super::probe::SYSTEM_BIN_DIRS.join(", ")
+    ));
   }
   if !probe.sys_admin && !probe.userns {
     return Some(format!(
@@ -223,8 +226,10 @@ pub struct Bwrapped {
   /// The checked objects bwrap binds (`--bind-fd`/`--ro-bind-fd`), to pass by number.
   binds: Binds,
   /// `finn-supervisor`, run inside the sandbox before the command when there are nested binds
-  /// to verify (`verify_binds_main`).
+  /// or a checked working directory to verify (`verify_binds_main`).
   verifier: Option<CString>,
+  /// For the verifier: `cwd=dev:ino` of the checked working directory.
+  verify_cwd: Option<CString>,
   report: IsolationReport,
 }
 
@@ -255,7 +260,9 @@ pub fn set_bind_verifier(exe: PathBuf) {
 }
 
 /// Runs inside the sandbox, after bwrap's setup and seccomp, before the command:
-/// `--finn-verify-binds dev:ino:ro:path... -- program argv...`. bwrap finds a bind's
+/// `--finn-verify-binds [cwd=dev:ino] dev:ino:ro:path... -- program argv...`. bwrap enters the
+/// working directory by path (`--chdir`), following symlinks: with `cwd=`, the directory this
+/// runs in must be the checked object, or the job fails (exit 126) before the command runs. bwrap finds a bind's
 /// destination by path, following symlinks, so a host that swaps `.git/hooks` for a relative
 /// symlink between the check and bwrap's mount gets the checked object mounted elsewhere and the
 /// real one left writable. Here each destination must be the checked object (device and inode,
@@ -273,6 +280,26 @@ pub fn verify_binds_main(args: &[std::ffi::OsString]) -> ! {
   };
   for spec in &args[..sep] {
     let spec = spec.as_bytes();
+    if let Some(identity) = spec.strip_prefix(b"cwd=") {
+      let mut parts = identity.splitn(2, |b| *b == b':');
+      let num = |b: Option<&[u8]>| {
+        std::str::from_utf8(b?)
+          .ok()
+          .and_then(|s| s.parse::<u64>().ok())
+      };
+      let (Some(dev), Some(ino)) = (num(parts.next()), num(parts.next())) else {
+        fail("bad working directory identity".into())
+      };
+      // The directory bwrap's `--chdir` entered, whatever its path says now.
+      match std::fs::metadata(".") {
+        Ok(m)
+          if std::os::unix::fs::MetadataExt::dev(&m) == dev
+            && std::os::unix::fs::MetadataExt::ino(&m) == ino => {}
+        Ok(_) => fail("the working directory is not the directory that was checked".into()),
+        Err(e) => fail(format!("the working directory: {e}")),
+      }
+      continue;
+    }
     let mut parts = spec.splitn(4, |b| *b == b':');
     let (Some(dev), Some(ino), Some(ro), Some(path)) =
       (parts.next(), parts.next(), parts.next(), parts.next())
@@ -375,13 +402,21 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
   let mut binds = Binds::default();
   let mut args =
     args(plan, &seccomp_fds, &mut binds).map_err(|e| IsolationError::prepare("mountns", e))?;
-  let verifier = if binds.verify.is_empty() {
+  let verify_cwd = match &plan.checked.cwd {
+    Some(fd) => {
+      let st = nix::sys::stat::fstat(fd.as_ref())
+        .map_err(|e| IsolationError::prepare("mountns", std::io::Error::from(e)))?;
+      Some(s(&format!("cwd={}:{}", st.st_dev, st.st_ino)))
+    }
+    None => None,
+  };
+  let verifier = if binds.verify.is_empty() && verify_cwd.is_none() {
     None
   } else {
     let exe = VERIFIER.get().ok_or_else(|| {
       IsolationError::prepare(
         "mountns",
-        "no bind verifier (finn-supervisor) to check the protect binds inside the sandbox",
+        "no bind verifier (finn-supervisor) to check the working directory and the protect binds inside the sandbox",
       )
     })?;
     // Visible inside the sandbox whatever `readable` says.
@@ -395,6 +430,7 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
     seccomp_fds,
     binds,
     verifier,
+    verify_cwd,
     report: plan.report(),
   }))
 }
@@ -425,6 +461,7 @@ impl Isolated {
     if let Some(exe) = &b.verifier {
       v.push(exe.clone());
       v.push(s(VERIFY_BINDS_ARG));
+      v.extend(b.verify_cwd.iter().cloned());
       v.extend(b.binds.verify.iter().cloned());
       v.push(CString::from(c"--"));
     }

@@ -157,7 +157,7 @@ pub(super) fn join_cgroup(procs: &CStr) -> Result<(), Errno> {
 }
 
 /// Writes `text` to the file at `path` in one `write`.
-fn write_file(path: &CStr, text: &CStr) -> Result<(), Errno> {
+pub(super) fn write_file(path: &CStr, text: &CStr) -> Result<(), Errno> {
   let bytes = text.to_bytes();
   // SAFETY: NUL-terminated path, a buffer of `bytes.len()` bytes; open/write/close only.
   unsafe {

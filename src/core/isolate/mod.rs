@@ -14,6 +14,7 @@ mod plan;
 mod prepare;
 mod probe;
 mod seccomp;
+mod userns;
 
 pub use bwrap::{
   Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,

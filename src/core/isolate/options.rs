@@ -169,6 +169,24 @@ pub fn default_protect() -> Vec<PathBuf> {
   ]
 }
 
+impl FsOptions {
+  /// The protected paths as absolute paths: relative entries (the default's) taken in each of
+  /// `roots`. What a command may not write, and what the sandbox's jail refuses a host tool.
+  pub fn protect_in(&self, roots: &[PathBuf]) -> Vec<PathBuf> {
+    let relative = self.protect.clone().unwrap_or_else(default_protect);
+    relative
+      .iter()
+      .flat_map(|p| {
+        if p.is_absolute() {
+          vec![p.clone()]
+        } else {
+          roots.iter().map(|r| r.join(p)).collect()
+        }
+      })
+      .collect()
+  }
+}
+
 /// Bad isolation options; the message names the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("isolation.{field}: {reason}")]

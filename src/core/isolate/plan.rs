@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::error::IsolationError;
 use super::options::{
   Access, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PROCESSES, IsolationOptions, Mode, Readable,
-  default_deny_read, default_protect,
+  default_deny_read,
 };
 use super::prepare::IsolationReport;
 use super::probe::Probe;
@@ -191,17 +191,7 @@ impl Plan {
       .deny_read
       .clone()
       .unwrap_or_else(|| default_deny_read(home.as_deref()));
-    let protect_rel = opts.fs.protect.clone().unwrap_or_else(default_protect);
-    let protect: Vec<PathBuf> = protect_rel
-      .iter()
-      .flat_map(|p| {
-        if p.is_absolute() {
-          vec![p.clone()]
-        } else {
-          writable.iter().map(|w| w.join(p)).collect()
-        }
-      })
-      .collect();
+    let protect = opts.fs.protect_in(&writable);
     let l = opts.limits;
     let limits = ResolvedLimits {
       max_processes: l.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES),

@@ -64,7 +64,7 @@ fn probe_now() -> Probe {
     sys_admin: has_effective_cap(21),
     cgroup,
     cgroup_reason,
-    bwrap: find_in_path("bwrap"),
+    bwrap: system_binary("bwrap"),
     // SAFETY: getuid cannot fail and touches no memory of ours.
     uid: unsafe { libc::getuid() },
     cap_last_cap: std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
@@ -114,29 +114,8 @@ fn userns_available() -> Result<(), String> {
   if read_num("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == Some(1) {
     return Err("AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns is 1)".into());
   }
-  // Spawned without a pre_exec hook (posix_spawn path, no fork of the caller).
-  let Some(u) = find_in_path("unshare") else {
-    return Err("`unshare` (util-linux) is not installed, so they could not be tried".into());
-  };
-  let out = std::process::Command::new(u)
-    .args(["--user", "--map-root-user", "--mount", "true"])
-    .stdin(std::process::Stdio::null())
-    .stdout(std::process::Stdio::null())
-    .stderr(std::process::Stdio::piped())
-    .output()
-    .map_err(|e| format!("could not run `unshare`: {e}"))?;
-  if out.status.success() {
-    return Ok(());
-  }
-  let err = String::from_utf8_lossy(&out.stderr);
-  let err = err.trim();
-  Err(if err.contains("Operation not permitted") {
-    format!(
-      "unshare(CLONE_NEWUSER | CLONE_NEWNS) fails with EPERM (a container's seccomp profile, or an LSM): {err}"
-    )
-  } else {
-    format!("unshare(CLONE_NEWUSER | CLONE_NEWNS) fails: {err}")
-  })
+  // Tried natively: no program is run (see `userns.rs`).
+  super::userns::try_user_and_mount_namespace()
 }
 
 fn has_effective_cap(cap: u32) -> bool {
@@ -184,14 +163,28 @@ fn probe_cgroup_v1() -> Result<CgroupKind, String> {
   Ok(CgroupKind::V1)
 }
 
-pub(crate) fn find_in_path(name: &str) -> Option<PathBuf> {
-  let path = std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into());
-  std::env::split_paths(&path)
-    .map(|d| d.join(name))
-    // An executable file: a non-executable `bwrap` earlier in PATH is not the one exec runs.
+/// Where a system program the addon runs itself (bwrap) is looked for: never Node's PATH, a
+/// directory a command may be able to write (`~/.local/bin`, `node_modules/.bin`), whose
+/// program would then run as Node's user outside every sandbox.
+pub const SYSTEM_BIN_DIRS: [&str; 5] = ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"];
+
+/// `name` in [`SYSTEM_BIN_DIRS`]: an executable file that it and its directory are root's and
+/// writable by nobody else (so no command of a non-root Node can replace it).
+pub(crate) fn system_binary(name: &str) -> Option<PathBuf> {
+  use std::os::unix::fs::MetadataExt;
+  let root_only = |m: &std::fs::Metadata| m.uid() == 0 && m.mode() & 0o022 == 0;
+  SYSTEM_BIN_DIRS
+    .iter()
+    .map(|d| Path::new(d).join(name))
     .find(|p| {
-      use std::os::unix::fs::PermissionsExt;
-      std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+      let Ok(file) = std::fs::metadata(p) else {
+        return false;
+      };
+      let dir_ok = p
+        .parent()
+        .and_then(|d| std::fs::metadata(d).ok())
+        .is_some_and(|d| root_only(&d));
+      file.is_file() && file.mode() & 0o111 != 0 && root_only(&file) && dir_ok
     })
 }
 

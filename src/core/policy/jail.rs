@@ -10,6 +10,9 @@ pub struct FilesystemJail {
   root: PathBuf,
   /// Directories inside the root that belong to the host (the audit log): refused whole.
   hidden: Vec<PathBuf>,
+  /// Paths inside the root no command may write (`.git/hooks`, `.git/config`): refused whole,
+  /// since a path checked here may be written by the host tool that asked.
+  protected: Vec<PathBuf>,
 }
 
 /// `path.resolve(base, input)`: lexical, without touching the filesystem.
@@ -45,6 +48,7 @@ impl FilesystemJail {
     Ok(FilesystemJail {
       root: std::fs::canonicalize(dir)?,
       hidden: Vec::new(),
+      protected: Vec::new(),
     })
   }
 
@@ -58,6 +62,16 @@ impl FilesystemJail {
     let dir = host_path(dir);
     if dir.starts_with(&self.root) && dir != self.root {
       self.hidden.push(dir);
+    }
+  }
+
+  /// Refuses `path` and everything under it from now on, when it lies inside the root. Taken
+  /// as written below the root (a protected path need not exist yet, and its parent may be
+  /// created later).
+  pub fn protect(&mut self, path: &Path) {
+    let path = resolve_lexically(&self.root, &path.to_string_lossy());
+    if path.starts_with(&self.root) && path != self.root {
+      self.protected.push(path);
     }
   }
 
@@ -100,6 +114,11 @@ impl FilesystemJail {
     if self.hidden.iter().any(|h| path.starts_with(h)) {
       return Err(Denial::plain(format!(
         "Path is reserved for the host: {input}"
+      )));
+    }
+    if self.protected.iter().any(|p| path.starts_with(p)) {
+      return Err(Denial::plain(format!(
+        "Path is protected (no command may write it): {input}"
       )));
     }
     // A second name for a file may be a link to one outside the jail (same filesystem): its
@@ -210,6 +229,37 @@ mod tests {
       );
     }
     assert!(jail.validate_path("auditx").is_ok());
+  }
+
+  #[test]
+  fn protected_paths_are_refused_whole_existing_or_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    let root = jail.root().to_path_buf();
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    std::fs::write(root.join(".git/HEAD"), "ref: refs/heads/main\n").unwrap();
+    assert!(jail.validate_path(".git/config").is_ok());
+    jail.protect(&root.join(".git/hooks"));
+    jail.protect(&root.join(".git/config"));
+    // Outside the root, or the root itself: nothing to protect.
+    jail.protect(Path::new("/etc"));
+    jail.protect(&root);
+    assert_eq!(jail.protected.len(), 2);
+    for input in [
+      ".git/hooks",
+      ".git/hooks/pre-commit",
+      ".git/config",
+      "x/../.git/config",
+      &format!("{}/.git/config", root.display()),
+    ] {
+      assert_eq!(
+        jail.validate_path(input).unwrap_err().message,
+        format!("Path is protected (no command may write it): {input}")
+      );
+    }
+    for input in [".git/HEAD", ".git/configx", ".git", "config"] {
+      assert!(jail.validate_path(input).is_ok(), "{input}");
+    }
   }
 
   #[test]

@@ -172,6 +172,7 @@ impl Inner {
     let outgoing = match Outgoing::new(
       &prepared.spec,
       prepared.isolation.as_ref(),
+      &prepared.limits,
       self.config.drain,
       INLINE_LINGER,
     ) {

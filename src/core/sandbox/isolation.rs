@@ -125,6 +125,12 @@ impl SandboxIsolation {
     Some(o)
   }
 
+  /// The paths a command that may write the jail (`Writes::Jail`) may not write, whatever
+  /// this host can enforce: the sandbox's jail refuses them to host tools too.
+  pub fn protected(&self, jail_root: &Path) -> Vec<PathBuf> {
+    self.options.fs.protect_in(&[jail_root.to_path_buf()])
+  }
+
   /// What the audit records when the runner reports no isolation of its own.
   pub fn unreported(&self) -> IsolationRecord {
     if self.options.mode == Mode::Off {

@@ -45,6 +45,8 @@ const READ_ONLY: [&str; 3] = ["ls", "cat", "wc"];
 pub struct ToolSandbox {
   config: SandboxConfig,
   jail: FilesystemJail,
+  /// The jail as host tools check agent paths with it (`getJail()`).
+  host_jail: FilesystemJail,
   redactor: SecretRedactor,
   audit: AuditLog,
   env: Vec<(String, String)>,
@@ -64,6 +66,12 @@ impl ToolSandbox {
   ) -> io::Result<Self> {
     let mut jail = FilesystemJail::new(&config.jail_root)?;
     jail.hide(audit.log_dir());
+    // A host tool's check cannot tell a read from a write: it refuses what commands may not
+    // write too. Commands' own operands (`cat .git/config`) are reads, checked by `jail`.
+    let mut host_jail = jail.clone();
+    for path in config.isolation.protected(jail.root()) {
+      host_jail.protect(&path);
+    }
     let mut deny_read = jail.hidden().to_vec();
     let audit_dir = policy::jail::host_path(audit.log_dir());
     if !deny_read.contains(&audit_dir) {
@@ -78,6 +86,7 @@ impl ToolSandbox {
       redactor: SecretRedactor::new(secrets_env.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
       config,
       jail,
+      host_jail,
       audit,
       env,
       policies,
@@ -87,6 +96,13 @@ impl ToolSandbox {
 
   pub fn jail(&self) -> &FilesystemJail {
     &self.jail
+  }
+
+  /// The jail for a host tool's checks of the agent's paths: the commands' jail (its root,
+  /// the hidden audit directory), refusing as well every path no command may write (the
+  /// isolation's `fs.protect`, `.git/hooks` and `.git/config` by default).
+  pub fn host_jail(&self) -> &FilesystemJail {
+    &self.host_jail
   }
 
   pub fn tokenize(&self, command: &str) -> Result<SandboxCommand, Denial> {

@@ -6,7 +6,8 @@
 //! command filled).
 //! Addon -> reaper: [`ToReaper::Run`] (stdout and stderr write ends attached), then any number
 //! of [`ToReaper::Terminate`]. Reaper -> addon, per job: `Spawned` or `SpawnFailed`; then
-//! `Exited` once the leader is reaped and `TreeGone` once the reaper has no child left.
+//! `Exited` once the leader is reaped and `TreeGone` once the reaper has no child left, with
+//! `TimedOut` before them when the reaper stopped the job at its own deadline.
 //! `Spawned` waits up to 1 ms to go out in the same write as those two (a short command then
 //! wakes the addon's worker thread once); `Terminate` is only sent after it.
 
@@ -47,6 +48,9 @@ pub enum ToReaper {
     /// next `Run` comes within a few hundred microseconds), never from a worker running a
     /// queue (there the polling would take the CPU from the thread about to send it).
     linger_us: u32,
+    /// The job's deadline, kept by the reaper itself: the addon's side may be a thread that
+    /// cannot run when it is due (Node's, busy with JS, for a job sent inline).
+    timeout: Option<Timeout>,
     isolation: Option<Box<Plan>>,
     /// The plan's checked fds attached after the two pipes (`Plan::checked`).
     attached: Attached,
@@ -54,6 +58,25 @@ pub enum ToReaper {
   /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
   /// request can only bring the SIGKILL forward.
   Terminate { grace_ms: u64 },
+}
+
+/// A job's deadline as its reaper keeps it: `after_ms` from the `Run`, the tree gets SIGTERM,
+/// and SIGKILL `grace_ms` later (zero: SIGKILL at once), unless the leader has exited first
+/// (the drain bounds the rest then).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeout {
+  pub after_ms: u64,
+  pub grace_ms: u64,
+}
+
+impl Timeout {
+  /// A job's time limit and grace (`None`: no time limit).
+  pub fn of(limit: Option<std::time::Duration>, grace: std::time::Duration) -> Option<Timeout> {
+    limit.map(|after| Timeout {
+      after_ms: after.as_millis().min(u64::MAX as u128) as u64,
+      grace_ms: grace.as_millis().min(u64::MAX as u128) as u64,
+    })
+  }
 }
 
 /// How many checked fds follow a `Run`'s pipes: the cwd's (if any), then the writable roots'.
@@ -82,6 +105,9 @@ pub enum FromReaper {
     errno: i32,
   },
   Exited(ExitStatus),
+  /// The job's deadline passed with its leader running: the reaper is terminating the tree
+  /// (sent after `Spawned`, before `Exited`).
+  TimedOut,
   /// The reaper has no child left: every process of the job's tree is gone.
   TreeGone,
   /// The reaper was idle for too long and exits without reading anything more: a `Run` sent
@@ -100,6 +126,7 @@ const SIGNALED: u8 = 8;
 const TREE_GONE: u8 = 9;
 const RETIRED: u8 = 10;
 const REAPER_FAILED: u8 = 11;
+const TIMED_OUT: u8 = 12;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -177,9 +204,17 @@ impl ToReaper {
         spec,
         drain_ms,
         linger_us,
+        timeout,
         isolation,
         attached,
-      } => Self::encode_run_with(spec, *drain_ms, *linger_us, isolation.as_deref(), *attached),
+      } => Self::encode_run_with(
+        spec,
+        *drain_ms,
+        *linger_us,
+        *timeout,
+        isolation.as_deref(),
+        *attached,
+      ),
       ToReaper::Terminate { grace_ms } => {
         let mut w = Writer::default();
         w.u8(TERMINATE).u64(*grace_ms);
@@ -194,12 +229,14 @@ impl ToReaper {
     spec: &SpawnSpec,
     drain_ms: u64,
     linger_us: u32,
+    timeout: Option<Timeout>,
     isolation: Option<&Plan>,
   ) -> Vec<u8> {
     Self::encode_run_with(
       spec,
       drain_ms,
       linger_us,
+      timeout,
       isolation,
       Attached::of(isolation),
     )
@@ -209,10 +246,11 @@ impl ToReaper {
     spec: &SpawnSpec,
     drain_ms: u64,
     linger_us: u32,
+    timeout: Option<Timeout>,
     isolation: Option<&Plan>,
     attached: Attached,
   ) -> Vec<u8> {
-    let size = 32
+    let size = 64
       + spec.program.as_bytes().len()
       + spec.cwd.as_bytes().len()
       + [&spec.argv, &spec.env]
@@ -221,11 +259,12 @@ impl ToReaper {
         .map(|s| 4 + s.as_bytes().len())
         .sum::<usize>();
     let mut w = Writer(Vec::with_capacity(size));
-    w.u8(RUN)
-      .u64(drain_ms)
-      .u32(linger_us)
-      .bytes(spec.program.as_bytes())
-      .bytes(spec.cwd.as_bytes());
+    w.u8(RUN).u64(drain_ms).u32(linger_us);
+    match timeout {
+      Some(t) => w.u8(1).u64(t.after_ms).u64(t.grace_ms),
+      None => w.u8(0),
+    };
+    w.bytes(spec.program.as_bytes()).bytes(spec.cwd.as_bytes());
     for list in [&spec.argv, &spec.env] {
       w.u32(list.len() as u32);
       for s in list {
@@ -245,6 +284,19 @@ impl ToReaper {
       RUN => {
         let drain_ms = r.u64()?;
         let linger_us = r.u32()?;
+        let timeout = match r.u8()? {
+          0 => None,
+          1 => Some(Timeout {
+            after_ms: r.u64()?,
+            grace_ms: r.u64()?,
+          }),
+          _ => {
+            return Err(io::Error::new(
+              io::ErrorKind::InvalidData,
+              "bad timeout flag",
+            ));
+          }
+        };
         let program = c_string(r.bytes()?)?;
         let cwd = c_string(r.bytes()?)?;
         let argv = c_strings(&mut r)?;
@@ -276,6 +328,7 @@ impl ToReaper {
           }),
           drain_ms,
           linger_us,
+          timeout,
           isolation,
           attached,
         }
@@ -296,6 +349,7 @@ impl FromReaper {
       FromReaper::SpawnFailed { errno } => w.u8(SPAWN_FAILED).i32(*errno),
       FromReaper::Exited(ExitStatus::Exited(code)) => w.u8(EXITED).i32(*code),
       FromReaper::Exited(ExitStatus::Signaled(sig)) => w.u8(SIGNALED).i32(*sig),
+      FromReaper::TimedOut => w.u8(TIMED_OUT),
       FromReaper::TreeGone => w.u8(TREE_GONE),
       FromReaper::Retired => w.u8(RETIRED),
     };
@@ -309,6 +363,7 @@ impl FromReaper {
       SPAWN_FAILED => FromReaper::SpawnFailed { errno: r.i32()? },
       EXITED => FromReaper::Exited(ExitStatus::Exited(r.i32()?)),
       SIGNALED => FromReaper::Exited(ExitStatus::Signaled(r.i32()?)),
+      TIMED_OUT => FromReaper::TimedOut,
       TREE_GONE => FromReaper::TreeGone,
       RETIRED => FromReaper::Retired,
       tag => return Err(unknown(tag)),
@@ -334,6 +389,7 @@ mod tests {
       }),
       drain_ms: 100,
       linger_us: 0,
+      timeout: None,
       isolation: None,
       attached: Attached::default(),
     };
@@ -367,6 +423,10 @@ mod tests {
       spec: spec.clone(),
       drain_ms: 100,
       linger_us: 600,
+      timeout: Some(Timeout {
+        after_ms: 200,
+        grace_ms: 0,
+      }),
       isolation: Some(Box::new(plan)),
       attached,
     };
@@ -378,6 +438,7 @@ mod tests {
       FromReaper::SpawnFailed { errno: 2 },
       FromReaper::Exited(ExitStatus::Exited(3)),
       FromReaper::Exited(ExitStatus::Signaled(9)),
+      FromReaper::TimedOut,
       FromReaper::TreeGone,
       FromReaper::Retired,
     ] {
@@ -404,6 +465,8 @@ mod tests {
     let mut w = Writer::default();
     w.u8(RUN)
       .u64(0)
+      .u32(0)
+      .u8(0)
       .bytes(b"/bin/true")
       .bytes(b"/")
       .u32(u32::MAX);
@@ -412,6 +475,8 @@ mod tests {
     let mut w = Writer::default();
     w.u8(RUN)
       .u64(0)
+      .u32(0)
+      .u8(0)
       .bytes(b"/bin/t\0rue")
       .bytes(b"/")
       .u32(0)
@@ -424,6 +489,8 @@ mod tests {
     let mut w = Writer::default();
     w.u8(RUN)
       .u64(0)
+      .u32(0)
+      .u8(0)
       .bytes(b"/bin/true")
       .bytes(b"/")
       .u32(0)
@@ -432,5 +499,22 @@ mod tests {
       .u8(1)
       .u32(1000);
     assert!(ToReaper::decode(&w.0).is_err());
+    // A timeout flag other than 0 or 1.
+    let mut w = Writer::default();
+    w.u8(RUN)
+      .u64(0)
+      .u32(0)
+      .u8(2)
+      .bytes(b"/bin/true")
+      .bytes(b"/")
+      .u32(0)
+      .u32(0)
+      .bytes(b"")
+      .u8(0)
+      .u32(0);
+    assert!(ToReaper::decode(&w.0).is_err());
+    // The same frame with no timeout decodes (the cases above fail for their own reason).
+    w.0[1 + 8 + 4] = 0;
+    assert!(ToReaper::decode(&w.0).is_ok());
   }
 }

@@ -5,7 +5,8 @@
 //! anything) becomes its child: `waitpid(-1)` failing with ECHILD means the whole tree is gone.
 //! When the leader exits, the rest of the tree gets `drain_ms` to finish, then is killed. When
 //! the addon asks (timeout, abort, output cap), the tree is frozen, sent SIGTERM, resumed, and
-//! SIGKILLed after the grace. When the addon's socket closes (Node died) or the supervisor dies
+//! SIGKILLed after the grace. The job's deadline is kept here too, whether or not the addon
+//! asks: the addon's side of a job sent inline is Node's thread, which JS can keep busy. When the addon's socket closes (Node died) or the supervisor dies
 //! (the lifeline pipe hangs up), the tree is SIGKILLed and the reaper exits.
 
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -20,7 +21,7 @@ use nix::unistd::Pid;
 
 use super::child;
 use super::descendants::Tree;
-use super::protocol::{FromReaper, ToReaper};
+use super::protocol::{FromReaper, Timeout, ToReaper};
 use super::shield::Guard;
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
@@ -152,6 +153,7 @@ impl Reaper {
           spec,
           drain_ms,
           linger_us,
+          timeout,
           mut isolation,
           attached,
         }) => {
@@ -181,7 +183,14 @@ impl Reaper {
             plan.checked = checked;
           }
           if self
-            .run(&spec, isolation, out, err, Duration::from_millis(drain_ms))
+            .run(
+              &spec,
+              isolation,
+              out,
+              err,
+              Duration::from_millis(drain_ms),
+              timeout,
+            )
             .is_err()
           {
             return;
@@ -210,7 +219,15 @@ impl Reaper {
     out: OwnedFd,
     err: OwnedFd,
     drain: Duration,
+    timeout: Option<Timeout>,
   ) -> Result<(), Gone> {
+    // From the `Run`'s arrival, before the preparation: the addon counts from before its send.
+    let deadline = timeout.map(|t| {
+      (
+        Instant::now() + Duration::from_millis(t.after_ms),
+        Duration::from_millis(t.grace_ms),
+      )
+    });
     // Built here, before the fork; held until the tree is gone (dropping it empties and
     // removes the job's cgroup).
     let mut prepared = match isolation.as_deref().map(prepare_job).transpose() {
@@ -255,6 +272,7 @@ impl Reaper {
       spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
       drain_until: None,
       drain,
+      deadline,
       kill: None,
       tree: Tree::new(self.me),
       host_gone: false,
@@ -269,12 +287,13 @@ impl Reaper {
         drop(prepared.take());
         drop(isolation.take());
       }
+      let now = Instant::now();
+      let timed_out = leader_status.is_none() && !gone && job.deadline_passed(now);
       // Both in one write when they come together (a command without background children):
       // the addon then wakes once.
       let mut report: Vec<Vec<u8>> = Vec::new();
-      let now = Instant::now();
       if let Some(due) = spawned_due
-        && (leader_status.is_some() || gone || now >= due)
+        && (leader_status.is_some() || gone || timed_out || now >= due)
       {
         spawned_due = None;
         report.push(
@@ -283,6 +302,9 @@ impl Reaper {
           }
           .encode(),
         );
+      }
+      if timed_out {
+        report.push(FromReaper::TimedOut.encode());
       }
       if let Some(status) = leader_status {
         job.leader_reaped();
@@ -312,6 +334,7 @@ impl Reaper {
       }
       let wake = earliest([
         spawned_due,
+        job.deadline_due(),
         job.drain_until.filter(|_| job.kill.is_none()),
         job.kill.as_ref().and_then(Kill::next_wake),
       ]);
@@ -374,6 +397,9 @@ struct Job {
   /// When the leader has exited: the time the rest of the tree is killed.
   drain_until: Option<Instant>,
   drain: Duration,
+  /// When the tree is terminated, and with what grace, unless the leader exits first or the
+  /// addon asked already; taken once it has passed.
+  deadline: Option<(Instant, Duration)>,
   kill: Option<Kill>,
   tree: Tree,
   /// The addon or the supervisor is gone: kill everything, then exit.
@@ -381,6 +407,22 @@ struct Job {
 }
 
 impl Job {
+  /// When the deadline is still to be kept: the leader runs and nobody asked to terminate.
+  fn deadline_due(&self) -> Option<Instant> {
+    let (at, _) = self.deadline?;
+    (self.drain_until.is_none() && self.kill.is_none()).then_some(at)
+  }
+
+  /// Terminates the tree if its deadline has passed (once); true when it did.
+  fn deadline_passed(&mut self, now: Instant) -> bool {
+    if self.deadline_due().is_none_or(|at| now < at) {
+      return false;
+    }
+    let (_, grace) = self.deadline.take().expect("due");
+    self.terminate(grace);
+    true
+  }
+
   fn leader_reaped(&mut self) {
     if self.kill.is_none() {
       self.drain_until = Some(Instant::now() + self.drain);

@@ -4,8 +4,9 @@
 //!
 //! The worker thread creates the pipes, sends `Run` with their write ends, and sleeps in
 //! `ppoll` on the read ends, the reaper's socket and its stop eventfd. It applies the output
-//! cap and the deadline as before and asks the reaper to terminate; the reaper reports the
-//! leader's exit and, once it has no child left, that the tree is gone.
+//! cap and the deadline and asks the reaper to terminate; the reaper reports the leader's exit
+//! and, once it has no child left, that the tree is gone. The reaper keeps the deadline too
+//! (see `ToReaper::Run::timeout`), and says so (`TimedOut`) when it was first.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -17,7 +18,7 @@ use nix::sys::signal::Signal;
 
 use super::client::{CheckoutError, NUDGE_EVERY, Reaper, Supervisor};
 use super::descendants;
-use super::protocol::{FromReaper, ToReaper};
+use super::protocol::{FromReaper, Timeout, ToReaper};
 use crate::core::exec::capture::{Capture, Pushed, Stream};
 use crate::core::exec::later::{Later, wake_for};
 use crate::core::exec::poll::{poll, watch};
@@ -73,7 +74,7 @@ pub fn run_blocking<R>(
   later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
-  let outgoing = Outgoing::new(spec, isolation, drain, Duration::ZERO)?;
+  let outgoing = Outgoing::new(spec, isolation, limits, drain, Duration::ZERO)?;
   let (reaper, outgoing) = outgoing.send(supervisor, spec, isolation, later)?;
   resume(
     supervisor,
@@ -103,10 +104,11 @@ pub struct Outgoing {
 
 impl Outgoing {
   /// `linger`: how long the reaper polls for its next job after this one (see
-  /// `ToReaper::Run::linger_us`).
+  /// `ToReaper::Run::linger_us`). The reaper gets the job's deadline and grace from `limits`.
   pub fn new(
     spec: &SpawnSpec,
     isolation: Option<&Plan>,
+    limits: &Limits,
     drain: Duration,
     linger: Duration,
   ) -> Result<Outgoing, RunError> {
@@ -125,6 +127,7 @@ impl Outgoing {
         spec,
         drain.as_millis() as u64,
         linger.as_micros().min(u32::MAX as u128) as u32,
+        Timeout::of(limits.timeout, limits.kill_grace),
         isolation,
       ),
       writes: Some((out_w, err_w)),
@@ -239,7 +242,7 @@ pub fn answered_now(reaper: &mut Reaper) -> Answered {
     answered = match (answered, FromReaper::decode(frame)) {
       (Answered::Other, _) => Answered::Other,
       (_, Ok(FromReaper::TreeGone)) => Answered::Ended,
-      (a, Ok(FromReaper::Spawned { .. } | FromReaper::Exited(_))) => a,
+      (a, Ok(FromReaper::Spawned { .. } | FromReaper::TimedOut | FromReaper::Exited(_))) => a,
       _ => Answered::Other,
     }
   });
@@ -535,6 +538,10 @@ impl Job {
       while let Some(frame) = reaper.conn.take_frame()? {
         match FromReaper::decode(&frame)? {
           FromReaper::Exited(status) => self.status = Some(status),
+          // The reaper kept the deadline before the addon did (or while it could not).
+          FromReaper::TimedOut => {
+            ended_by.get_or_insert(EndedBy::Timeout);
+          }
           FromReaper::TreeGone => self.tree_gone = true,
           // The reaper went idle after this job and retired before the addon read the
           // `TreeGone` in front of it: the job is over, and the reaper is not checked in.
@@ -725,11 +732,18 @@ mod tests {
     let gone = FromReaper::TreeGone.encode();
     let retired = FromReaper::Retired.encode();
     let failed = FromReaper::SpawnFailed { errno: 2 }.encode();
+    let timed_out = FromReaper::TimedOut.encode();
     let garbage = [0xEEu8, 1, 2];
-    let cases: [(&[&[u8]], bool, Answered); 9] = [
+    let cases: [(&[&[u8]], bool, Answered); 11] = [
       (&[], false, Answered::Running),
       (&[&spawned], false, Answered::Running),
       (&[&spawned, &exited], false, Answered::Running),
+      (&[&spawned, &timed_out], false, Answered::Running),
+      (
+        &[&spawned, &timed_out, &exited, &gone],
+        false,
+        Answered::Ended,
+      ),
       (&[&spawned, &exited, &gone], false, Answered::Ended),
       (&[&spawned, &exited, &gone], true, Answered::Ended),
       (&[&retired, &gone], false, Answered::Other),
@@ -857,6 +871,61 @@ mod tests {
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     assert!(took < Duration::from_secs(2), "{took:?}");
     assert!(!job.retired && !job.tree_gone);
+  }
+
+  /// A job whose reaper kept the deadline (its `TimedOut` before the leader's end) is a
+  /// timeout, even when the addon's own deadline is far (it could not look in time); an
+  /// output cap hit first stays what ended it.
+  #[test]
+  fn a_deadline_kept_by_the_reaper_ends_the_job_as_a_timeout() {
+    let frames = [
+      FromReaper::TimedOut.encode(),
+      FromReaper::Exited(ExitStatus::Signaled(libc::SIGTERM)).encode(),
+      FromReaper::TreeGone.encode(),
+    ];
+    let limits = Limits {
+      timeout: Some(Duration::from_secs(60)),
+      max_output_bytes: 4,
+      kill_grace: Duration::ZERO,
+    };
+    let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+    for flood in [false, true] {
+      let (ours, theirs) = wire::pair().unwrap();
+      let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+      if flood {
+        nix::unistd::write(&out_w, b"more than four bytes").unwrap();
+      }
+      drop(out_w);
+      let mut job = job_reading(Some(out_r));
+      job.capture = Capture::new(4);
+      // Flooded, the reaper's frames come once the addon has asked it to terminate for the
+      // cap: the cap is seen before the `TimedOut`.
+      let mut theirs = Conn::new(theirs);
+      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let frames = frames.clone();
+      let sent = std::thread::spawn(move || {
+        if flood {
+          let asked = theirs.recv().unwrap().expect("a Terminate");
+          assert!(matches!(
+            ToReaper::decode(&asked),
+            Ok(ToReaper::Terminate { grace_ms: 0 })
+          ));
+        }
+        theirs
+          .send_all(&[&frames[0], &frames[1], &frames[2]])
+          .unwrap();
+        theirs
+      });
+      let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, Instant::now());
+      let want = if flood {
+        EndedBy::OutputLimit
+      } else {
+        EndedBy::Timeout
+      };
+      assert_eq!(ended.unwrap(), want);
+      assert_eq!(job.status, Some(ExitStatus::Signaled(libc::SIGTERM)));
+      drop(sent.join().unwrap());
+    }
   }
 
   /// The state letter of `pid` from /proc (`None`: gone).
