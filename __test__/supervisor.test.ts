@@ -8,7 +8,7 @@
 // shown to fail (it hangs: Node never sees its children exit) with a `waitpid(-1, WNOHANG)`
 // loop added to the addon's reaper checkin.
 import { execFile, spawn } from 'node:child_process'
-import { copyFileSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
+import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -454,9 +454,12 @@ describe('a command that attacks the supervisor', () => {
 
   test('stops its reaper in a loop, then Node is SIGKILLed: the supervisor, out of its reach, kills every tree', async () => {
     const tok = token()
-    const script = `(setsid sleep ${tok} &); while :; do kill -STOP $PPID $(cut -d' ' -f4 /proc/$PPID/stat) 2>/dev/null; done & sleep ${tok}; : ${tok}`
+    // The loop marks its first stop of the reaper (the supervisor continues it at once, so a
+    // sample of its state may never see it stopped).
+    const stopped = join(mkdtempSync(join(tmpdir(), 'finn-stop-')), 'stopped')
+    const script = `(setsid sleep ${tok} &); while :; do kill -STOP $PPID 2>/dev/null && : > ${stopped}; kill -STOP $(cut -d' ' -f4 /proc/$PPID/stat) 2>/dev/null; done & sleep ${tok}; : ${tok}`
     // The sleeps and the loop are up, and the reaper has been stopped at least once.
-    const { child, exited, reaper } = await nodeRunning(script, tok, (pids, r) => pids.length >= 4 && stat(r)?.state === 'T')
+    const { child, exited, reaper } = await nodeRunning(script, tok, (pids) => pids.length >= 4 && existsSync(stopped))
     const supervisor = stat(reaper)?.ppid as number
     expect(stat(supervisor)?.state).not.toBe('T')
     child.kill('SIGKILL')
