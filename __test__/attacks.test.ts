@@ -1,4 +1,4 @@
-// One test per finding of issue 16, each judged from the host: a marker file that must not
+// One test per attack on ToolSandbox's policy, each judged from the host: a marker file that must not
 // exist, or an outside string that must not appear in any decoding of what the agent gets back
 // (plain, base64, hex, whitespace removed, word-diff lines joined). Every attack also runs as
 // loa-finn ran it (its environment, the arguments passed as written, `appendFileSync` for the

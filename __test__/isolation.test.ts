@@ -1,4 +1,4 @@
-// Kernel isolation through the JS API (issue 17): each attack runs isolated and with
+// Kernel isolation through the JS API: each attack runs isolated and with
 // `mode: "off"`, where it must succeed (that proves the check can fail), and is judged from
 // Node (files, listeners), never from the command's own output. The per-layer suite with real
 // processes, also run as nobody, is tests/isolate.rs.

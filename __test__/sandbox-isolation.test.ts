@@ -1,4 +1,4 @@
-// ToolSandbox isolation (issue 17's ToolSandbox parts): the default `auto`, the per-command
+// ToolSandbox isolation: the default `auto`, the per-command
 // topology, the audit's applied/degraded, and JS executors. Every attack is judged from the host
 // (a marker file, a listener this test starts), and runs again with `mode: "off"`, where it must
 // land: that is each assertion's failing case.

@@ -1,4 +1,4 @@
-// The threat suite through the JS API (issue 17): the attacks of tests/isolate.rs, each run by
+// The threat suite through the JS API: the attacks of tests/isolate.rs, each run by
 // `pool.exec` with `isolation: {mode: "auto"}` and with `{mode: "off"}`, where it must land (that
 // proves the check can fail), and judged from Node: files in or outside the jail, /proc, the
 // state of a Node process. Run as root and as nobody (scripts/ci-unprivileged.sh); where the

@@ -1,6 +1,6 @@
 'use strict'
-// The isolation phase of `npm run bench` (issue 17: "native isolation adds at most 2 ms per exec
-// over a plain exec at 0 and at 2 GiB of Node heap"). Per-exec latency of `/bin/true` through
+// The isolation phase of `npm run bench`: what native isolation adds per exec over a plain exec,
+// at 0 and at 2 GiB of Node heap. Per-exec latency of `/bin/true` through
 // the finn-sandbox pool (2 workers) with isolation off, with each cumulative layer set, with
 // the `auto` default, and with the bwrap backend (its defaults, and without net/pid namespaces;
 // no target), at each heap size; every (variant, size) in a fresh

@@ -313,7 +313,7 @@ function procCost(pid) {
 /**
  * The supervisor hop: sequential /bin/true through the 2-worker pool, the path chosen by the
  * environment run.js sets (supervisor: the default; direct: FINN_SANDBOX_TEST_HOOKS=1
- * FINN_SANDBOX_SUPERVISOR=off, posix_spawn from Node as before the supervisor). Per job: the
+ * FINN_SANDBOX_SUPERVISOR=off, posix_spawn from Node without the supervisor). Per job: the
  * wall time, and the own CPU and context switches (wake-ups) of Node plus the supervisor and
  * its reapers, without the commands' own (the reapers' children are not counted in their
  * utime/stime).

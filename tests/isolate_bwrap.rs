@@ -42,10 +42,7 @@ fn bwrap_runs(test: &str) -> bool {
     return false;
   }
   if !probe().sys_admin && !probe().userns {
-    eprintln!(
-      "{test}: no attack run: bwrap cannot run as uid {}",
-      probe().uid
-    );
+    eprintln!("{test}: skipped: bwrap cannot run as uid {}", probe().uid);
     return false;
   }
   true

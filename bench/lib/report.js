@@ -168,7 +168,7 @@ function targets(res) {
 }
 
 /**
- * The aims of issue 15 (containment on for every job), as rows of the same table: each one
+ * The aims for containment on every job, as rows of the same table: each one
  * judged on this run, the supervisor in the path of every finn-sandbox row.
  */
 function aims(res, add, out) {

@@ -717,7 +717,7 @@ pub struct SwapRace {
   pub started_means_exit_0: bool,
 }
 
-/// The bind's own race (issue 17: "the jail is bound from the checked fd, not by path"): a host
+/// The bind's own race (the jail is bound from the checked fd, not by path): a host
 /// thread swaps the protected `.git/hooks` with a symlink to outside (and straight back) while
 /// isolated commands start and write into `.git/hooks/`. A bind made by path could follow the
 /// symlink, protect the outside directory instead, and leave the real hooks directory writable

@@ -1,4 +1,4 @@
-//! The bwrap backend (issue 17): the same resolved [`Plan`] mapped to bubblewrap's flags, for
+//! The bwrap backend: the same resolved [`Plan`] mapped to bubblewrap's flags, for
 //! hosts where the native layers (landlock, seccomp) are missing, or when asked for by name.
 //!
 //! The job's reaper runs `bwrap <flags> -- <command>` instead of the command. Everything is built

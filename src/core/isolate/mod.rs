@@ -1,4 +1,4 @@
-//! Kernel-enforced isolation per command (issue 17): limits, cgroup, namespaces, landlock,
+//! Kernel-enforced isolation per command: limits, cgroup, namespaces, landlock,
 //! seccomp. `prepare` builds everything before the fork; `Prepared::apply_in_child` applies it
 //! between fork and exec in the supervisor's child.
 

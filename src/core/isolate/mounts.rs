@@ -109,7 +109,7 @@ fn checked_beneath(
   let r = open_beneath(root, rel);
   let fd = match r {
     Ok(fd) => std::fs::File::from(fd),
-    // A symlink on the way (`.git -> elsewhere`): checked by path as before, and the child's
+    // A symlink on the way (`.git -> elsewhere`): checked by path, and the child's
     // re-open, which allows no symlink either, fails the start.
     Err(Errno::ELOOP) => return checked(path),
     Err(_) => return None,

@@ -1,4 +1,4 @@
-//! The caller's isolation request (issue 17's `IsolationOptions`), validated once with errors that
+//! The caller's isolation request (`IsolationOptions`), validated once with errors that
 //! name the field. Plain data: resolving it against the machine is `plan.rs`'s job.
 
 use std::path::{Path, PathBuf};

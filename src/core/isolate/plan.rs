@@ -39,8 +39,8 @@ pub struct Layers {
   pub userns: bool,
 }
 
-/// The objects that passed the check, as `O_PATH` fds opened at that moment (issue 17: "rules
-/// built from the fd that passed the cwd check, not from a path re-resolved later"). They travel
+/// The objects that passed the check, as `O_PATH` fds opened at that moment: rules are built
+/// from the fd that passed the cwd check, never from a path resolved again later. They travel
 /// to the job's reaper with the `Run` message (`SCM_RIGHTS`), and the reaper builds landlock's
 /// write grants, the `.git`/`protect` mount checks and bwrap's binds from them, and enters the
 /// cwd through its fd. Empty (a plan decoded without its fds, or built by hand): everything

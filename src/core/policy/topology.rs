@@ -1,5 +1,5 @@
-//! The isolation each allowed command gets, derived from what it runs (issue 17, "Git
-//! topology"): which part of the jail it may write and whether it may reach the network. Pure
+//! The isolation each allowed command gets, derived from what it runs (its git topology):
+//! which part of the jail it may write and whether it may reach the network. Pure
 //! data and one function; the sandbox turns the answer into `IsolationOptions`.
 //!
 //! Allowlists: a git subcommand missing from every table has no topology and is refused, so a

@@ -89,8 +89,8 @@ fn result(
 }
 
 /// A result whose only output is the pool's own `message` on stderr, held to the job's
-/// `maxBuffer` like a command's output (UTF-8 bytes, marker included, no split character):
-/// before, a failed spawn's message naming a long path went out whole under `maxBuffer: 1`.
+/// `maxBuffer` like a command's output (UTF-8 bytes, marker included, no split character), so a
+/// failed spawn's message naming a long path cannot exceed `maxBuffer: 1`.
 fn message_result(
   message: &str,
   exit_code: i32,

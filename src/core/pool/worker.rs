@@ -89,7 +89,7 @@ impl Inner {
     // would wake Node's thread, which would compete with this one and the reaper for the CPU
     // until the next child runs. Sent as soon as the next job is on its way to its reaper (or
     // its child runs, without a supervisor; or anything goes wrong first). Sending it at the
-    // reaper's first answer instead, as before, cost 7% of the throughput at concurrency 8
+    // reaper's first answer instead costs 7% of the throughput at concurrency 8
     // (`node bench/probe.js throughput addon-2 --total 3000 --concurrency 8`, 3 runs each:
     // 2369-2450/s -> 2597-2619/s): Node's thread woke just before the reaper's next fork and
     // ran first. With a backlog, replies are held a little longer (see `Carried`).

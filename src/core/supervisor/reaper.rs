@@ -35,7 +35,7 @@ struct Gone;
 /// The worker thread sleeps until the first message of a job: for a command that is done
 /// within this (a `/bin/true` takes 0.3-0.6 ms from the spawn), it then wakes once per job
 /// instead of three times (`Spawned`, the pipes' end, `TreeGone`). Longer commands report
-/// `Spawned` after it, and are then supervised as before; until then their output waits in
+/// `Spawned` after it, and are then supervised as usual; until then their output waits in
 /// the pipes (a pipe holds 64 KiB) and a stop request waits in the worker's eventfd (1,000 x
 /// `/bin/true` at concurrency 8 on 2 workers ran 1410 -> 1671/s, median of 5 interleaved runs
 /// at load 4-8). A worker with a next job queued sends the previous job's reply once the next
