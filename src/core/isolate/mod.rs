@@ -26,5 +26,8 @@ pub use options::{
 };
 pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
-pub use probe::{CgroupKind, Doctor, LayerReport, Probe, doctor, probe};
+pub use probe::{
+  CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
+  landlock_abi_max, probe,
+};
 pub use seccomp::guard_helpers;

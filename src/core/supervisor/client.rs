@@ -50,6 +50,10 @@ pub struct Supervisor {
   /// A reaper without a job for this long exits (reporting `Retired`), as the pool lets
   /// parked worker threads go: an idle pool holds no reaper.
   reaper_idle: Duration,
+  /// Reapers for jobs without isolation may put their commands in a landlock signal scope
+  /// (where the kernel has one); `false` where `FINN_SANDBOX_LANDLOCK_ABI_MAX` caps the ABI
+  /// below 6, so the commands run as on such a kernel, watched by the seccomp guard alone.
+  signal_scope: bool,
   state: Mutex<State>,
 }
 
@@ -88,12 +92,24 @@ impl Supervisor {
     Supervisor {
       program,
       reaper_idle,
+      signal_scope: true,
       state: Mutex::new(State {
         running: None,
         generation: 0,
         idle: Vec::new(),
       }),
     }
+  }
+
+  /// [`Self::new`] whose reapers leave out the landlock signal scope when `scope` is false.
+  pub fn with_signal_scope(mut self, scope: bool) -> Supervisor {
+    self.signal_scope = scope;
+    self
+  }
+
+  /// Whether a job without isolation gets a reaper with the landlock signal scope.
+  pub fn scoped_for(&self, isolated: bool) -> bool {
+    !isolated && self.signal_scope
   }
 
   pub fn program(&self) -> &Path {
