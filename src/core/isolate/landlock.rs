@@ -230,6 +230,32 @@ pub fn scope_signals() -> Result<bool, LandlockError> {
   Ok(status.ruleset != landlock::RulesetStatus::NotEnforced)
 }
 
+/// Puts the calling process, and every process it starts, in a landlock domain of its own
+/// that handles only making block devices and REFER, REFER granted beneath `/`: nothing a job
+/// without isolation does changes (renames and links across directories included), but the
+/// domain keeps ptrace access in, which every kernel with landlock checks: its processes can
+/// neither trace, nor read the memory, `/proc/<pid>/fd`, `environ` or `mem` of, nor take fds
+/// from (`pidfd_getfd`) a process outside it. For kernels without the signal scope. `Ok(false)`
+/// where the kernel lacks REFER (ABI 1: any domain there refuses renames across directories).
+pub fn fence_tracing() -> Result<bool, LandlockError> {
+  use landlock::{CompatLevel, Compatible, PathFd, RulesetStatus};
+  let created = Ruleset::default()
+    .set_compatibility(CompatLevel::HardRequirement)
+    .handle_access(AccessFs::MakeBlock | AccessFs::Refer);
+  let Ok(created) = created.and_then(|r| r.create()) else {
+    return Ok(false);
+  };
+  let root = PathFd::new("/").map_err(|e| LandlockError::List {
+    path: "/".into(),
+    source: std::io::Error::other(e.to_string()),
+  })?;
+  let status = created
+    .add_rule(PathBeneath::new(root, AccessFs::Refer))?
+    .no_new_privs(false)
+    .restrict_self()?;
+  Ok(status.ruleset == RulesetStatus::FullyEnforced)
+}
+
 fn build_now(
   rules: &FsRules,
   trees: &[DenyTree],

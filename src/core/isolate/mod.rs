@@ -19,7 +19,7 @@ pub use bwrap::{
 };
 pub use cgroup::CgroupEvents;
 pub use error::IsolationError;
-pub use landlock::scope_signals;
+pub use landlock::{fence_tracing, scope_signals};
 pub use options::{
   Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,
   OptionsError, Readable, default_deny_read,

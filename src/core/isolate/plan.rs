@@ -129,6 +129,11 @@ pub struct Plan {
 }
 
 impl Plan {
+  /// The job's own landlock ruleset scopes its signals (native backend, ABI 6 in use).
+  pub fn scopes_signals(&self) -> bool {
+    self.layers.landlock && self.landlock_abi >= 6 && self.bwrap.is_none()
+  }
+
   /// What `prepare` applies for this plan, and what is degraded, for `ExecResult.isolation`.
   pub fn report(&self) -> IsolationReport {
     let l = self.layers;
@@ -432,7 +437,10 @@ mod tests {
     }
     assert!(!named(&p, "landlock-truncate:"), "{:?}", p.degraded);
     // TCP rules only matter where the network is denied.
-    assert!(!named(&resolve(&host(true).capped(Some(3)), "allow"), "landlock-net:"));
+    assert!(!named(
+      &resolve(&host(true).capped(Some(3)), "allow"),
+      "landlock-net:"
+    ));
     let full = resolve(&host(true), "deny");
     assert_eq!(full.landlock_abi, 7);
     assert!(!full.degraded.iter().any(|d| d.starts_with("landlock")));

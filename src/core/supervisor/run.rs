@@ -168,7 +168,7 @@ impl Outgoing {
     later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
     let reaper = supervisor
-      .checkout(supervisor.scoped_for(isolation.is_some()))
+      .checkout(supervisor.landlock_for(isolation.is_some()))
       .map_err(|e| checkout_failed(e, spec))?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
@@ -194,7 +194,8 @@ impl Outgoing {
     supervisor: &Supervisor,
     isolation: Option<&Plan>,
   ) -> Result<(Reaper, Outgoing), Outgoing> {
-    let Some(reaper) = supervisor.checkout_idle(supervisor.scoped_for(isolation.is_some())) else {
+    let Some(reaper) = supervisor.checkout_idle(supervisor.landlock_for(isolation.is_some()))
+    else {
       return Err(self);
     };
     match self.send_to(&reaper, isolation) {
@@ -303,7 +304,7 @@ pub fn resume<R>(
       Ok(FromReaper::Retired) if retired < MAX_RETIRED => {
         retired += 1;
         reaper = supervisor
-          .checkout(supervisor.scoped_for(isolation.is_some()))
+          .checkout(supervisor.landlock_for(isolation.is_some()))
           .map_err(|e| checkout_failed(e, spec))?;
         match outgoing.send_to(&reaper, isolation) {
           Ok(true) => {}
