@@ -169,7 +169,8 @@ fn exec_child(
     if libc::setsid() < 0 {
       fail(Errno::last());
     }
-    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+    // Close-on-exec: only its copy as fd 0 reaches the command.
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
     if null < 0 || libc::dup2(null, 0) < 0 {
       fail(Errno::last());
     }
