@@ -175,6 +175,50 @@ test('probeIsolation() and doctor() answer from cached probes', () => {
   for (const l of d.layers) expect(l.available || typeof l.reason === 'string').toBe(true)
 })
 
+test('FINN_SANDBOX_LANDLOCK_ABI_MAX caps the landlock ABI reported and used; a bad value fails naming it', async () => {
+  const kernel = probeIsolation().landlock
+  const saved = process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  try {
+    process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = '3'
+    const p = probeIsolation()
+    const layers = doctor().layers
+    const scope = layers.find((l) => l.name === 'landlock-scope')
+    if (kernel !== false && kernel > 3) {
+      expect({ landlock: p.landlock, kernel: p.landlockKernel }).toEqual({ landlock: 3, kernel })
+      expect(p.landlockRights.map((r) => r.name)).toEqual(['landlock-net', 'landlock-ioctl', 'landlock-scope'])
+      expect(scope?.available).toBe(false)
+      expect(scope?.reason).toContain('FINN_SANDBOX_LANDLOCK_ABI_MAX')
+      // An isolated job's degraded names each right it lacks, and what that means.
+      const pool = new WorkerPool({ interactiveWorkers: 1 })
+      try {
+        const r = await pool.exec({ binaryPath: '/bin/true', args: [], cwd: '/tmp', env: {}, isolation: { mode: 'native' } })
+        const degraded = r.isolation?.degraded.join('\n') ?? ''
+        expect(degraded).toContain('landlock-scope: landlock ABI 3 < 6 (capped by FINN_SANDBOX_LANDLOCK_ABI_MAX')
+        expect(degraded).toContain('landlock-ioctl:')
+      } finally {
+        await pool.shutdown()
+      }
+    }
+    for (const bad of ['six', '-1', '2.5']) {
+      process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = bad
+      expect(() => probeIsolation()).toThrow(/FINN_SANDBOX_LANDLOCK_ABI_MAX/)
+      expect(() => doctor()).toThrow(/FINN_SANDBOX_LANDLOCK_ABI_MAX/)
+      let err: unknown
+      try {
+        new WorkerPool()
+      } catch (e) {
+        err = e
+      }
+      expect(err).toBeInstanceOf(PoolError)
+      expect((err as PoolError).code).toBe('INVALID_SPEC')
+      expect((err as Error).message).toContain('FINN_SANDBOX_LANDLOCK_ABI_MAX')
+    }
+  } finally {
+    if (saved === undefined) delete process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+    else process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = saved
+  }
+})
+
 // The bwrap backend (mode "bwrap"): the same attacks, run under bubblewrap through the pool and
 // judged from Node. The per-flag suite, also run as nobody, is tests/isolate_bwrap.rs.
 const BWRAP: IsolationOptions = { mode: 'bwrap' }
