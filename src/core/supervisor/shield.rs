@@ -154,7 +154,8 @@ fn check(ret: libc::c_long) -> io::Result<()> {
 /// The calls the watch hands to the reaper, each naming a process by its number: signals (by
 /// pid, thread id or group), pidfds (which `pidfd_getfd` and `process_madvise` use),
 /// another's memory, and its scheduling. `ptrace` is handed over only for ATTACH and SEIZE
-/// (every other request needs a tracee already attached).
+/// (every other request needs a tracee already attached), `fcntl` only for F_SETOWN (the
+/// process or group its I/O signals go to, any signal with F_SETSIG).
 const WATCHED: &[i64] = &[
   libc::SYS_kill,
   libc::SYS_tkill,
@@ -173,6 +174,8 @@ const WATCHED: &[i64] = &[
 ];
 
 const PTRACE_ATTACH: u64 = 16;
+/// asm-generic/fcntl.h, as on x86_64 and aarch64.
+const F_SETOWN: u64 = 8;
 const PTRACE_SEIZE: u64 = 0x4206;
 
 #[cfg(target_arch = "x86_64")]
@@ -184,6 +187,8 @@ const AUDIT_ARCH: u32 = 0xC000_00B7;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum To {
   Next,
+  /// Over this many instructions.
+  Skip(usize),
   Allow,
   Notify,
   Deny,
@@ -208,6 +213,7 @@ pub fn watch_program() -> Vec<libc::sock_filter> {
   const NR: u32 = 0;
   const ARCH: u32 = 4;
   const ARG0: u32 = 16;
+  const ARG1: u32 = 24;
   let mut prog: Vec<(u16, To, To, u32)> = vec![
     (LD_W_ABS, To::Next, To::Next, ARCH),
     (JEQ_K, To::Next, To::Deny, AUDIT_ARCH),
@@ -220,6 +226,9 @@ pub fn watch_program() -> Vec<libc::sock_filter> {
     prog.push((JEQ_K, To::Notify, To::Next, nr as u32));
   }
   prog.extend([
+    (JEQ_K, To::Next, To::Skip(2), libc::SYS_fcntl as u32),
+    (LD_W_ABS, To::Next, To::Next, ARG1),
+    (JEQ_K, To::Notify, To::Allow, F_SETOWN as u32),
     (JEQ_K, To::Next, To::Allow, libc::SYS_ptrace as u32),
     (LD_W_ABS, To::Next, To::Next, ARG0),
     (JEQ_K, To::Notify, To::Next, PTRACE_ATTACH as u32),
@@ -230,6 +239,7 @@ pub fn watch_program() -> Vec<libc::sock_filter> {
   let at = |to: To, pc: usize| -> u8 {
     let target = match to {
       To::Next => pc + 1,
+      To::Skip(n) => pc + 1 + n,
       To::Allow => allow,
       To::Notify => notify,
       To::Deny => deny,
@@ -343,6 +353,15 @@ pub fn judge(nr: i64, args: [u64; 6], family: &dyn Family) -> Verdict {
     }
     libc::SYS_pidfd_open | libc::SYS_process_vm_readv | libc::SYS_process_vm_writev => {
       verdict(own(arg(0)))
+    }
+    libc::SYS_fcntl if args[1] == F_SETOWN => {
+      // 0 clears the owner; a negative owner is a process group.
+      let owner = arg(2);
+      verdict(match owner {
+        0 => true,
+        p if p > 0 => signalled(p),
+        p => p != i32::MIN && family.group_in_job(-p),
+      })
     }
     libc::SYS_ptrace => {
       if matches!(args[0], PTRACE_ATTACH | PTRACE_SEIZE) {
@@ -540,6 +559,26 @@ mod tests {
   }
 
   #[test]
+  fn io_signals_go_to_the_job_and_its_reaper_only() {
+    let setown = F_SETOWN as i64;
+    for (owner, want) in [
+      (0, Allow),
+      (12, Allow),
+      (10, Allow),
+      (-11, Allow),
+      (5, Deny),
+      (-20, Deny),
+      (-1, Deny),
+      (i64::from(i32::MIN), Deny),
+    ] {
+      assert_eq!(call(libc::SYS_fcntl, &[3, setown, owner]), want, "{owner}");
+    }
+    // Other commands are the kernel's (F_GETOWN, F_SETFL, ...).
+    assert_eq!(call(libc::SYS_fcntl, &[3, 9, 5]), Allow);
+    assert_eq!(call(libc::SYS_fcntl, &[3, 4, 5]), Allow);
+  }
+
+  #[test]
   fn pidfds_memory_and_tracing_reach_the_job_only() {
     for nr in [
       libc::SYS_pidfd_open,
@@ -610,6 +649,10 @@ mod tests {
 
   /// Runs the watch's program as the kernel would, on one call.
   fn run(prog: &[libc::sock_filter], arch: u32, nr: u32, arg0: u32) -> u32 {
+    run2(prog, arch, nr, arg0, 0)
+  }
+
+  fn run2(prog: &[libc::sock_filter], arch: u32, nr: u32, arg0: u32, arg1: u32) -> u32 {
     let mut pc = 0;
     let mut acc = 0u32;
     loop {
@@ -620,6 +663,7 @@ mod tests {
             0 => nr,
             4 => arch,
             16 => arg0,
+            24 => arg1,
             k => panic!("load of {k}"),
           }
         }
@@ -659,6 +703,10 @@ mod tests {
     assert_eq!(run(&prog, AUDIT_ARCH, ptrace, 0x4206), notify);
     assert_eq!(run(&prog, AUDIT_ARCH, ptrace, 0x4200), allow);
     assert_eq!(run(&prog, AUDIT_ARCH, ptrace, 0), allow);
+    let fcntl = libc::SYS_fcntl as u32;
+    assert_eq!(run2(&prog, AUDIT_ARCH, fcntl, 3, 8), notify);
+    assert_eq!(run2(&prog, AUDIT_ARCH, fcntl, 3, 4), allow);
+    assert_eq!(run2(&prog, AUDIT_ARCH, fcntl, 8, 0), allow);
     // i386's kill (37) by `int 0x80`: another arch, refused.
     assert_eq!(run(&prog, 0x4000_0003, 37, 0), deny);
     if cfg!(target_arch = "x86_64") {
