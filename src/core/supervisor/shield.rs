@@ -647,6 +647,37 @@ mod tests {
     assert_eq!(call(libc::SYS_pidfd_send_signal, &[3, 9]), Allow);
   }
 
+  /// `Below` on real processes, this test process standing for the reaper: a `setsid` shell
+  /// (a group of its own) and its `sleep` are the job's, found by parent links from any
+  /// depth; this process itself, init, and a group holding a process outside are not.
+  #[test]
+  fn below_follows_parent_links_to_the_reaper() {
+    let (mut shell, sleep) = crate::core::supervisor::descendants::tests::shell(
+      "exec setsid sh -c 'sleep 30 & echo $!; wait'",
+    );
+    let me = std::process::id() as i32;
+    let below = Below { reaper: me };
+    let sh = shell.id() as i32;
+    let ok = (
+      below.in_job(sh),
+      below.in_job(sleep),
+      below.in_job(me),
+      below.in_job(1),
+      below.in_job(i32::MAX),
+      below.is_reaper(me),
+      below.is_reaper(sh),
+      below.group_in_job(sh),
+      below.group_in_job(stat(me).unwrap().pgrp),
+    );
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(sleep), nix::sys::signal::SIGKILL);
+    let _ = shell.kill();
+    let _ = shell.wait();
+    assert_eq!(
+      ok,
+      (true, true, false, false, false, true, false, true, false)
+    );
+  }
+
   /// Runs the watch's program as the kernel would, on one call.
   fn run(prog: &[libc::sock_filter], arch: u32, nr: u32, arg0: u32) -> u32 {
     run2(prog, arch, nr, arg0, 0)
