@@ -219,6 +219,30 @@ test('FINN_SANDBOX_LANDLOCK_ABI_MAX caps the landlock ABI reported and used; a b
   }
 })
 
+test('a pool in a job\'s command runs its jobs without the landlock scope (under the outer job\'s watch)', async () => {
+  // Below ABI 6 each command starts under a seccomp watch whose listener is its reaper's, and the
+  // kernel allows one listener on a chain: the inner pool's reapers failed every spawn with
+  // EBUSY. Here the outer pool, capped at 1, runs a Node that makes a pool of its own.
+  const index = resolve(__dirname, '..', 'index.js')
+  const inner = `const { WorkerPool } = require(${JSON.stringify(index)})
+    const p = new WorkerPool()
+    p.exec({ binaryPath: '/bin/echo', args: ['nested'], cwd: '/tmp', env: {} })
+      .then((r) => process.stdout.write(r.stdout + r.stderr), (e) => console.log(e.code, e.message))
+      .finally(() => p.shutdown())`
+  const saved = process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = '1'
+  const pool = new WorkerPool({ interactiveWorkers: 1 })
+  if (saved === undefined) delete process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  else process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = saved
+  try {
+    const env = { PATH: '/usr/bin:/bin', FINN_SANDBOX_LANDLOCK_ABI_MAX: '1' }
+    const r = await pool.exec({ binaryPath: process.execPath, args: ['-e', inner], cwd: '/tmp', env, timeoutMs: 30_000 })
+    expect(r.stdout, r.stderr).toBe('nested\n')
+  } finally {
+    await pool.shutdown()
+  }
+})
+
 // The bwrap backend (mode "bwrap"): the same attacks, run under bubblewrap through the pool and
 // judged from Node. The per-flag suite, also run as nobody, is tests/isolate_bwrap.rs.
 const BWRAP: IsolationOptions = { mode: 'bwrap' }

@@ -207,6 +207,10 @@ fn exec_child(
             fail(errno);
           }
         }
+        // A pool run by a job's command: the outer job's watch is on this process already,
+        // and the kernel allows one listener on a chain (EBUSY). The outer reaper goes on
+        // judging these calls, keeping them inside the outer job.
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
         Err(e) => fail(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EPERM))),
       }
     }
