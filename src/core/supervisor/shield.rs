@@ -501,17 +501,18 @@ mod tests {
 
   /// A job below reaper 10: processes 11 and 12 (12's thread 13), group 11 all theirs; group
   /// 20 mixes a job process with an outside one; 1 and 5 (the supervisor, Node) are outside.
+  /// It also answers yes for 0 and below, which name no process: the judge must not ask.
   struct Table;
 
   impl Family for Table {
     fn in_job(&self, pid: i32) -> bool {
-      matches!(pid, 11..=13)
+      matches!(pid, 11..=13) || pid <= 0
     }
     fn is_reaper(&self, pid: i32) -> bool {
       pid == 10
     }
     fn group_in_job(&self, pgid: i32) -> bool {
-      pgid == 11
+      pgid == 11 || pgid <= 0
     }
   }
 
