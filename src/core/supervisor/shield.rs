@@ -509,7 +509,7 @@ mod tests {
       matches!(pid, 11..=13) || pid <= 0
     }
     fn is_reaper(&self, pid: i32) -> bool {
-      pid == 10
+      pid == 10 || pid <= 0
     }
     fn group_in_job(&self, pgid: i32) -> bool {
       pgid == 11 || pgid <= 0
