@@ -77,8 +77,12 @@ export interface IsolationInfo {
 
 /** Machine facts, probed once and cached. */
 export interface IsolationProbe {
-  /** The landlock ABI version, or false. */
+  /** The landlock ABI version in use (capped by `FINN_SANDBOX_LANDLOCK_ABI_MAX` when set), or false. */
   landlock: number | false
+  /** The kernel's own landlock ABI when `FINN_SANDBOX_LANDLOCK_ABI_MAX` caps `landlock` below it, else false. */
+  landlockKernel: number | false
+  /** Each landlock right of ABI 3 to 6 missing here (truncate, TCP, ioctl on devices, signal and abstract-socket scope): what a job may do without it. */
+  landlockRights: Array<{ name: string; sinceAbi: number; missing: string }>
   seccomp: boolean
   /** User namespaces can be made (without root, the mount, pid and net namespaces are made inside one). */
   userns: boolean
@@ -96,7 +100,9 @@ export interface IsolationDoctor {
   ms: number
 }
 
+/** Throws when `FINN_SANDBOX_LANDLOCK_ABI_MAX` is set to anything but a whole number. */
 export declare function probeIsolation(): IsolationProbe
+/** Throws when `FINN_SANDBOX_LANDLOCK_ABI_MAX` is set to anything but a whole number. */
 export declare function doctor(): IsolationDoctor
 
 /** What a job resolves with. A non-zero exit or a signal is a result, not an error. */

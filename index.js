@@ -677,9 +677,17 @@ module.exports.DisabledExecutor = DisabledExecutor
 module.exports.createExecutor = createExecutor
 
 let probed
-/** Machine facts for isolation, probed once and cached. */
+let probedCap
+/**
+ * Machine facts for isolation, probed once and cached (per value of
+ * FINN_SANDBOX_LANDLOCK_ABI_MAX, which caps the landlock ABI reported and used).
+ */
 function probeIsolation() {
-  if (probed === undefined) probed = Object.freeze(JSON.parse(native.probeIsolationJson()))
+  const cap = process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  if (probed === undefined || probedCap !== cap) {
+    probed = Object.freeze(JSON.parse(native.probeIsolationJson()))
+    probedCap = cap
+  }
   return probed
 }
 /** Per isolation layer: available, why not, what fixes it (answers from the cached probes). */

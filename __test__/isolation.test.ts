@@ -206,6 +206,74 @@ test('the probes run no program found by PATH: a fake `unshare` first on PATH ne
   expect(r).toEqual({ userns: probeIsolation().userns, stdout: 'ok\n' })
 })
 
+test('FINN_SANDBOX_LANDLOCK_ABI_MAX caps the landlock ABI reported and used; a bad value fails naming it', async () => {
+  const kernel = probeIsolation().landlock
+  const saved = process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  try {
+    process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = '3'
+    const p = probeIsolation()
+    const layers = doctor().layers
+    const scope = layers.find((l) => l.name === 'landlock-scope')
+    if (kernel !== false && kernel > 3) {
+      expect({ landlock: p.landlock, kernel: p.landlockKernel }).toEqual({ landlock: 3, kernel })
+      expect(p.landlockRights.map((r) => r.name)).toEqual(['landlock-net', 'landlock-ioctl', 'landlock-scope'])
+      expect(scope?.available).toBe(false)
+      expect(scope?.reason).toContain('FINN_SANDBOX_LANDLOCK_ABI_MAX')
+      // An isolated job's degraded names each right it lacks, and what that means.
+      const pool = new WorkerPool({ interactiveWorkers: 1 })
+      try {
+        const r = await pool.exec({ binaryPath: '/bin/true', args: [], cwd: '/tmp', env: {}, isolation: { mode: 'native' } })
+        const degraded = r.isolation?.degraded.join('\n') ?? ''
+        expect(degraded).toContain('landlock-scope: landlock ABI 3 < 6 (capped by FINN_SANDBOX_LANDLOCK_ABI_MAX')
+        expect(degraded).toContain('landlock-ioctl:')
+      } finally {
+        await pool.shutdown()
+      }
+    }
+    for (const bad of ['six', '-1', '2.5']) {
+      process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = bad
+      expect(() => probeIsolation()).toThrow(/FINN_SANDBOX_LANDLOCK_ABI_MAX/)
+      expect(() => doctor()).toThrow(/FINN_SANDBOX_LANDLOCK_ABI_MAX/)
+      let err: unknown
+      try {
+        new WorkerPool()
+      } catch (e) {
+        err = e
+      }
+      expect(err).toBeInstanceOf(PoolError)
+      expect((err as PoolError).code).toBe('INVALID_SPEC')
+      expect((err as Error).message).toContain('FINN_SANDBOX_LANDLOCK_ABI_MAX')
+    }
+  } finally {
+    if (saved === undefined) delete process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+    else process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = saved
+  }
+})
+
+test('a pool in a job\'s command runs its jobs without the landlock scope (under the outer job\'s watch)', async () => {
+  // Below ABI 6 each command starts under a seccomp watch whose listener is its reaper's, and the
+  // kernel allows one listener on a chain: the inner pool's reapers failed every spawn with
+  // EBUSY. Here the outer pool, capped at 1, runs a Node that makes a pool of its own.
+  const index = resolve(__dirname, '..', 'index.js')
+  const inner = `const { WorkerPool } = require(${JSON.stringify(index)})
+    const p = new WorkerPool()
+    p.exec({ binaryPath: '/bin/echo', args: ['nested'], cwd: '/tmp', env: {} })
+      .then((r) => process.stdout.write(r.stdout + r.stderr), (e) => console.log(e.code, e.message))
+      .finally(() => p.shutdown())`
+  const saved = process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = '1'
+  const pool = new WorkerPool({ interactiveWorkers: 1 })
+  if (saved === undefined) delete process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX
+  else process.env.FINN_SANDBOX_LANDLOCK_ABI_MAX = saved
+  try {
+    const env = { PATH: '/usr/bin:/bin', FINN_SANDBOX_LANDLOCK_ABI_MAX: '1' }
+    const r = await pool.exec({ binaryPath: process.execPath, args: ['-e', inner], cwd: '/tmp', env, timeoutMs: 30_000 })
+    expect(r.stdout, r.stderr).toBe('nested\n')
+  } finally {
+    await pool.shutdown()
+  }
+})
+
 // The bwrap backend (mode "bwrap"): the same attacks, run under bubblewrap through the pool and
 // judged from Node. The per-flag suite, also run as nobody, is tests/isolate_bwrap.rs.
 const BWRAP: IsolationOptions = { mode: 'bwrap' }

@@ -4,18 +4,21 @@
 // state of a Node process. Run as root and as nobody (scripts/ci-unprivileged.sh); where the
 // off run differs by uid (mount and mknod need root), the test asserts what happens for that uid.
 import { spawn, spawnSync } from 'node:child_process'
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, statSync, writeFileSync } from 'node:fs'
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readdirSync, readFileSync, realpathSync, statSync, writeFileSync, writeSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { Worker } from 'node:worker_threads'
 import { afterAll, describe, expect, test } from 'vitest'
 import { type ExecResult, type IsolationOptions, WorkerPool, probeIsolation } from '../index.js'
 
-/** Reapers for jobs without isolation keep their commands in a landlock signal scope (ABI 6). */
-const signalScope = (() => {
-  const abi = probeIsolation().landlock
-  return abi !== false && abi >= 6
-})()
+/**
+ * The landlock ABI in use (FINN_SANDBOX_LANDLOCK_ABI_MAX caps it). Reapers for jobs without
+ * isolation keep their commands in a domain of their own that keeps ptrace access in (Node's
+ * /proc/<pid>/mem among it) from ABI 2, and scopes signals from ABI 6; below 6 the seccomp
+ * guard's watch alone judges signals (core/supervisor/shield.rs).
+ */
+const ABI = probeIsolation().landlock || 0
+const REACH = resolve(__dirname, 'fixtures', 'reach.pl')
 import { ENV, readOr, until } from './helpers.js'
 
 const pool = new WorkerPool({ interactiveWorkers: 2 })
@@ -89,10 +92,13 @@ describe.each([
       unshare: rc('unshare') === 0 && existsSync(join(d.jail, 'unshared')),
     }
     // As nobody, mount and mknod fail without isolation too; an unprivileged user namespace does
-    // not where the host allows it (probeIsolation().userns), and only seccomp stops it.
+    // not where the host allows it (probeIsolation().userns), and only seccomp stops it. Below
+    // ABI 6 (from 2) the reaper's landlock domain that keeps ptrace in handles file access, and
+    // landlock refuses every mount to a process in such a domain.
+    const fenced = ABI >= 2 && ABI < 6
     const expected = stopped
       ? { mount: false, remount: false, mknod: false, unshare: false }
-      : { mount: ROOT, remount: ROOT, mknod: ROOT, unshare: ROOT || probeIsolation().userns }
+      : { mount: ROOT && !fenced, remount: ROOT && !fenced, mknod: ROOT, unshare: ROOT || probeIsolation().userns }
     expect(seen, r.stderr).toEqual(expected)
     if (stopped) expect(r.isolation?.applied).toEqual(expect.arrayContaining(['privileges', 'seccomp']))
   })
@@ -182,9 +188,10 @@ while not os.path.exists('done') and time.time() < deadline:
     const mem = readOr(join(d.jail, 'mem'))
     expect({ mem: mem === '\x7fELF', traced: tracer !== '0' }, `${r.stderr} ${readOr(join(d.jail, 'mem.err'))} ${readOr(join(d.jail, 'ready'))}`).toEqual(
       // ptrace of the Node that owns the pool is refused under "off" too (the reapers' guard,
-      // see above). Its memory through /proc: the reaper's landlock signal scope refuses that
-      // under "off" where the kernel has it (ABI 6); the guard alone does not.
-      { mem: !stopped && !signalScope, traced: false },
+      // see above). Its memory through /proc: the reaper's landlock domain refuses that under
+      // "off" where the kernel has one (ABI 2; ABI 1 has no REFER, without which any domain
+      // would refuse renames across directories); the guard alone does not.
+      { mem: !stopped && ABI < 2, traced: false },
     )
     expect(field(process.pid, 'TracerPid:')).toBe('0')
   })
@@ -352,5 +359,52 @@ open('forked', 'w').write(str(n))
       fsm: !stopped,
       hook: !stopped,
     })
+  })
+
+  test('signals, pidfds, ptrace and memory: nothing outside the job, by any call or target form', async () => {
+    // Another job of this pool and a job of a second pool (loa-finn's ChildProcessExecutor makes
+    // one of its own) wait on FIFOs; the attack runs `reach.pl` (every call that names a process
+    // by a number, SIGKILL for the signals) against every thread of this Node (their ids from
+    // /proc/<pid>/task), its own supervisor, the other job's reaper, and the second pool's
+    // supervisor and reapers. Each must be refused, and each target lives on: without the
+    // landlock scope (ABI < 6) the pid-keyed guard let a SIGKILL to one of Node's thread ids
+    // kill this worker, and one to the second pool's supervisor kill it.
+    const other = new WorkerPool({ interactiveWorkers: 1 })
+    try {
+      const jobs = [pool, other].map((p) => {
+        const d = dirs()
+        spawnSync('mkfifo', [join(d.jail, 'gate')])
+        const job = p.exec({
+          binaryPath: '/bin/sh',
+          args: ['-c', 'echo $PPID > reaper.tmp && mv reaper.tmp reaper; read x < gate; echo done'],
+          cwd: d.jail,
+          env: ENV,
+          isolation,
+        })
+        return { d, job }
+      })
+      await until(() => jobs.every(({ d }) => existsSync(join(d.jail, 'reaper'))), 20_000)
+      const [beside, theirs] = jobs.map(({ d }) => Number(readFileSync(join(d.jail, 'reaper'), 'utf8')))
+      const ppid = (pid: number) => Number(readOr(`/proc/${pid}/stat`).slice(readOr(`/proc/${pid}/stat`).lastIndexOf(')') + 2).split(' ')[1])
+      const [ours, theirSupervisor] = [ppid(beside), ppid(theirs)]
+      const d = dirs()
+      const r = await run(
+        ['/usr/bin/perl', REACH, String(ours), String(beside), String(theirSupervisor), `children:${theirSupervisor}`, `tasks:${process.pid}`],
+        d.jail,
+        isolation,
+      )
+      // Read-write opens never block, reader or not.
+      const gates = jobs.map(({ d }) => openSync(join(d.jail, 'gate'), 'r+'))
+      for (const fd of gates) writeSync(fd, 'go\n')
+      const [first, ...landed] = r.stdout.trim().split('\n')
+      // Both supervisors, two reapers and Node's threads (a Node has more than four).
+      expect(Number(first.replace('targets=', '')), r.stdout + r.stderr).toBeGreaterThanOrEqual(8)
+      expect(landed, r.stderr).toEqual([])
+      for (const { job } of jobs) expect((await job).stdout).toBe('done\n')
+      for (const fd of gates) closeSync(fd)
+      for (const pid of [ours, beside, theirSupervisor]) expect(stateOf(pid)).toMatch(/^[RSD]$/)
+    } finally {
+      await other.shutdown()
+    }
   })
 })

@@ -472,7 +472,7 @@ fn the_report_says_what_applied_and_what_degraded() {
   if probe().cgroup.is_none() {
     assert!(r.degraded.iter().any(|d| d.starts_with("cgroup")), "{r:?}");
   }
-  let d = finn_sandbox::core::isolate::doctor();
+  let d = finn_sandbox::core::isolate::doctor(finn_sandbox::core::isolate::probe());
   assert!(d.ms < 50.0, "doctor from cached probes: {} ms", d.ms);
   assert!(
     d.layers.iter().all(|l| l.available || l.reason.is_some()),

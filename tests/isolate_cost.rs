@@ -161,7 +161,7 @@ fn cost_per_layer() {
     );
   }
   let t = Instant::now();
-  let d = finn_sandbox::core::isolate::doctor();
+  let d = finn_sandbox::core::isolate::doctor(finn_sandbox::core::isolate::probe());
   println!(
     "doctor(): {:.3} ms (cached probes; reported {:.3} ms)",
     t.elapsed().as_secs_f64() * 1e3,

@@ -494,7 +494,7 @@ fn a_run_with_fewer_checked_fds_than_writable_roots_starts_nothing() {
   }
   .encode();
   let sup = Supervisor::new(env!("CARGO_BIN_EXE_finn-supervisor").into());
-  let mut reaper = sup.checkout(false).unwrap();
+  let mut reaper = sup.checkout(0).unwrap();
   reaper.conn.send(&run, &fds).unwrap();
   drop((out_w, err_w));
   // The reaper exits: its socket ends without a report (a `Spawned` would mean it ran).

@@ -625,7 +625,7 @@ fn checked_in_reaper(sup: &Arc<Supervisor>) -> (i32, supervisor::client::Reaper)
       .trim()
       .parse()
       .unwrap();
-    let reaper = sup.checkout(true).unwrap();
+    let reaper = sup.checkout(u8::MAX).unwrap();
     if reaper.pid == pid {
       return (pid, reaper);
     }
@@ -968,6 +968,23 @@ fn scoped() -> bool {
   ok
 }
 
+/// The landlock ABI caps to run a test under (`FINN_SANDBOX_LANDLOCK_ABI_MAX`): the kernel's
+/// where it has the signal scope, then 5 (a domain that only keeps ptrace in: the guard's watch
+/// alone judges signals) and 1 (no domain at all: the watch alone).
+fn abi_caps() -> Vec<Option<i32>> {
+  let mut caps = vec![Some(5), Some(1)];
+  if scoped() {
+    caps.insert(0, None);
+  }
+  caps
+}
+
+/// The landlock ABI in use under `cap`.
+fn abi_under(cap: Option<i32>) -> i32 {
+  let kernel = finn_sandbox::core::isolate::probe().landlock.unwrap_or(0);
+  cap.map_or(kernel, |c| c.min(kernel))
+}
+
 fn shielded() -> bool {
   let ok = finn_sandbox::core::isolate::probe().seccomp;
   if !ok {
@@ -1243,10 +1260,16 @@ fn a_filled_process_limit_fails_only_the_job_that_needs_a_new_reaper() {
 /// job's output; before the guard's limit rule, the lowered RLIMIT_NOFILE alone crashed it.
 #[test]
 fn a_command_cannot_reach_another_job_beside_it() {
-  if direct() || !scoped() {
+  if direct() || !shielded() {
     return;
   }
-  let sup = Arc::new(supervisor());
+  for cap in abi_caps() {
+    beside_another_job(cap);
+  }
+}
+
+fn beside_another_job(cap: Option<i32>) {
+  let sup = Arc::new(supervisor().with_landlock_abi_max(cap));
   let (dir, gate) = fifo();
   let t = token();
   let (_, victim) = run_on_thread(
@@ -1287,57 +1310,139 @@ fn a_command_cannot_reach_another_job_beside_it() {
   let _open = open_fifo(&gate);
   let victim = victim.join().unwrap().unwrap();
   drop(dir);
+  // Without REFER (ABI 1) no landlock domain can be made for a job without isolation, and
+  // `/proc/<pid>/fd` of another process of the same uid opens as the kernel's DAC allows.
+  let forge = if abi_under(cap) >= 2 { 1 } else { 0 };
   assert_eq!(
     attack.stdout,
-    format!("found={shell},{reaper}\nreaper=1\nstop=1\nlimit=1\nown=0\ntrace=1\nforge=1\n"),
-    "{}",
+    format!("found={shell},{reaper}\nreaper=1\nstop=1\nlimit=1\nown=0\ntrace=1\nforge={forge}\n"),
+    "cap {cap:?}: {}",
     attack.stderr
   );
+  let forged = if forge == 0 { "FORGED\n" } else { "" };
   assert_eq!(
     (victim.exit_code(), victim.stdout.as_str()),
-    (0, "own output\n"),
+    (0, format!("{forged}own output\n").as_str()),
     "{}",
     victim.stderr
   );
   assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
 }
 
-/// Two pools in one Node (loa-finn's `ChildProcessExecutor` makes a pool of its own): a
-/// command of one supervisor's job SIGKILLs the other supervisor and its reapers, whose job
-/// has a `setsid` child. The first supervisor's guard only names itself and Node; the signal
-/// scope refuses every process outside the command's own reaper. Before, the other job's
-/// `setsid` child outlived everything, reparented to init.
+/// `__test__/fixtures/reach.pl`: tries every call that signals, traces or reads a process by
+/// its number (kill by pid, tid and group, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo,
+/// pidfd_open, pidfd_send_signal, pidfd_getfd, ptrace, process_vm_readv, kill -1) against its
+/// targets, and prints each one that was not refused.
+fn reach_pl() -> String {
+  format!("{}/__test__/fixtures/reach.pl", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Two pools in one Node (loa-finn's `ChildProcessExecutor` makes a pool of its own), each
+/// with a job running: a command of the first pool's second job SIGKILLs, by every call and
+/// target form of `reach.pl`, every thread of the host (this test process stands for Node),
+/// its own supervisor, the first job's reaper, and the other pool's supervisor and reapers.
+/// With the landlock signal scope (ABI 6) and without it (a kernel before 6.12, or
+/// `FINN_SANDBOX_LANDLOCK_ABI_MAX` below 6), where the seccomp guard stands alone. Before, the
+/// other pool's `setsid` child outlived everything, reparented to init; without the scope a
+/// SIGKILL to one of the host's threads by its tid killed the host.
 #[test]
-fn a_command_cannot_kill_another_pools_supervisor() {
-  if direct() || !scoped() {
+fn a_command_reaches_no_process_outside_its_job() {
+  if direct() || !shielded() {
     return;
   }
-  let ours = Arc::new(supervisor());
-  let theirs = Arc::new(supervisor());
-  let t = token();
-  let (_dir, gate) = fifo();
-  let (_, victim) = run_on_thread(
-    &theirs,
-    sh(&format!(
-      "setsid sleep {t} & read x < {}; echo done",
-      gate.display()
-    )),
-    limits(10_000, 100),
-  );
-  wait_for_sleeper(&t);
-  let other = theirs.pid().expect("the other supervisor runs");
-  // The other supervisor and its reaper at least: the count shows the attack had its targets.
-  let script = format!(
-    "T=\"$(cat /proc/{other}/task/*/children) {other}\"; echo targets=$(echo $T | wc -w); \
-     for p in $T; do kill -9 $p 2>/dev/null; echo $?; done | sort -u"
-  );
-  let attack = run(&ours, sh(&script), limits(5000, 100)).unwrap();
-  let _open = open_fifo(&gate);
-  let victim = victim.join().unwrap().unwrap();
-  assert_eq!(attack.stdout, "targets=2\n1\n", "{}", attack.stderr);
-  assert_eq!((victim.exit_code(), victim.stdout.as_str()), (0, "done\n"));
-  assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
-  assert_eq!(theirs.pid(), Some(other));
+  for cap in abi_caps() {
+    let ours = Arc::new(supervisor().with_landlock_abi_max(cap));
+    let theirs = Arc::new(supervisor().with_landlock_abi_max(cap));
+    let t = token();
+    let gates = [fifo(), fifo()];
+    let victim = |sup: &Arc<Supervisor>, gate: &std::path::Path| {
+      run_on_thread(
+        sup,
+        sh(&format!(
+          "setsid sleep {t} & read x < {}; echo done",
+          gate.display()
+        )),
+        limits(20_000, 100),
+      )
+      .1
+    };
+    let (beside, other) = (victim(&ours, &gates[0].1), victim(&theirs, &gates[1].1));
+    wait_for_holders(&t, 4);
+    let other_pid = theirs.pid().expect("the other supervisor runs");
+    let our_pid = ours.pid().expect("our supervisor runs");
+    // Our reapers but the attack's own (its commands may signal their own reaper), the other
+    // pool's supervisor and reapers, and the host's threads, last: a SIGKILL that lands there
+    // ends this test process.
+    let script = format!(
+      "R=$(for r in $(cat /proc/{our_pid}/task/*/children); do [ $r != $PPID ] && echo $r; done); \
+       exec perl {pl} {our_pid} $R {other_pid} children:{other_pid} tasks:{me}",
+      pl = reach_pl(),
+      me = std::process::id(),
+    );
+    let attack = run(&ours, sh(&script), limits(10_000, 100)).unwrap();
+    let _open = gates.each_ref().map(|(_, gate)| open_fifo(gate));
+    let (beside, other) = (beside.join().unwrap(), other.join().unwrap());
+    // Both supervisors, a reaper beside the attack's, the other pool's reaper, and the host's
+    // threads (the test harness runs at least two).
+    let count: usize = attack
+      .stdout
+      .lines()
+      .next()
+      .and_then(|l| l.strip_prefix("targets="))
+      .and_then(|n| n.parse().ok())
+      .unwrap_or(0);
+    assert!(
+      count >= 6,
+      "cap {cap:?}: {}{}",
+      attack.stdout,
+      attack.stderr
+    );
+    assert_eq!(
+      attack.stdout.lines().skip(1).collect::<Vec<_>>(),
+      Vec::<&str>::new(),
+      "cap {cap:?}: {}",
+      attack.stderr
+    );
+    for done in [beside, other] {
+      let done = done.unwrap();
+      assert_eq!((done.exit_code(), done.stdout.as_str()), (0, "done\n"));
+    }
+    assert!(survivors_after(&t, Duration::from_secs(5)).is_empty());
+    assert_eq!(theirs.pid(), Some(other_pid));
+    assert_eq!(ours.pid(), Some(our_pid));
+  }
+}
+
+/// The landlock domain a reaper puts a job without isolation in (the signal scope, or below
+/// ABI 6 one that keeps ptrace in) changes nothing the job does to files: a rename and a hard
+/// link across directories (which any domain refuses unless it grants REFER) and a job's own
+/// signals (`kill` of its child, `kill 0`, its own group) and renice of its child.
+#[test]
+fn a_job_without_isolation_renames_links_and_signals_its_own_under_every_cap() {
+  if direct() {
+    return;
+  }
+  for cap in abi_caps() {
+    let sup = Arc::new(supervisor().with_landlock_abi_max(cap));
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display();
+    let script = format!(
+      "mkdir {d}/a {d}/b && echo x > {d}/a/f && mv {d}/a/f {d}/b/f && ln {d}/b/f {d}/a/g && echo files; \
+       sleep 30 & kill $! && wait $!; echo child=$?; \
+       sleep 30 & renice -n 5 -p $! >/dev/null && echo nice; perl -e 'kill \"KILL\", -getpgrp'; echo after"
+    );
+    let done = run(&sup, sh(&script), limits(10_000, 100)).unwrap();
+    assert_eq!(
+      done.stdout, "files\nchild=143\nnice\n",
+      "cap {cap:?}: {}",
+      done.stderr
+    );
+    assert_eq!(
+      done.exit_code(),
+      137,
+      "cap {cap:?}: killed by its own group's SIGKILL"
+    );
+  }
 }
 
 /// A cgroup v1 pids group made by a test: its processes go back to the root group and it is
@@ -1390,10 +1495,7 @@ fn taking_or_returning_an_idle_reaper_never_waits_for_a_request_in_flight() {
     std::thread::spawn(move || {
       // SAFETY: gettid has no preconditions.
       tid_tx.send(unsafe { libc::gettid() }).unwrap();
-      sup
-        .checkout(false)
-        .map(|r| r.pid)
-        .map_err(|e| format!("{e:?}"))
+      sup.checkout(0).map(|r| r.pid).map_err(|e| format!("{e:?}"))
     })
   };
   // Until it waits in `ppoll` for the answer.
@@ -1412,7 +1514,7 @@ fn taking_or_returning_an_idle_reaper_never_waits_for_a_request_in_flight() {
     std::thread::spawn(move || {
       sup.checkin(idle);
       done_tx
-        .send(sup.checkout_idle(true).map(|r| r.pid))
+        .send(sup.checkout_idle(u8::MAX).map(|r| r.pid))
         .unwrap();
     });
   }

@@ -52,9 +52,9 @@ pub fn probe_isolation_in_background() {
 
 /// Machine facts (cached after the first call), as JSON: `index.js`'s `probeIsolation()`.
 #[napi]
-pub fn probe_isolation_json() -> String {
-  let p = isolate::probe();
-  serde_json::json!({
+pub fn probe_isolation_json() -> napi::Result<String> {
+  let p = capped_probe()?;
+  Ok(serde_json::json!({
     "landlock": p.landlock.map_or(serde_json::Value::Bool(false), Into::into),
     "seccomp": p.seccomp,
     "userns": p.userns,
@@ -62,14 +62,31 @@ pub fn probe_isolation_json() -> String {
     "bwrap": p.bwrap.as_ref().map_or(serde_json::Value::Bool(false), |b| b.to_string_lossy().into()),
     "sysAdmin": p.sys_admin,
     "uid": p.uid,
+    "landlockKernel": p.landlock_kernel.map_or(serde_json::Value::Bool(false), Into::into),
+    "landlockRights": missing_rights(&p),
   })
-  .to_string()
+  .to_string())
+}
+
+/// The probe with `FINN_SANDBOX_LANDLOCK_ABI_MAX` applied; a bad value is an error naming it.
+fn capped_probe() -> napi::Result<isolate::Probe> {
+  let max = isolate::landlock_abi_max().map_err(napi::Error::from_reason)?;
+  Ok(isolate::probe().capped(max))
+}
+
+/// Per landlock right of ABI 3 to 6 this host (or the cap) lacks: what its absence means.
+fn missing_rights(p: &isolate::Probe) -> serde_json::Value {
+  isolate::LANDLOCK_RIGHTS
+    .iter()
+    .filter(|r| p.landlock.is_none_or(|abi| abi < r.abi))
+    .map(|r| serde_json::json!({"name": r.layer, "sinceAbi": r.abi, "missing": r.missing(p)}))
+    .collect()
 }
 
 /// Per layer: available, why not, what fixes it, as JSON: `index.js`'s `doctor()`.
 #[napi]
-pub fn doctor_json() -> String {
-  let d = isolate::doctor();
+pub fn doctor_json() -> napi::Result<String> {
+  let d = isolate::doctor(&capped_probe()?);
   let layers: Vec<serde_json::Value> = d
     .layers
     .iter()
@@ -84,5 +101,5 @@ pub fn doctor_json() -> String {
       o
     })
     .collect();
-  serde_json::json!({"backend": d.backend, "layers": layers, "ms": d.ms}).to_string()
+  Ok(serde_json::json!({"backend": d.backend, "layers": layers, "ms": d.ms}).to_string())
 }

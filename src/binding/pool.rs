@@ -337,6 +337,8 @@ impl NativeWorkerPool {
   ) -> napi::Result<Self> {
     let mut config = config_from_js(config).map_err(|e| pool_error(env, &e))?;
     config.supervisor = supervisor_path(supervisor).map_err(|e| pool_error(env, &e))?;
+    config.landlock_abi_max = crate::core::isolate::landlock_abi_max()
+      .map_err(|e| pool_error(env, &PoolError::InvalidSpec(e)))?;
     let runtime = jobs_runtime().map_err(|e| {
       let message = format!("could not start the job runtime: {e}");
       coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)

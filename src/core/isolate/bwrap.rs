@@ -791,6 +791,7 @@ mod tests {
   fn host(landlock: bool, seccomp: bool, bwrap: bool, userns: bool, root: bool) -> Probe {
     Probe {
       landlock: landlock.then_some(7),
+      landlock_kernel: None,
       seccomp,
       userns,
       userns_reason: (!userns).then(|| "user.max_user_namespaces is 0".into()),

@@ -44,6 +44,9 @@ pub struct FsRules<'a> {
   pub writable_fds: &'a [Arc<OwnedFd>],
   pub deny_network: bool,
   pub deny_unix: bool,
+  /// The ABI the ruleset may use (the plan's `landlock_abi`): rights and scopes of later ABIs
+  /// are left out, as on a kernel of that ABI.
+  pub abi: i32,
 }
 
 /// The only device files a job may open (`/dev` is cut out of every read root above it):
@@ -111,6 +114,7 @@ pub fn build(rules: &FsRules) -> Result<Arc<OwnedFd>, LandlockError> {
       .collect(),
     deny_network: rules.deny_network,
     deny_unix: rules.deny_unix,
+    abi: rules.abi,
     trees: trees.clone(),
   };
   let mut cache = CACHE.lock().unwrap_or_else(|e| e.into_inner());
@@ -148,6 +152,7 @@ struct CacheKey {
   writable_objects: Vec<Option<(u64, u64)>>,
   deny_network: bool,
   deny_unix: bool,
+  abi: i32,
   /// The denied paths as they resolve now (existence, symlinks, our own permissions).
   trees: Vec<DenyTree>,
 }
@@ -225,23 +230,54 @@ pub fn scope_signals() -> Result<bool, LandlockError> {
   Ok(status.ruleset != landlock::RulesetStatus::NotEnforced)
 }
 
+/// Puts the calling process, and every process it starts, in a landlock domain of its own
+/// that handles only making block devices and REFER, REFER granted beneath `/`: nothing a job
+/// without isolation does changes (renames and links across directories included), but the
+/// domain keeps ptrace access in, which every kernel with landlock checks: its processes can
+/// neither trace, nor read the memory, `/proc/<pid>/fd`, `environ` or `mem` of, nor take fds
+/// from (`pidfd_getfd`) a process outside it. For kernels without the signal scope. `Ok(false)`
+/// where the kernel lacks REFER (ABI 1: any domain there refuses renames across directories).
+pub fn fence_tracing() -> Result<bool, LandlockError> {
+  use landlock::{CompatLevel, Compatible, PathFd, RulesetStatus};
+  let created = Ruleset::default()
+    .set_compatibility(CompatLevel::HardRequirement)
+    .handle_access(AccessFs::MakeBlock | AccessFs::Refer);
+  let Ok(created) = created.and_then(|r| r.create()) else {
+    return Ok(false);
+  };
+  let root = PathFd::new("/").map_err(|e| LandlockError::List {
+    path: "/".into(),
+    source: std::io::Error::other(e.to_string()),
+  })?;
+  let status = created
+    .add_rule(PathBeneath::new(root, AccessFs::Refer))?
+    .no_new_privs(false)
+    .restrict_self()?;
+  Ok(status.ruleset == RulesetStatus::FullyEnforced)
+}
+
 fn build_now(
   rules: &FsRules,
   trees: &[DenyTree],
   stamps: &mut Vec<Stamp>,
 ) -> Result<OwnedFd, LandlockError> {
-  let mut ruleset = Ruleset::default().handle_access(AccessFs::from_all(ABI_TARGET))?;
-  if rules.deny_network {
-    ruleset = ruleset.handle_access(AccessNet::from_all(ABI_TARGET))?;
+  let abi = ABI::from(rules.abi);
+  let handled = AccessFs::from_all(abi);
+  let mut ruleset = Ruleset::default().handle_access(handled)?;
+  if rules.deny_network && rules.abi >= 4 {
+    ruleset = ruleset.handle_access(AccessNet::from_all(abi))?;
   }
   // Signals to processes outside the sandbox (Node, the supervisor) are always refused;
   // abstract Unix sockets only when Unix sockets are denied.
-  let scopes = if rules.deny_unix {
-    Scope::from_all(ABI_TARGET)
-  } else {
-    Scope::Signal.into()
-  };
-  let mut created = ruleset.scope(scopes)?.create()?;
+  if rules.abi >= 6 {
+    let scopes = if rules.deny_unix {
+      Scope::from_all(abi)
+    } else {
+      Scope::Signal.into()
+    };
+    ruleset = ruleset.scope(scopes)?;
+  }
+  let mut created = ruleset.create()?;
 
   let mut grants: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
   // Grants inside a listed directory are covered by its stamp.
@@ -267,7 +303,7 @@ fn build_now(
     for fd in rules.writable_fds {
       created = created.add_rule(PathBeneath::new(
         fd.as_ref(),
-        write_access() | AccessFs::ResolveUnix,
+        (write_access() | AccessFs::ResolveUnix) & handled,
       ))?;
     }
   } else {
@@ -302,6 +338,11 @@ fn build_now(
       });
     }
     let Some(fd) = fd else { continue };
+    // A right the ABI in use lacks is not handled, so not granted either.
+    let access = access & handled;
+    if access.is_empty() {
+      continue;
+    }
     created = created.add_rule(PathBeneath::new(fd, access))?;
   }
   let fd: Option<OwnedFd> = created.into();
@@ -503,6 +544,7 @@ mod tests {
       writable_fds: &[],
       deny_network: true,
       deny_unix: true,
+      abi: 7,
     };
     let first = build(&rules).unwrap();
     assert!(Arc::ptr_eq(&first, &build(&rules).unwrap()), "kept");

@@ -21,12 +21,15 @@ pub use bwrap::{
 };
 pub use cgroup::CgroupEvents;
 pub use error::IsolationError;
-pub use landlock::scope_signals;
+pub use landlock::{fence_tracing, scope_signals};
 pub use options::{
   Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,
   OptionsError, Readable, default_deny_read,
 };
 pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
-pub use probe::{CgroupKind, Doctor, LayerReport, Probe, doctor, probe};
+pub use probe::{
+  CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
+  landlock_abi_max, probe,
+};
 pub use seccomp::guard_helpers;

@@ -119,12 +119,21 @@ pub struct Plan {
   /// The command's working directory as the check saw it (from `checked.cwd`).
   #[serde(default)]
   pub cwd: Option<PathBuf>,
+  /// The landlock ABI the ruleset may use: the kernel's, or less where
+  /// `FINN_SANDBOX_LANDLOCK_ABI_MAX` caps it (rights and scopes of later ABIs are left out).
+  #[serde(default)]
+  pub landlock_abi: i32,
   /// Not serialized: sent as fds beside the plan.
   #[serde(skip)]
   pub checked: Checked,
 }
 
 impl Plan {
+  /// The job's own landlock ruleset scopes its signals (native backend, ABI 6 in use).
+  pub fn scopes_signals(&self) -> bool {
+    self.layers.landlock && self.landlock_abi >= 6 && self.bwrap.is_none()
+  }
+
   /// What `prepare` applies for this plan, and what is degraded, for `ExecResult.isolation`.
   pub fn report(&self) -> IsolationReport {
     let l = self.layers;
@@ -217,6 +226,7 @@ impl Plan {
         cap_last_cap: probe.cap_last_cap,
         bwrap: None,
         cwd: cwd_real,
+        landlock_abi: probe.landlock.unwrap_or(0),
         checked,
       };
       return super::bwrap::plan(opts, probe, bwrap, base).map(Some);
@@ -241,21 +251,20 @@ impl Plan {
       ..Layers::default()
     };
     if !layers.landlock {
-      degraded.push("landlock: not in the kernel's active LSMs".to_string());
+      degraded.push(match probe.landlock_kernel {
+        Some(k) => format!("landlock: capped to 0 by the environment (the kernel has ABI {k})"),
+        None => "landlock: not in the kernel's active LSMs".to_string(),
+      });
       if strict {
         missing_required.push("landlock".to_string());
       }
     } else {
-      let abi = probe.landlock.unwrap_or(0);
-      if deny_network && abi < 4 {
-        degraded.push(format!(
-          "landlock-net: ABI {abi} < 4 (seccomp still refuses non-Unix sockets)"
-        ));
-      }
-      if abi < 6 {
-        degraded.push(format!(
-          "landlock-scope: ABI {abi} < 6, signals to the parent not scoped"
-        ));
+      for right in super::probe::LANDLOCK_RIGHTS {
+        // TCP rules matter only where the network is denied.
+        let relevant = right.abi != 4 || deny_network;
+        if relevant && probe.landlock.is_some_and(|abi| abi < right.abi) {
+          degraded.push(format!("{}: {}", right.layer, right.missing(probe)));
+        }
       }
     }
     if !layers.seccomp {
@@ -358,6 +367,7 @@ impl Plan {
       cap_last_cap: probe.cap_last_cap,
       bwrap: None,
       cwd: cwd_real,
+      landlock_abi: probe.landlock.unwrap_or(0),
       checked,
     }))
   }
@@ -372,6 +382,7 @@ mod tests {
   fn host(root: bool) -> Probe {
     Probe {
       landlock: Some(7),
+      landlock_kernel: None,
       seccomp: true,
       userns: false,
       userns_reason: Some("user.max_user_namespaces is 0".into()),
@@ -395,6 +406,34 @@ mod tests {
         .unwrap()
         .is_none()
     );
+  }
+
+  #[test]
+  fn a_capped_abi_is_the_plans_and_each_missing_right_is_degraded() {
+    let resolve = |probe: &Probe, network: &str| {
+      Plan::resolve(
+        &opts(json!({"mode": "auto", "network": network})),
+        Path::new("/tmp"),
+        probe,
+      )
+      .unwrap()
+      .unwrap()
+    };
+    let p = resolve(&host(true).capped(Some(3)), "deny");
+    assert_eq!(p.landlock_abi, 3);
+    let named = |p: &Plan, layer: &str| p.degraded.iter().any(|d| d.starts_with(layer));
+    for layer in ["landlock-net:", "landlock-ioctl:", "landlock-scope:"] {
+      assert!(named(&p, layer), "{layer} {:?}", p.degraded);
+    }
+    assert!(!named(&p, "landlock-truncate:"), "{:?}", p.degraded);
+    // TCP rules only matter where the network is denied.
+    assert!(!named(
+      &resolve(&host(true).capped(Some(3)), "allow"),
+      "landlock-net:"
+    ));
+    let full = resolve(&host(true), "deny");
+    assert_eq!(full.landlock_abi, 7);
+    assert!(!full.degraded.iter().any(|d| d.starts_with("landlock")));
   }
 
   #[test]

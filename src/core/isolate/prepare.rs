@@ -158,6 +158,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       writable_fds: &plan.checked.writable,
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
+      abi: plan.landlock_abi,
     })
     .map_err(|e| IsolationError::prepare("landlock", e))?;
     Some(fd)

@@ -7,8 +7,10 @@ use std::sync::OnceLock;
 /// What this host allows, as seen by this process (uid and capabilities included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
-  /// Landlock ABI version, `None` when the LSM is absent or disabled.
+  /// Landlock ABI version in use, `None` when the LSM is absent or disabled (or capped to 0).
   pub landlock: Option<i32>,
+  /// The kernel's own ABI when [`LANDLOCK_ABI_MAX_VAR`] caps `landlock` below it.
+  pub landlock_kernel: Option<i32>,
   /// seccomp filter mode available.
   pub seccomp: bool,
   /// User namespaces can be made here, with a mount namespace inside: without CAP_SYS_ADMIN,
@@ -44,6 +46,53 @@ impl CgroupKind {
 /// The parent of our per-job groups under each v1 controller.
 pub const CGROUP_PARENT: &str = "finn-sandbox";
 
+/// Caps the landlock ABI the addon uses (`1`, `3`, `4`, `5`, ...): the layers then run as on a
+/// kernel of that ABI, so a test suite on a new kernel shows what holds on an older one (no
+/// signal scope below 6). Read when a pool starts and by `probeIsolation()` and `doctor()`.
+pub const LANDLOCK_ABI_MAX_VAR: &str = "FINN_SANDBOX_LANDLOCK_ABI_MAX";
+
+/// The cap set by [`LANDLOCK_ABI_MAX_VAR`] (`None`: unset or empty). A value that is not a whole
+/// number fails: a cap that silently does nothing would hide the very layers a run means to
+/// leave out.
+pub fn landlock_abi_max() -> Result<Option<i32>, String> {
+  let Some(raw) = std::env::var_os(LANDLOCK_ABI_MAX_VAR) else {
+    return Ok(None);
+  };
+  parse_abi_max(&raw.to_string_lossy())
+}
+
+fn parse_abi_max(raw: &str) -> Result<Option<i32>, String> {
+  if raw.is_empty() {
+    return Ok(None);
+  }
+  match raw.parse::<u16>() {
+    Ok(n) => Ok(Some(i32::from(n))),
+    Err(_) => Err(format!(
+      "{LANDLOCK_ABI_MAX_VAR} must be a landlock ABI version, a whole number from 0 (no landlock) \
+       up, not {raw:?}"
+    )),
+  }
+}
+
+impl Probe {
+  /// This probe with the landlock ABI capped at `max` (0: no landlock at all).
+  pub fn capped(&self, max: Option<i32>) -> Probe {
+    let mut p = self.clone();
+    if let Some(max) = max
+      && p.landlock.is_some_and(|abi| abi > max)
+    {
+      p.landlock_kernel = p.landlock;
+      p.landlock = (max > 0).then_some(max);
+    }
+    p
+  }
+
+  /// Whether landlock can scope signals here (ABI 6).
+  pub fn signal_scope(&self) -> bool {
+    self.landlock.is_some_and(|abi| abi >= 6)
+  }
+}
+
 /// The cached probe.
 pub fn probe() -> &'static Probe {
   static PROBE: OnceLock<Probe> = OnceLock::new();
@@ -58,6 +107,7 @@ fn probe_now() -> Probe {
   let userns_reason = userns_available().err();
   Probe {
     landlock: landlock_abi(),
+    landlock_kernel: None,
     seccomp: seccomp_available(),
     userns: userns_reason.is_none(),
     userns_reason,
@@ -188,6 +238,65 @@ pub(crate) fn system_binary(name: &str) -> Option<PathBuf> {
     })
 }
 
+/// A landlock right that later kernels add, and what its absence means for a job: `doctor()`
+/// lists each, and an isolated job's `degraded` names the ones it lacks.
+pub struct LandlockRight {
+  pub layer: &'static str,
+  /// The first ABI with it.
+  pub abi: i32,
+  /// What a job may do without it, and what still holds.
+  pub meaning: &'static str,
+  pub remedy: &'static str,
+}
+
+impl LandlockRight {
+  /// The reason `doctor()` and `degraded` give, with the ABI in use (`None`: no landlock).
+  pub fn missing(&self, p: &Probe) -> String {
+    let abi = p
+      .landlock
+      .map_or_else(|| "none".to_string(), |a| a.to_string());
+    let capped = p.landlock_kernel.map_or_else(String::new, |k| {
+      format!(" (capped by {LANDLOCK_ABI_MAX_VAR}; the kernel has {k})")
+    });
+    format!(
+      "landlock ABI {abi} < {}{capped}: {}",
+      self.abi, self.meaning
+    )
+  }
+}
+
+/// The rights of ABI 3 to 6, oldest first.
+pub const LANDLOCK_RIGHTS: [LandlockRight; 4] = [
+  LandlockRight {
+    layer: "landlock-truncate",
+    abi: 3,
+    meaning: "truncate(2) and O_TRUNC are not checked: a job can empty a file of its user's \
+              outside the writable roots, unless the mount namespace made it read-only",
+    remedy: "kernel 6.2 or later",
+  },
+  LandlockRight {
+    layer: "landlock-net",
+    abi: 4,
+    meaning: "no TCP rules: with network denied, seccomp still refuses every non-Unix socket",
+    remedy: "kernel 6.7 or later",
+  },
+  LandlockRight {
+    layer: "landlock-ioctl",
+    abi: 5,
+    meaning: "ioctl on device files is not checked: a job reaches only /dev/null, zero, full, \
+              random, urandom and tty, and has no controlling terminal",
+    remedy: "kernel 6.10 or later",
+  },
+  LandlockRight {
+    layer: "landlock-scope",
+    abi: 6,
+    meaning: "no signal or abstract-socket scope: the seccomp guard alone keeps signals, \
+              pidfds, ptrace and process memory inside the job (each call is judged by the job's \
+              reaper); with Unix sockets denied, seccomp refuses abstract ones too",
+    remedy: "kernel 6.12 or later",
+  },
+];
+
 /// One layer as `doctor()` reports it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LayerReport {
@@ -205,9 +314,8 @@ pub struct Doctor {
 }
 
 /// For people: each layer, whether it applies here, why not, and what fixes it. Cached probes.
-pub fn doctor() -> Doctor {
+pub fn doctor(p: &Probe) -> Doctor {
   let t0 = std::time::Instant::now();
-  let p = probe();
   let mut layers = Vec::new();
   let mut add = |name, available: bool, reason: Option<String>, remedy: Option<&str>| {
     layers.push(LayerReport {
@@ -235,31 +343,24 @@ pub fn doctor() -> Doctor {
   add(
     "landlock",
     p.landlock.is_some(),
-    Some(
-      "landlock is not in the kernel's active LSM list (or the kernel is older than 5.13)".into(),
-    ),
+    Some(match p.landlock_kernel {
+      Some(k) => format!("capped to 0 by {LANDLOCK_ABI_MAX_VAR} (the kernel has ABI {k})"),
+      None => {
+        "landlock is not in the kernel's active LSM list (or the kernel is older than 5.13)".into()
+      }
+    }),
     Some(
       "boot with `lsm=landlock,...` (CONFIG_SECURITY_LANDLOCK=y), kernel 6.7+ for network rules, 6.12+ for scopes",
     ),
   );
-  add(
-    "landlock-net",
-    p.landlock.is_some_and(|a| a >= 4),
-    Some(format!(
-      "landlock ABI {:?} < 4 has no TCP rules",
-      p.landlock
-    )),
-    Some("kernel 6.7 or later"),
-  );
-  add(
-    "landlock-scope",
-    p.landlock.is_some_and(|a| a >= 6),
-    Some(format!(
-      "landlock ABI {:?} < 6 cannot scope signals and abstract sockets",
-      p.landlock
-    )),
-    Some("kernel 6.12 or later"),
-  );
+  for right in LANDLOCK_RIGHTS {
+    add(
+      right.layer,
+      p.landlock.is_some_and(|a| a >= right.abi),
+      Some(right.missing(p)),
+      Some(right.remedy),
+    );
+  }
   add(
     "seccomp",
     p.seccomp,
@@ -288,5 +389,77 @@ pub fn doctor() -> Doctor {
     backend: super::bwrap::auto_backend(p),
     layers,
     ms: t0.elapsed().as_secs_f64() * 1e3,
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn the_abi_cap_is_a_whole_number_or_unset() {
+    assert_eq!(parse_abi_max(""), Ok(None));
+    assert_eq!(parse_abi_max("0"), Ok(Some(0)));
+    assert_eq!(parse_abi_max("5"), Ok(Some(5)));
+    for bad in ["x", "-1", "1.5", " 3", "99999999"] {
+      let e = parse_abi_max(bad).unwrap_err();
+      assert!(e.contains(LANDLOCK_ABI_MAX_VAR), "{e}");
+    }
+  }
+
+  fn host(abi: Option<i32>) -> Probe {
+    Probe {
+      landlock: abi,
+      landlock_kernel: None,
+      seccomp: true,
+      userns: false,
+      userns_reason: None,
+      sys_admin: false,
+      cgroup: None,
+      cgroup_reason: None,
+      bwrap: None,
+      uid: 1000,
+      cap_last_cap: 40,
+    }
+  }
+
+  #[test]
+  fn a_cap_lowers_the_abi_in_use_and_names_the_kernels() {
+    let p = host(Some(7)).capped(Some(5));
+    assert_eq!((p.landlock, p.landlock_kernel), (Some(5), Some(7)));
+    assert!(!p.signal_scope());
+    // A cap at or above the kernel's changes nothing.
+    assert_eq!(host(Some(7)).capped(Some(7)), host(Some(7)));
+    assert_eq!(host(Some(7)).capped(None), host(Some(7)));
+    assert!(host(Some(6)).signal_scope());
+    // 0 leaves landlock out; no landlock stays none.
+    let off = host(Some(7)).capped(Some(0));
+    assert_eq!((off.landlock, off.landlock_kernel), (None, Some(7)));
+    assert_eq!(host(None).capped(Some(3)), host(None));
+    let why = LANDLOCK_RIGHTS[3].missing(&p);
+    assert!(why.starts_with("landlock ABI 5 < 6 (capped by"), "{why}");
+    assert!(why.contains("the kernel has 7"), "{why}");
+  }
+
+  #[test]
+  fn doctor_names_each_missing_right_with_what_it_means() {
+    let d = doctor(&host(Some(7)).capped(Some(2)));
+    for name in [
+      "landlock-truncate",
+      "landlock-net",
+      "landlock-ioctl",
+      "landlock-scope",
+    ] {
+      let l = d.layers.iter().find(|l| l.name == name).unwrap();
+      assert!(!l.available, "{name}");
+      assert!(l.reason.as_deref().unwrap().contains(": "), "{name}");
+    }
+    let d = doctor(&host(Some(6)));
+    assert!(
+      d.layers
+        .iter()
+        .filter(|l| l.name.starts_with("landlock"))
+        .all(|l| l.available)
+    );
   }
 }

@@ -37,6 +37,9 @@ pub struct PoolConfig {
   pub supervisor: Option<PathBuf>,
   /// Isolation for every job that does not bring its own (`None`: off).
   pub isolation: Option<IsolationOptions>,
+  /// Caps the landlock ABI the jobs use (`FINN_SANDBOX_LANDLOCK_ABI_MAX`, read when the pool
+  /// starts); `None`: the kernel's.
+  pub landlock_abi_max: Option<i32>,
 }
 
 impl Default for PoolConfig {
@@ -49,6 +52,7 @@ impl Default for PoolConfig {
       drain: Duration::from_millis(DEFAULT_DRAIN_MS),
       supervisor: None,
       isolation: None,
+      landlock_abi_max: None,
     }
   }
 }

@@ -18,6 +18,7 @@ fn resolve_isolation(
   opts: Option<&IsolationOptions>,
   cwd: &str,
   has_supervisor: bool,
+  landlock_abi_max: Option<i32>,
 ) -> Result<Option<Plan>, PoolError> {
   let Some(opts) = opts.filter(|o| o.mode != Mode::Off) else {
     return Ok(None);
@@ -27,7 +28,7 @@ fn resolve_isolation(
       "isolation is applied by the supervisor's reaper, and this pool runs without one".into(),
     ));
   }
-  Plan::resolve(opts, Path::new(cwd), probe()).map_err(|e| match e {
+  Plan::resolve(opts, Path::new(cwd), &probe().capped(landlock_abi_max)).map_err(|e| match e {
     IsolationError::Options(e) => PoolError::InvalidSpec(format!("spec.{e}")),
     other => PoolError::IsolationUnavailable(other.to_string()),
   })
@@ -136,6 +137,7 @@ pub(super) fn prepare(
     job.isolation.as_ref().or(inner.config.isolation.as_ref()),
     &job.cwd,
     inner.supervisor.is_some(),
+    inner.config.landlock_abi_max,
   ) {
     Ok(plan) => plan,
     Err(e) => return Err(Box::new((Err(e), Tally::Failed))),

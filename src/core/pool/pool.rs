@@ -51,7 +51,10 @@ impl Pool {
   /// Each running job occupies a thread of `runtime`'s blocking pool (see `exec::run`), so
   /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
-    let supervisor = config.supervisor.clone().map(Supervisor::new);
+    let supervisor = config
+      .supervisor
+      .clone()
+      .map(|program| Supervisor::new(program).with_landlock_abi_max(config.landlock_abi_max));
     let state = State {
       closing: false,
       abandoned: false,

@@ -8,7 +8,7 @@
 //! [`crate::core::exec::spawn`]: a new session, stdin `/dev/null`, the two pipes as stdout and
 //! stderr, the working directory, an empty signal mask and default dispositions.
 
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 
 use nix::errno::Errno;
 use nix::unistd::Pid;
@@ -33,15 +33,32 @@ pub fn start_with(
   stderr: RawFd,
   pre_exec: PreExec,
 ) -> Result<Pid, Errno> {
+  start_watched(spec, stdout, stderr, pre_exec, None).map(|(pid, _)| pid)
+}
+
+/// [`start_with`], and with `watch` (a program of `shield::watch_program`) the child installs
+/// it before `pre_exec` and hands back its listener.
+pub fn start_watched(
+  spec: &SpawnSpec,
+  stdout: RawFd,
+  stderr: RawFd,
+  pre_exec: PreExec,
+  watch: Option<&[libc::sock_filter]>,
+) -> Result<(Pid, Option<OwnedFd>), Errno> {
+  use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
   // Everything the child needs is built before the fork.
   let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
   argv.push(std::ptr::null());
   let mut envp: Vec<*const libc::c_char> = spec.env.iter().map(|e| e.as_ptr()).collect();
   envp.push(std::ptr::null());
-  // The child reports a failure through this pipe (close-on-exec: a successful exec closes
-  // it, and the parent reads EOF).
-  let (report_r, report_w) =
-    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| Errno::from_raw(e as i32))?;
+  // The child reports a failure, or passes the watch's listener, through this socket
+  // (close-on-exec: a successful exec closes it, and the parent reads EOF).
+  let (report_r, report_w) = socketpair(
+    AddressFamily::Unix,
+    SockType::SeqPacket,
+    None,
+    SockFlag::SOCK_CLOEXEC,
+  )?;
   // SAFETY: the reaper is single-threaded, so the child is a consistent copy of it; the child
   // only runs `exec_child`, which ends in `execve` or `_exit`.
   match unsafe { nix::unistd::fork() }? {
@@ -56,29 +73,71 @@ pub fn start_with(
         stderr,
         report_w.as_raw_fd(),
         pre_exec,
+        watch,
       )
     }
     nix::unistd::ForkResult::Parent { child } => {
       drop(report_w);
-      let mut errno = [0u8; 4];
-      let n = loop {
-        match nix::unistd::read(&report_r, &mut errno) {
-          Err(Errno::EINTR) => continue,
-          other => break other.unwrap_or(0),
+      let mut listener = None;
+      loop {
+        match read_report(&report_r) {
+          Ok(Report::Listener(fd)) => listener = Some(fd),
+          Ok(Report::Failed(errno)) => {
+            // The child failed before exec and has exited: reap it here, it never ran the job.
+            let _ = nix::sys::wait::waitpid(child, None);
+            return Err(errno);
+          }
+          Ok(Report::Exec) | Err(_) => return Ok((child, listener)),
         }
-      };
-      if n == 4 {
-        // The child failed before exec and has exited: reap it here, it never ran the job.
-        let _ = nix::sys::wait::waitpid(child, None);
-        return Err(Errno::from_raw(i32::from_ne_bytes(errno)));
       }
-      Ok(child)
     }
   }
 }
 
-/// The forked child: the same setup as `posix_spawn`'s attributes, then `pre_exec`, then
-/// `execve`. Never returns.
+enum Report {
+  /// EOF: the child exec'd.
+  Exec,
+  Failed(Errno),
+  Listener(OwnedFd),
+}
+
+fn read_report(socket: &OwnedFd) -> nix::Result<Report> {
+  use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
+  use std::os::fd::{AsRawFd, FromRawFd};
+  let mut buf = [0u8; 4];
+  let mut cmsg = nix::cmsg_space!([RawFd; 1]);
+  loop {
+    let mut iov = [std::io::IoSliceMut::new(&mut buf)];
+    let msg = match recvmsg::<()>(
+      socket.as_raw_fd(),
+      &mut iov,
+      Some(&mut cmsg),
+      MsgFlags::MSG_CMSG_CLOEXEC,
+    ) {
+      Err(Errno::EINTR) => continue,
+      other => other?,
+    };
+    for c in msg.cmsgs()? {
+      if let ControlMessageOwned::ScmRights(fds) = c
+        && let Some(&fd) = fds.first()
+      {
+        // SAFETY: the kernel just installed this fd for us.
+        return Ok(Report::Listener(unsafe { OwnedFd::from_raw_fd(fd) }));
+      }
+    }
+    return Ok(match msg.bytes {
+      4 => Report::Failed(Errno::from_raw(i32::from_ne_bytes(buf))),
+      _ => Report::Exec,
+    });
+  }
+}
+
+/// The forked child: the same setup as `posix_spawn`'s attributes, then the watch, then
+/// `pre_exec`, then `execve`. Never returns.
+#[expect(
+  clippy::too_many_arguments,
+  reason = "one call site, every argument built before the fork"
+)]
 fn exec_child(
   spec: &SpawnSpec,
   argv: &[*const libc::c_char],
@@ -87,6 +146,7 @@ fn exec_child(
   stderr: RawFd,
   report: RawFd,
   pre_exec: PreExec,
+  watch: Option<&[libc::sock_filter]>,
 ) -> ! {
   let fail = |errno: Errno| -> ! {
     let bytes = (errno as i32).to_ne_bytes();
@@ -109,7 +169,8 @@ fn exec_child(
     if libc::setsid() < 0 {
       fail(Errno::last());
     }
-    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+    // Close-on-exec: only its copy as fd 0 reaches the command.
+    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
     if null < 0 || libc::dup2(null, 0) < 0 {
       fail(Errno::last());
     }
@@ -127,6 +188,32 @@ fn exec_child(
     let mut empty = std::mem::MaybeUninit::<libc::sigset_t>::uninit();
     libc::sigemptyset(empty.as_mut_ptr());
     libc::sigprocmask(libc::SIG_SETMASK, empty.as_ptr(), std::ptr::null_mut());
+    if let Some(prog) = watch {
+      // The listener goes to the reaper; this process keeps no copy (a command holding it
+      // could answer for itself).
+      match super::shield::install_watch(prog) {
+        Ok(listener) => {
+          use std::os::fd::AsRawFd;
+          let fds = [listener.as_raw_fd()];
+          let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+          let iov = [std::io::IoSlice::new(b"L")];
+          if let Err(errno) = nix::sys::socket::sendmsg::<()>(
+            report,
+            &iov,
+            &cmsg,
+            nix::sys::socket::MsgFlags::empty(),
+            None,
+          ) {
+            fail(errno);
+          }
+        }
+        // A pool run by a job's command: the outer job's watch is on this process already,
+        // and the kernel allows one listener on a chain (EBUSY). The outer reaper goes on
+        // judging these calls, keeping them inside the outer job.
+        Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {}
+        Err(e) => fail(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EPERM))),
+      }
+    }
     if let Err(errno) = pre_exec() {
       fail(errno);
     }

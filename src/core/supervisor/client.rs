@@ -27,8 +27,8 @@ pub struct Reaper {
   pub pid: i32,
   pub conn: Conn,
   generation: u64,
-  /// In a landlock domain of its own that scopes signals (for jobs without isolation).
-  scoped: bool,
+  /// The landlock ABI of its own domain around its commands (0: none; see `shield::confine`).
+  landlock: u8,
 }
 
 #[cfg(test)]
@@ -39,7 +39,7 @@ impl Reaper {
       pid,
       conn,
       generation: 0,
-      scoped: false,
+      landlock: 0,
     }
   }
 }
@@ -50,6 +50,10 @@ pub struct Supervisor {
   /// A reaper without a job for this long exits (reporting `Retired`), as the pool lets
   /// parked worker threads go: an idle pool holds no reaper.
   reaper_idle: Duration,
+  /// The landlock ABI reapers for jobs without isolation may use for a domain around their
+  /// commands (as far as the kernel has it): `FINN_SANDBOX_LANDLOCK_ABI_MAX`, so the commands
+  /// run as on an older kernel (below 6: no signal scope, the seccomp guard's watch alone).
+  landlock_abi_max: u8,
   state: Mutex<State>,
 }
 
@@ -88,12 +92,25 @@ impl Supervisor {
     Supervisor {
       program,
       reaper_idle,
+      landlock_abi_max: u8::MAX,
       state: Mutex::new(State {
         running: None,
         generation: 0,
         idle: Vec::new(),
       }),
     }
+  }
+
+  /// [`Self::new`] whose reapers use no landlock ABI above `max` (`None`: the kernel's).
+  pub fn with_landlock_abi_max(mut self, max: Option<i32>) -> Supervisor {
+    self.landlock_abi_max = max.map_or(u8::MAX, |m| m.clamp(0, 255) as u8);
+    self
+  }
+
+  /// The landlock ABI a job's reaper may confine its commands with: 0 for an isolated job,
+  /// whose own ruleset does.
+  pub fn landlock_for(&self, isolated: bool) -> u8 {
+    if isolated { 0 } else { self.landlock_abi_max }
   }
 
   pub fn program(&self) -> &Path {
@@ -111,9 +128,9 @@ impl Supervisor {
 
   /// A reaper for one job: an idle one, or a new one (starting the supervisor if needed). The
   /// error says what failed, naming the supervisor's file.
-  /// `scoped`: a reaper whose commands are in its landlock signal scope, for a job without
-  /// isolation (an isolated job's ruleset scopes it; see `shield::scope_signals`).
-  pub fn checkout(&self, scoped: bool) -> Result<Reaper, CheckoutError> {
+  /// `landlock`: the ABI of the reaper's own domain around its commands (see
+  /// [`Self::landlock_for`]).
+  pub fn checkout(&self, landlock: u8) -> Result<Reaper, CheckoutError> {
     let (generation, pid, link) = {
       let mut state = self.lock();
       if state
@@ -126,7 +143,7 @@ impl Supervisor {
       // The most recently used first. One that retired or died meanwhile is found out by the
       // job itself (`Retired`, or EPIPE), which then takes another: no check costs a syscall
       // here.
-      if let Some(reaper) = take_idle(&mut state, scoped) {
+      if let Some(reaper) = take_idle(&mut state, landlock) {
         return Ok(reaper);
       }
       if state.running.is_none() {
@@ -142,12 +159,12 @@ impl Supervisor {
       (state.generation, running.pid, running.link.clone())
     };
     // Outside the state's lock (see `Running::link`).
-    match new_reaper(&link, scoped) {
+    match new_reaper(&link, landlock) {
       Ok(Ok((pid, conn))) => Ok(Reaper {
         pid,
         conn,
         generation,
-        scoped,
+        landlock,
       }),
       Ok(Err(e)) => Err(CheckoutError::NoReaper(e)),
       Err(e) => {
@@ -172,10 +189,10 @@ impl Supervisor {
 
   /// An idle reaper of the running supervisor, if one is at hand; never starts anything (so
   /// it never waits).
-  pub fn checkout_idle(&self, scoped: bool) -> Option<Reaper> {
+  pub fn checkout_idle(&self, landlock: u8) -> Option<Reaper> {
     let mut state = self.lock();
     state.running.as_ref()?;
-    take_idle(&mut state, scoped)
+    take_idle(&mut state, landlock)
   }
 
   /// Lets the supervisor and its idle reapers go (the pool is shut down). A later checkout
@@ -290,10 +307,13 @@ fn reap(pid: i32, link: Arc<Link>) {
 
 /// The most recently used idle reaper of the running supervisor and of this kind; idle ones
 /// of an earlier supervisor are dropped on the way.
-fn take_idle(state: &mut State, scoped: bool) -> Option<Reaper> {
+fn take_idle(state: &mut State, landlock: u8) -> Option<Reaper> {
   let generation = state.generation;
   state.idle.retain(|(r, _)| r.generation == generation);
-  let at = state.idle.iter().rposition(|(r, _)| r.scoped == scoped)?;
+  let at = state
+    .idle
+    .iter()
+    .rposition(|(r, _)| r.landlock == landlock)?;
   Some(state.idle.remove(at).0)
 }
 
@@ -310,9 +330,9 @@ pub enum CheckoutError {
 
 /// Asks for a new reaper: the outer error is the supervisor's failure, the inner one its
 /// refusal (see [`CheckoutError`]).
-fn new_reaper(link: &Link, scoped: bool) -> io::Result<io::Result<(i32, Conn)>> {
+fn new_reaper(link: &Link, landlock: u8) -> io::Result<io::Result<(i32, Conn)>> {
   let mut conn = link.conn.lock().unwrap_or_else(|e| e.into_inner());
-  conn.send(&ToSupervisor::NewReaper { scoped }.encode(), &[])?;
+  conn.send(&ToSupervisor::NewReaper { landlock }.encode(), &[])?;
   // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
   // while the answer does not come, and given up on after `NEW_REAPER_BOUND`.
   let asked = Instant::now();

@@ -20,10 +20,10 @@ use crate::core::isolate::Plan;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToSupervisor {
-  /// `scoped`: the reaper puts itself in a landlock domain of its own that scopes signals (see
-  /// `shield::scope_signals`); for jobs without isolation, whose commands have no domain of
-  /// their own.
-  NewReaper { scoped: bool },
+  /// `landlock`: the landlock ABI the reaper may use for a domain of its own around its
+  /// commands (see `shield::confine`); for jobs without isolation, whose commands have no
+  /// domain of their own. 0: none (an isolated job's ruleset is its domain).
+  NewReaper { landlock: u8 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,16 +158,14 @@ fn c_strings(r: &mut Reader) -> io::Result<Vec<CString>> {
 
 impl ToSupervisor {
   pub fn encode(&self) -> Vec<u8> {
-    let ToSupervisor::NewReaper { scoped } = self;
-    vec![NEW_REAPER, u8::from(*scoped)]
+    let ToSupervisor::NewReaper { landlock } = self;
+    vec![NEW_REAPER, *landlock]
   }
 
   pub fn decode(frame: &[u8]) -> io::Result<Self> {
     let mut r = Reader(frame);
     let msg = match r.u8()? {
-      NEW_REAPER => ToSupervisor::NewReaper {
-        scoped: r.u8()? != 0,
-      },
+      NEW_REAPER => ToSupervisor::NewReaper { landlock: r.u8()? },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -450,8 +448,8 @@ mod tests {
     ] {
       assert_eq!(FromSupervisor::decode(&msg.encode()).unwrap(), msg);
     }
-    for scoped in [false, true] {
-      let new = ToSupervisor::NewReaper { scoped };
+    for landlock in [0, 1, 6, 255] {
+      let new = ToSupervisor::NewReaper { landlock };
       assert_eq!(ToSupervisor::decode(&new.encode()).unwrap(), new);
     }
   }

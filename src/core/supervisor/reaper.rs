@@ -22,7 +22,7 @@ use nix::unistd::Pid;
 use super::child;
 use super::descendants::Tree;
 use super::protocol::{FromReaper, Timeout, ToReaper};
-use super::shield::Guard;
+use super::shield::{Guard, Watch};
 use super::wire::Conn;
 use crate::core::exec::poll::{backoff, earliest, poll, watch};
 use crate::core::exec::{ExitStatus, REAP_BOUND, SpawnSpec};
@@ -48,14 +48,19 @@ struct Reaper {
   sigchld: SignalFd,
   me: i32,
   idle: Duration,
+  /// Its commands are in its landlock signal scope (`shield::scope_signals`).
+  scoped: bool,
+  /// The seccomp program that hands a command's calls on other processes to this reaper,
+  /// for jobs that no landlock scope covers (`shield::watch_program`).
+  watch: Vec<libc::sock_filter>,
 }
 
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
 /// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
 /// the supervisor holds. Its commands start under `guard` (see `shield.rs`), and, when
-/// `scoped`, in a landlock domain of this reaper's own that scopes their signals.
-pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard, scoped: bool) -> ! {
-  let code = match setup(conn, lifeline, idle, guard, scoped) {
+/// in a landlock domain of this reaper's own of an ABI up to `landlock` (see `shield::confine`).
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard, landlock: u8) -> ! {
+  let code = match setup(conn, lifeline, idle, guard, landlock) {
     Ok(mut reaper) => {
       reaper.serve();
       0
@@ -74,7 +79,7 @@ fn setup(
   lifeline: OwnedFd,
   idle: Duration,
   guard: &Guard,
-  scoped: bool,
+  landlock: u8,
 ) -> nix::Result<Reaper> {
   nix::sys::prctl::set_child_subreaper(true)?;
   // Before any job: every command inherits the guard. Where the kernel refuses it, the
@@ -82,10 +87,9 @@ fn setup(
   if let Err(e) = guard.enter() {
     eprintln!("finn-supervisor: no guard for the commands (shield.rs): {e}");
   }
-  // After the guard, which sets no_new_privs where landlock needs it too.
-  if scoped && let Err(e) = super::shield::scope_signals() {
-    eprintln!("finn-supervisor: no signal scope for the commands (shield.rs): {e}");
-  }
+  // After the guard, which sets no_new_privs where landlock needs it too. Without the scope
+  // (asked for none, or the kernel has none), each job's commands start under the watch.
+  let scoped = super::shield::confine(landlock) == super::shield::Confined::Scoped;
   let mut mask = SigSet::empty();
   mask.add(Signal::SIGCHLD);
   mask.thread_block()?;
@@ -96,6 +100,8 @@ fn setup(
     sigchld,
     me: std::process::id() as i32,
     idle,
+    scoped,
+    watch: super::shield::watch_program(),
   })
 }
 
@@ -250,16 +256,20 @@ impl Reaper {
       })
     });
     let spec = wrapped.as_ref().unwrap_or(spec);
-    let started = match &prepared {
-      Some(p) => child::start_with(spec, out.as_raw_fd(), err.as_raw_fd(), &|| {
-        p.apply_in_child()
-      }),
-      None => child::start(spec, out.as_raw_fd(), err.as_raw_fd()),
+    // No landlock scope keeps this job's signals in: the guard alone names pids, so every
+    // call on another process goes to this reaper, which allows only the job's own.
+    let watched = (!self.scoped && !isolation.as_deref().is_some_and(Plan::scopes_signals))
+      .then_some(self.watch.as_slice());
+    let (o, e) = (out.as_raw_fd(), err.as_raw_fd());
+    let started = match (&prepared, watched) {
+      (Some(p), _) => child::start_watched(spec, o, e, &|| p.apply_in_child(), watched),
+      (None, Some(_)) => child::start_watched(spec, o, e, &|| Ok(()), watched),
+      (None, None) => child::start(spec, o, e).map(|pid| (pid, None)),
     };
     // The child has its own copies; ours would keep the addon from ever seeing EOF.
     drop((out, err));
-    let leader = match started {
-      Ok(pid) => pid,
+    let (leader, listener) = match started {
+      Ok(started) => started,
       Err(errno) => {
         drop((prepared, isolation));
         return self.send(FromReaper::SpawnFailed {
@@ -276,6 +286,7 @@ impl Reaper {
       kill: None,
       tree: Tree::new(self.me),
       host_gone: false,
+      watch: listener.map(|l| Watch::new(l, self.me)),
     };
     // Sent first in the next report, or alone at this time.
     let mut spawned_due = Some(Instant::now() + SPAWNED_WITHIN);
@@ -342,8 +353,20 @@ impl Reaper {
         watch((!job.host_gone).then(|| self.conn.raw())),
         watch(Some(self.lifeline.as_raw_fd())),
         watch(Some(self.sigchld.as_raw_fd())),
+        watch(job.watch.as_ref().map(Watch::fd)),
       ];
       poll(&mut fds, wake);
+      if let Some(w) = &job.watch {
+        let ready = fds[3].revents;
+        // Readable: a call waits. Hung up alone: no process of the job is left under it.
+        if ready & libc::POLLIN != 0 {
+          if w.answer().is_err() {
+            job.watch = None;
+          }
+        } else if ready != 0 {
+          job.watch = None;
+        }
+      }
       if fds[2].revents != 0 {
         while let Ok(Some(_)) = self.sigchld.read_signal() {}
       }
@@ -404,6 +427,8 @@ struct Job {
   tree: Tree,
   /// The addon or the supervisor is gone: kill everything, then exit.
   host_gone: bool,
+  /// The listener of the job's watch, answered here (see `shield::watch_program`).
+  watch: Option<Watch>,
 }
 
 impl Job {

@@ -171,7 +171,7 @@ impl Outgoing {
     later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
     let reaper = supervisor
-      .checkout(isolation.is_none())
+      .checkout(supervisor.landlock_for(isolation.is_some()))
       .map_err(|e| checkout_failed(e, spec))?;
     match self.send_to(&reaper, isolation) {
       Ok(sent) => {
@@ -197,7 +197,8 @@ impl Outgoing {
     supervisor: &Supervisor,
     isolation: Option<&Plan>,
   ) -> Result<(Reaper, Outgoing), Outgoing> {
-    let Some(reaper) = supervisor.checkout_idle(isolation.is_none()) else {
+    let Some(reaper) = supervisor.checkout_idle(supervisor.landlock_for(isolation.is_some()))
+    else {
       return Err(self);
     };
     match self.send_to(&reaper, isolation) {
@@ -306,7 +307,7 @@ pub fn resume<R>(
       Ok(FromReaper::Retired) if retired < MAX_RETIRED => {
         retired += 1;
         reaper = supervisor
-          .checkout(isolation.is_none())
+          .checkout(supervisor.landlock_for(isolation.is_some()))
           .map_err(|e| checkout_failed(e, spec))?;
         match outgoing.send_to(&reaper, isolation) {
           Ok(true) => {}

@@ -134,7 +134,7 @@ impl Supervisor {
     loop {
       while let Some(frame) = self.conn.take_frame()? {
         match ToSupervisor::decode(&frame)? {
-          ToSupervisor::NewReaper { scoped } => self.new_reaper(scoped)?,
+          ToSupervisor::NewReaper { landlock } => self.new_reaper(landlock)?,
         }
       }
       let mut fds = [
@@ -155,7 +155,7 @@ impl Supervisor {
   /// Forks a reaper and hands the addon its socket. When that fails (a job's command filled
   /// the uid's or the cgroup's process limit: EAGAIN), the addon is told so and this goes on:
   /// exiting would end every other running job with it.
-  fn new_reaper(&mut self, scoped: bool) -> io::Result<()> {
+  fn new_reaper(&mut self, landlock: u8) -> io::Result<()> {
     let failed = |errno: i32| FromSupervisor::ReaperFailed { errno }.encode();
     let (addon_end, reaper_end) = match wire::pair() {
       Ok(pair) => pair,
@@ -176,7 +176,7 @@ impl Supervisor {
         &self.lifeline_r,
         self.reaper_idle,
         &self.guard,
-        scoped,
+        landlock,
       ),
       ForkResult::Parent { child } => {
         drop(reaper_end);
@@ -255,7 +255,7 @@ fn become_reaper(
   lifeline: &OwnedFd,
   idle: Duration,
   guard: &Guard,
-  scoped: bool,
+  landlock: u8,
 ) -> ! {
   let moved = move_to(conn.as_raw_fd(), 3).and_then(|()| move_to(lifeline.as_raw_fd(), 4));
   if moved.is_err() {
@@ -267,7 +267,7 @@ fn become_reaper(
   // SAFETY: fds 3 and 4 were just set up above and nothing else owns them now (the
   // supervisor's own owners of those numbers are never used again in this process).
   let (conn, lifeline) = unsafe { (OwnedFd::from_raw_fd(3), OwnedFd::from_raw_fd(4)) };
-  reaper::main(conn, lifeline, idle, guard, scoped)
+  reaper::main(conn, lifeline, idle, guard, landlock)
 }
 
 /// Makes `fd` available as `target` with close-on-exec set.
