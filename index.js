@@ -491,18 +491,33 @@ class ToolSandbox {
     if (signal && signal.aborted) throw abortedError(signal)
     const command = String(commandString)
     const pool = poolOf(this.#executor)
-    // Stages 1-7 (policy, jail, the repository's check with git, the audit entry) run on
-    // libuv's thread pool; only starting the checked command happens on this thread. Checks
-    // run side by side, but commands start in the order execute() was called.
-    const checking = this.#native.check(command, sessionId)
+    // Stages 1-7 (policy, jail, the repository's check with git, the audit entry) run on a
+    // thread of the addon's own, never libuv's pool; only starting the checked command happens on
+    // this thread. Checks run side by side, but commands start in the order execute() was called.
+    // An abort ends a repository check at once (its git is killed) and rejects as ABORTED.
+    const cancel = signal ? new native.NativeCheckCancel() : undefined
+    const onAbort = () => cancel.cancel()
+    if (signal) signal.addEventListener('abort', onAbort, { once: true })
+    let checking
+    try {
+      checking = this.#native.check(command, sessionId, cancel)
+    } finally {
+      if (checking === undefined && signal) signal.removeEventListener('abort', onAbort)
+    }
     const turn = this.#turn
     let done
     this.#turn = new Promise((resolve) => {
       done = resolve
     })
     try {
-      const checked = await checking
+      let checked
+      try {
+        checked = await checking
+      } finally {
+        if (signal) signal.removeEventListener('abort', onAbort)
+      }
       await turn
+      if (signal && signal.aborted && checked.refused) throw abortedError(signal)
       return this.#start(checked, pool, signal)
     } finally {
       done()

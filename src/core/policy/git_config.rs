@@ -3,10 +3,11 @@
 //! on one line, quoting): a parser of our own would disagree with it somewhere, and each
 //! disagreement was a way to hide a key.
 
+use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use super::error::Denial;
+use super::host_git::{self, Watch};
 
 /// Keys (section and variable lowercased, as git prints them) with no subsection.
 const PLAIN_KEYS: &[&str] = &[
@@ -91,48 +92,28 @@ fn refuse(what: String) -> Denial {
   )
 }
 
-/// Program-running switches for the listing run itself (`git config` runs none of them today;
-/// these keep it so), listed with origin `command line:` and skipped.
-const LISTING_OVERRIDES: &[(&str, &str)] =
-  &[("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
+/// The most a config listing may print: a config the allowlist accepts lists a few hundred bytes
+/// per remote or branch, so this is far past any real one.
+pub const MAX_LISTING_BYTES: usize = 1024 * 1024;
 
-/// `git` as the host-side checks run it: an empty environment with no system, global or XDG
-/// config, no lazy fetch and no transport, hooks and fsmonitor off (`LISTING_OVERRIDES`), C
-/// messages, stdin `/dev/null`. The caller adds the repository (`GIT_DIR`, or
-/// `Repository::env`), the directory and the arguments.
-pub(super) fn sealed(git: &str) -> Command {
-  let mut command = Command::new(git);
-  command
-    .env_clear()
-    .env("PATH", "/usr/bin:/bin")
-    .env("HOME", "/nonexistent-finn-sandbox-home")
-    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
-    .env("GIT_CONFIG_NOSYSTEM", "1")
-    .env("GIT_CONFIG_GLOBAL", "/dev/null")
-    .env("GIT_NO_LAZY_FETCH", "1")
-    .env("GIT_ALLOW_PROTOCOL", "")
-    .env("LC_ALL", "C")
-    .env("GIT_CONFIG_COUNT", LISTING_OVERRIDES.len().to_string())
-    .stdin(Stdio::null());
-  for (i, (k, v)) in LISTING_OVERRIDES.iter().enumerate() {
-    command
-      .env(format!("GIT_CONFIG_KEY_{i}"), k)
-      .env(format!("GIT_CONFIG_VALUE_{i}"), v);
-  }
-  command
-}
+/// A config file the check reads itself, opened as [`host_git::open_bounded`] opens one: no
+/// larger than the listing's bound.
+pub const MAX_CONFIG_FILE_BYTES: u64 = MAX_LISTING_BYTES as u64;
 
 /// Runs `git config --list` as `git` would read config with `repo` (the job's pinning:
 /// `GIT_DIR`, `GIT_COMMON_DIR`, ...), run in `git_dir`, with no system, global or XDG file, no
-/// includes followed (an include is itself a refused key), and `file` instead of the
-/// repository's files when given.
+/// includes followed (an include is itself a refused key), and the open `file` (read from its
+/// descriptor as stdin, never by path again) instead of the repository's files when given.
+/// `shown` names what is listed in refusals.
 fn listing(
   git: &str,
   git_dir: &Path,
   repo: &[(String, String)],
-  file: Option<&Path>,
+  file: Option<File>,
+  shown: &str,
+  watch: &Watch,
 ) -> Result<Vec<ConfigEntry>, Denial> {
-  let mut command = sealed(git);
+  let mut command = host_git::sealed(git);
   command
     .envs(repo.iter().map(|(k, v)| (k, v)))
     .current_dir(git_dir)
@@ -145,20 +126,29 @@ fn listing(
       "--no-includes",
     ]);
   match file {
-    Some(file) => command.arg("--file").arg(file),
+    Some(file) => command.stdin(file).args(["--file", "-"]),
     // Fails unless git takes `git_dir` for a repository: without it git lists nothing and
     // succeeds, and `upload-pack`, given such a path, moves on to `<path>.git` (unchecked).
     None => command.arg("--local"),
   };
-  let out = command
-    .output()
-    .map_err(|e| refuse(format!("git config could not run ({e})")))?;
-  if !out.status.success() {
-    let err = String::from_utf8_lossy(&out.stderr);
-    let first = err.lines().next().unwrap_or("no message").trim();
-    return Err(refuse(format!("git could not read it ({first})")));
+  let mut out = Vec::new();
+  let what = format!("git config ({shown})");
+  let ran = host_git::run(
+    command,
+    "git config",
+    watch,
+    &mut host_git::collect_bounded(&mut out, MAX_LISTING_BYTES, &what),
+  )?;
+  if !ran.success {
+    return Err(refuse(format!("git could not read it ({})", ran.why())));
   }
-  parse_listing(&out.stdout).map_err(refuse)
+  let mut entries = parse_listing(&out).map_err(refuse)?;
+  for entry in &mut entries {
+    if entry.origin == "standard input:" {
+      entry.origin = format!("file:{shown}");
+    }
+  }
+  Ok(entries)
 }
 
 /// Every key git would read for the repository pinned by `repo` (its environment), plus those
@@ -168,11 +158,16 @@ pub fn check(
   git: &str,
   git_dir: &Path,
   repo: &[(String, String)],
-  extra_files: &[std::path::PathBuf],
+  extra_files: &[(std::path::PathBuf, String)],
+  watch: &Watch,
 ) -> Result<(), Denial> {
-  let mut entries = listing(git, git_dir, repo, None)?;
-  for file in extra_files {
-    entries.extend(listing(git, git_dir, repo, Some(file))?);
+  let mut entries = listing(git, git_dir, repo, None, "the repository's config", watch)?;
+  for (path, shown) in extra_files {
+    // Gone since the walk: nothing for git to read either.
+    let Some(file) = host_git::open_bounded(path, shown, MAX_CONFIG_FILE_BYTES)? else {
+      continue;
+    };
+    entries.extend(listing(git, git_dir, repo, Some(file), shown, watch)?);
   }
   for entry in entries {
     // Our own overrides. A `--file` listing has scope `command` too, but a `file:` origin.
@@ -182,7 +177,8 @@ pub fn check(
     if !key_allowed(&entry.key) {
       return Err(refuse(format!(
         "{} is not on the allowlist ({})",
-        entry.key, entry.origin
+        host_git::excerpt(&entry.key),
+        host_git::excerpt(&entry.origin)
       )));
     }
   }
@@ -192,6 +188,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
   use super::*;
+  use std::process::Command;
 
   #[test]
   fn the_allowlist_takes_what_init_and_clone_write_and_nothing_that_runs() {
@@ -258,8 +255,9 @@ mod tests {
         ("GIT_COMMON_DIR".to_owned(), s(common)),
       ]
     };
-    assert!(check(&git, &repo, &env(&repo), &[]).is_ok());
-    let refused = check(&git, &repo, &env(&other), &[]).unwrap_err();
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    assert!(check(&git, &repo, &env(&repo), &[], &watch).is_ok());
+    let refused = check(&git, &repo, &env(&other), &[], &watch).unwrap_err();
     assert!(
       refused
         .message
