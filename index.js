@@ -516,11 +516,13 @@ class ToolSandbox {
       } finally {
         if (signal) signal.removeEventListener('abort', onAbort)
       }
-      await turn
+      // A check the abort ended starts nothing: rejected at once, not after earlier commands.
       if (signal && signal.aborted && checked.refused) throw abortedError(signal)
+      await turn
       return this.#start(checked, pool, signal)
     } finally {
-      done()
+      // The next command starts only after the earlier ones, even when this one rejected early.
+      turn.then(done)
     }
   }
 

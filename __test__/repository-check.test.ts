@@ -237,16 +237,18 @@ describe('the check is bounded in time, abortable, and off libuv', () => {
     for (const pid of pidsIn(pids)) expect(alive(pid), `git ${pid}`).toBe(false)
   }, 40_000)
 
-  test("the job's AbortSignal ends the check and its host git at once", async () => {
+  test("the job's AbortSignal ends the check and its host git at once, behind an earlier command still checking", async () => {
     const jail = repo()
     const { binary, pids } = hangingGit()
     const sandbox = make(jail, { policies: { git: gitPolicy(binary) } })
+    // An earlier command whose check hangs until the bound: the aborted one does not wait for it.
+    const earlier = refusal(sandbox.execute('git status'))
     const controller = new AbortController()
     const running = sandbox.execute('git log', { signal: controller.signal }).then(
       () => undefined,
       (e: unknown) => e,
     )
-    await until(() => pidsIn(pids).length > 0)
+    await until(() => pidsIn(pids).length > 1)
     const started = performance.now()
     controller.abort()
     const err = await running
@@ -255,6 +257,10 @@ describe('the check is bounded in time, abortable, and off libuv', () => {
     expect(err).toBeInstanceOf(PoolError)
     expect((err as PoolError).code).toBe(PoolErrorCode.ABORTED)
     expect(ms).toBeLessThan(1000)
+    const [first, second] = pidsIn(pids)
+    // Which of the two gits belongs to the aborted check is not known: one of them is dead now.
+    expect(alive(first) && alive(second)).toBe(false)
+    expect(await earlier).toMatch(/did not finish within the check's/)
     for (const pid of pidsIn(pids)) expect(alive(pid), `git ${pid}`).toBe(false)
   }, 40_000)
 
@@ -280,5 +286,22 @@ describe('the check is bounded in time, abortable, and off libuv', () => {
     console.log(`fs.promises.stat behind 4 hanging checks: ${statMs.toFixed(1)} ms`)
     expect(statted).toBe(true)
     expect(statMs).toBeLessThan(200)
+  }, 40_000)
+
+  test("one sandbox's checks held to the bound do not delay another sandbox's", async () => {
+    const { binary, pids } = hangingGit()
+    const hostile = make(repo(), { policies: { git: gitPolicy(binary) } })
+    const controller = new AbortController()
+    const held = Array.from({ length: 8 }, () => hostile.execute('git log', { signal: controller.signal }).catch(() => undefined))
+    await until(() => pidsIn(pids).length >= 4)
+    const other = make(repo())
+    const started = performance.now()
+    const r = await other.execute('git log --oneline')
+    const ms = performance.now() - started
+    controller.abort()
+    await Promise.all(held)
+    console.log(`another sandbox's git log behind 8 held checks: ${ms.toFixed(0)} ms`)
+    expect(r.stdout).toContain('init')
+    expect(ms).toBeLessThan(3000)
   }, 40_000)
 })

@@ -8,7 +8,7 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::check_slots;
+use super::check_slots::CheckSlots;
 use super::config::{SandboxConfig, SandboxResult};
 use super::runner::{Done, RunError, RunOutcome, Runner};
 use crate::core::audit::{Action, AuditEntry, AuditLog, IsolationRecord, iso_timestamp_now};
@@ -54,6 +54,8 @@ pub struct ToolSandbox {
   /// Added to every command's `denyRead`: the audit directory, wherever it lies (the jail hides
   /// it only when it lies inside).
   deny_read: Vec<std::path::PathBuf>,
+  /// How many of this sandbox's repository checks run at once.
+  check_slots: CheckSlots,
 }
 
 impl ToolSandbox {
@@ -84,6 +86,7 @@ impl ToolSandbox {
       env,
       policies,
       deny_read,
+      check_slots: CheckSlots::new()?,
     })
   }
 
@@ -190,7 +193,9 @@ impl ToolSandbox {
     // and pinned, once one of the process's check slots is free, within the check's time bound.
     let slot = match cmd.binary.as_str() {
       "git" => Some(
-        check_slots::acquire(cancel)
+        self
+          .check_slots
+          .acquire(cancel)
           .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "aborted"))?,
       ),
       _ => None,
