@@ -115,6 +115,24 @@ describe('large or sparse repository files are not read whole', () => {
   })
 })
 
+describe('config listings are checked as they come, not held', () => {
+  test('64 config.worktree files each listing ~30,000 allowed keys cost Node no memory', async () => {
+    const jail = repo()
+    // `name` alone is `user.name = true`: an allowed key, ~34 bytes of listing each, so each
+    // file lists just under the 1 MiB a listing may print.
+    const body = `[user]\n${'\tname\n'.repeat(30_000)}`
+    for (let i = 0; i < 64; i++) {
+      mkdirSync(join(jail, '.git', 'w', String(i)), { recursive: true })
+      writeFileSync(join(jail, '.git', 'w', String(i), 'config.worktree'), body)
+    }
+    const sandbox = make(jail)
+    const r = await measured(() => refusal(sandbox.execute('git log')))
+    console.log(`64 config.worktree of 30,000 keys: peak RSS +${(r.peakGrowth / MB).toFixed(1)} MB, ${r.ms.toFixed(0)} ms: ${r.value}`)
+    expect(r.peakGrowth).toBeLessThan(100 * MB)
+    expect(r.ms).toBeLessThan(CHECK_MS)
+  }, 40_000)
+})
+
 describe('what blocks the host git does not block Node', () => {
   test('a FIFO raced into .git/index: every execute() settles, none waits for the check bound', async () => {
     const jail = repo()

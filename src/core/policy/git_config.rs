@@ -62,27 +62,43 @@ pub struct ConfigEntry {
   pub key: String,
 }
 
-/// Parses `scope NUL origin NUL key [LF value] NUL ...`.
-pub fn parse_listing(out: &[u8]) -> Result<Vec<ConfigEntry>, String> {
-  let fields: Vec<&[u8]> = out.split(|b| *b == 0).collect();
-  // A complete listing ends with NUL, so the last field is empty.
-  let (last, fields) = fields.split_last().ok_or("empty listing")?;
-  if !last.is_empty() || fields.len() % 3 != 0 {
-    return Err("git config printed a listing that does not parse".into());
+/// Hands each entry of `scope NUL origin NUL key [LF value] NUL ...` to `each`, one at a time: a
+/// listing is never held as entries (a few hundred thousand of them, over the worktree files, cost
+/// Node hundreds of MB).
+fn each_entry(
+  out: &[u8],
+  each: &mut dyn FnMut(ConfigEntry) -> Result<(), Denial>,
+) -> Result<(), Denial> {
+  if out.is_empty() {
+    return Ok(());
   }
-  Ok(
-    fields
-      .chunks(3)
-      .map(|c| {
-        let key = c[2].split(|b| *b == b'\n').next().unwrap_or_default();
-        ConfigEntry {
-          scope: String::from_utf8_lossy(c[0]).into_owned(),
-          origin: String::from_utf8_lossy(c[1]).into_owned(),
-          key: String::from_utf8_lossy(key).into_owned(),
-        }
-      })
-      .collect(),
-  )
+  let malformed = || refuse("git config printed a listing that does not parse".into());
+  // A complete listing ends with NUL.
+  let body = out.strip_suffix(b"\0").ok_or_else(malformed)?;
+  let mut fields = body.split(|b| *b == 0);
+  while let Some(scope) = fields.next() {
+    let (Some(origin), Some(key)) = (fields.next(), fields.next()) else {
+      return Err(malformed());
+    };
+    let key = key.split(|b| *b == b'\n').next().unwrap_or_default();
+    each(ConfigEntry {
+      scope: String::from_utf8_lossy(scope).into_owned(),
+      origin: String::from_utf8_lossy(origin).into_owned(),
+      key: String::from_utf8_lossy(key).into_owned(),
+    })?;
+  }
+  Ok(())
+}
+
+/// Every entry of a listing (see [`each_entry`]).
+pub fn parse_listing(out: &[u8]) -> Result<Vec<ConfigEntry>, String> {
+  let mut entries = Vec::new();
+  each_entry(out, &mut |e| {
+    entries.push(e);
+    Ok(())
+  })
+  .map_err(|d| d.message)?;
+  Ok(entries)
 }
 
 fn refuse(what: String) -> Denial {
@@ -103,16 +119,17 @@ pub const MAX_CONFIG_FILE_BYTES: u64 = MAX_LISTING_BYTES as u64;
 /// Runs `git config --list` as `git` would read config with `repo` (the job's pinning:
 /// `GIT_DIR`, `GIT_COMMON_DIR`, ...), run in `git_dir`, with no system, global or XDG file, no
 /// includes followed (an include is itself a refused key), and the open `file` (read from its
-/// descriptor as stdin, never by path again) instead of the repository's files when given.
-/// `shown` names what is listed in refusals.
-fn listing(
+/// descriptor as stdin, never by path again) instead of the repository's files when given; the
+/// first key not on the allowlist is refused as the listing is read. `shown` names what is
+/// listed in refusals.
+fn check_listing(
   git: &str,
   git_dir: &Path,
   repo: &[(String, String)],
   file: Option<File>,
   shown: &str,
   watch: &Watch,
-) -> Result<Vec<ConfigEntry>, Denial> {
+) -> Result<(), Denial> {
   let mut command = host_git::sealed(git);
   command
     .envs(repo.iter().map(|(k, v)| (k, v)))
@@ -142,13 +159,23 @@ fn listing(
   if !ran.success {
     return Err(refuse(format!("git could not read it ({})", ran.why())));
   }
-  let mut entries = parse_listing(&out).map_err(refuse)?;
-  for entry in &mut entries {
+  each_entry(&out, &mut |mut entry| {
+    // Our own overrides. A `--file` listing has scope `command` too, but another origin.
+    if entry.scope == "command" && entry.origin == "command line:" {
+      return Ok(());
+    }
     if entry.origin == "standard input:" {
       entry.origin = format!("file:{shown}");
     }
-  }
-  Ok(entries)
+    if !key_allowed(&entry.key) {
+      return Err(refuse(format!(
+        "{} is not on the allowlist ({})",
+        host_git::excerpt(&entry.key),
+        host_git::excerpt(&entry.origin)
+      )));
+    }
+    Ok(())
+  })
 }
 
 /// Every key git would read for the repository pinned by `repo` (its environment), plus those
@@ -161,26 +188,13 @@ pub fn check(
   extra_files: &[(std::path::PathBuf, String)],
   watch: &Watch,
 ) -> Result<(), Denial> {
-  let mut entries = listing(git, git_dir, repo, None, "the repository's config", watch)?;
+  check_listing(git, git_dir, repo, None, "the repository's config", watch)?;
   for (path, shown) in extra_files {
     // Gone since the walk: nothing for git to read either.
     let Some(file) = host_git::open_bounded(path, shown, MAX_CONFIG_FILE_BYTES)? else {
       continue;
     };
-    entries.extend(listing(git, git_dir, repo, Some(file), shown, watch)?);
-  }
-  for entry in entries {
-    // Our own overrides. A `--file` listing has scope `command` too, but a `file:` origin.
-    if entry.scope == "command" && entry.origin == "command line:" {
-      continue;
-    }
-    if !key_allowed(&entry.key) {
-      return Err(refuse(format!(
-        "{} is not on the allowlist ({})",
-        host_git::excerpt(&entry.key),
-        host_git::excerpt(&entry.origin)
-      )));
-    }
+    check_listing(git, git_dir, repo, Some(file), shown, watch)?;
   }
   Ok(())
 }
