@@ -281,6 +281,69 @@ mod tests {
     );
   }
 
+  /// A listing up to the bound is read whole (200 remotes list ~18 KiB); past it, refused by name.
+  #[test]
+  fn a_listing_is_bounded_at_one_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
+    let ok = Command::new(&git)
+      .args(["init", "-q", "--bare", "r"])
+      .current_dir(dir.path())
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    let repo = dir.path().join("r");
+    let env = vec![("GIT_DIR".to_owned(), repo.to_string_lossy().into_owned())];
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    let mut config = std::fs::read_to_string(repo.join("config")).unwrap();
+    for i in 0..200 {
+      config.push_str(&format!(
+        "[remote \"r{i}\"]\n\turl = https://example.com/{i}\n"
+      ));
+    }
+    std::fs::write(repo.join("config"), &config).unwrap();
+    check(&git, &repo, &env, &[], &watch).unwrap();
+    config.push_str(&format!("[user]\n{}", "\tname\n".repeat(40_000)));
+    std::fs::write(repo.join("config"), &config).unwrap();
+    let got = check(&git, &repo, &env, &[], &watch).unwrap_err().message;
+    assert!(
+      got.contains("git config (the repository's config) printed more than 1048576 bytes"),
+      "{got}"
+    );
+  }
+
+  /// A worktree file is listed from its open descriptor; a refusal names the file, not stdin.
+  #[test]
+  fn a_worktree_file_refusal_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
+    let ok = Command::new(&git)
+      .args(["init", "-q", "--bare", "r"])
+      .current_dir(dir.path())
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    let repo = dir.path().join("r");
+    let env = vec![("GIT_DIR".to_owned(), repo.to_string_lossy().into_owned())];
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    let wt = repo.join("config.worktree");
+    std::fs::write(&wt, "[user]\n\tname = x\n").unwrap();
+    let files = [(wt.clone(), "r/config.worktree".to_owned())];
+    check(&git, &repo, &env, &files, &watch).unwrap();
+    std::fs::write(&wt, "[core]\n\tpager = evil\n").unwrap();
+    let got = check(&git, &repo, &env, &files, &watch)
+      .unwrap_err()
+      .message;
+    assert!(
+      got.ends_with("core.pager is not on the allowlist (file:r/config.worktree)"),
+      "{got}"
+    );
+  }
+
   #[test]
   fn listings_parse_with_and_without_values() {
     let out = b"local\0file:.git/config\0core.bare\nfalse\0local\0file:.git/config\0core.x\0";

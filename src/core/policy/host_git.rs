@@ -161,6 +161,12 @@ pub fn open_bounded(path: &Path, shown: &str, max_bytes: u64) -> Result<Option<F
     Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
     Err(_) => return Err(refuse(format!("{shown} is unreadable"))),
   }
+  open_checked(path, shown, max_bytes)
+}
+
+/// The open and the checks on the open file, for whatever the path names by the time of the
+/// open (the `lstat` above is only a first look).
+fn open_checked(path: &Path, shown: &str, max_bytes: u64) -> Result<Option<File>, Denial> {
   let file = match std::fs::OpenOptions::new()
     .read(true)
     .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -440,6 +446,90 @@ mod tests {
       &mut collect_bounded(&mut out, 1 << 20, "the script"),
     );
     (ran, out)
+  }
+
+  /// What the open itself refuses, as when a symlink or FIFO is swapped in after the `lstat`:
+  /// a FIFO must not block the open (the test would hang) and a symlink is not followed.
+  #[test]
+  fn the_open_refuses_what_is_swapped_in_after_the_first_look() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = |n: &str| dir.path().join(n);
+    nix::unistd::mkfifo(&p("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let got = open_checked(&p("fifo"), "fifo", 100).unwrap_err().message;
+    assert!(got.contains("fifo is not a regular file"), "{got}");
+    std::fs::write(p("small"), "12").unwrap();
+    std::os::unix::fs::symlink(p("small"), p("link")).unwrap();
+    let got = open_checked(&p("link"), "link", 100).unwrap_err().message;
+    assert!(got.contains("link is a symlink"), "{got}");
+    assert!(open_checked(&p("gone"), "gone", 100).unwrap().is_none());
+    assert!(open_checked(&p("small"), "small", 2).unwrap().is_some());
+    // A path through a file is unreadable, not absent.
+    let got = open_bounded(&p("small/x"), "small/x", 100)
+      .unwrap_err()
+      .message;
+    assert!(got.contains("small/x is unreadable"), "{got}");
+  }
+
+  #[test]
+  fn excerpts_are_plain_only_when_short_and_printable() {
+    assert_eq!(excerpt("../x"), "../x");
+    assert_eq!(excerpt("a\nb"), "\"a\\nb\"");
+    let long = "y".repeat(201);
+    assert!(excerpt(&long).ends_with("... (201 bytes)"));
+    let edge = "y".repeat(200);
+    assert_eq!(excerpt(&edge), edge);
+  }
+
+  /// The cancel's pipe wakes a run blocked in poll: the cancel comes from another thread once
+  /// the script has printed, while the run waits for more.
+  #[test]
+  fn a_cancel_from_another_thread_wakes_a_waiting_run() {
+    let cancel = Cancel::new().unwrap();
+    let watch = Watch::new(60_000, Some(&cancel));
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+      let cancel = &cancel;
+      s.spawn(move || {
+        if rx.recv().is_ok() {
+          cancel.cancel();
+        }
+      });
+      let started = Instant::now();
+      let ran = run(
+        sh("echo up; exec sleep 30"),
+        "the script",
+        &watch,
+        &mut |_| {
+          let _ = tx.send(());
+          Ok(())
+        },
+      );
+      assert!(ran.unwrap_err().message.contains("aborted"));
+      assert!(started.elapsed() < Duration::from_secs(5));
+      drop(tx);
+    });
+    // An uncancelled watch with a cancel runs to the end.
+    let other = Cancel::new().unwrap();
+    let (ran, out) = run_sh("echo fine", &Watch::new(60_000, Some(&other)));
+    assert!(ran.unwrap().success);
+    assert_eq!(out, b"fine\n");
+  }
+
+  #[test]
+  fn output_at_the_bound_passes_and_one_byte_more_is_refused() {
+    let watch = Watch::new(60_000, None);
+    let bounded = |n: usize| {
+      let mut out = Vec::new();
+      let ran = run(
+        sh(&format!("head -c {n} /dev/zero")),
+        "the script",
+        &watch,
+        &mut collect_bounded(&mut out, 100_000, "the script"),
+      );
+      ran.map(|_| out.len())
+    };
+    assert_eq!(bounded(100_000).unwrap(), 100_000);
+    assert!(bounded(100_001).is_err());
   }
 
   #[test]
