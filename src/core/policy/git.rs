@@ -1082,4 +1082,31 @@ mod tests {
     ));
     assert!(got.contains("the repository check was aborted"), "{got}");
   }
+
+  /// A common directory outside the git directory is walked too: a symlink there is refused
+  /// although neither the git directory's walk nor the work tree's looks for one.
+  #[test]
+  fn a_separate_common_dir_is_walked() {
+    let (_d, root) = jail();
+    init(&root);
+    let ok = Command::new("cp")
+      .arg("-r")
+      .arg(root.join(".git"))
+      .arg(root.join("common"))
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    std::fs::write(root.join(".git/commondir"), "../common\n").unwrap();
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
+    assert_eq!(repo.common_dir, root.join("common"));
+    std::os::unix::fs::symlink("/etc", root.join("common/refs/x")).unwrap();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.ends_with("symlink in the git directory: common/refs/x"),
+      "{got}"
+    );
+  }
 }
