@@ -1109,4 +1109,48 @@ mod tests {
       "{got}"
     );
   }
+
+  /// A split index is read as git reads it (its shared part from the git directory); a shared
+  /// part grown sparse to 10 GiB, which git maps whole, fails at the map, in git's bounded
+  /// address space, and the refusal names that bound.
+  #[test]
+  fn a_split_index_is_checked_and_a_huge_shared_part_fails_fast() {
+    let (_d, root) = jail();
+    init(&root);
+    std::fs::write(root.join("a"), "").unwrap();
+    let git = |args: &[&str]| {
+      let ok = Command::new("git")
+        .args(args)
+        .current_dir(&root)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .status()
+        .unwrap()
+        .success();
+      assert!(ok, "{args:?}");
+    };
+    git(&["add", "a"]);
+    git(&["update-index", "--split-index"]);
+    check_repository(&root, &git_bin(), &watch()).unwrap();
+    let shared = std::fs::read_dir(root.join(".git"))
+      .unwrap()
+      .map(|e| e.unwrap().path())
+      .find(|p| {
+        p.file_name()
+          .unwrap()
+          .to_string_lossy()
+          .starts_with("sharedindex.")
+      })
+      .unwrap();
+    std::fs::OpenOptions::new()
+      .write(true)
+      .open(&shared)
+      .unwrap()
+      .set_len(10 << 30)
+      .unwrap();
+    let started = std::time::Instant::now();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(got.contains("git could not read the index"), "{got}");
+    assert!(got.contains("the check's git may use 256 MiB"), "{got}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+  }
 }
