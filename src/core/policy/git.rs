@@ -341,9 +341,8 @@ fn check_index(
     left: budget,
     bytes: 0,
   };
-  let ran = host_git::run(command, "git ls-files", watch, &mut |piece| {
-    entries.take(piece)
-  })?;
+  let what = format!("git ls-files ({shown})");
+  let ran = host_git::run(command, &what, watch, &mut |piece| entries.take(piece))?;
   if !ran.success {
     return Err(refuse(format!(
       "git could not read the index ({})",

@@ -152,7 +152,7 @@ fn check_listing(
   let what = format!("git config ({shown})");
   let ran = host_git::run(
     command,
-    "git config",
+    &what,
     watch,
     &mut host_git::collect_bounded(&mut out, MAX_LISTING_BYTES, &what),
   )?;

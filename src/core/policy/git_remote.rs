@@ -94,7 +94,7 @@ fn urls(
   let what = format!("git config (remote {name}'s URLs)");
   host_git::run(
     command,
-    "git config",
+    &what,
     watch,
     &mut host_git::collect_bounded(&mut out, git_config::MAX_LISTING_BYTES, &what),
   )?;
