@@ -129,7 +129,8 @@ describe('config listings are checked as they come, not held', () => {
     const r = await measured(() => refusal(sandbox.execute('git log')))
     console.log(`64 config.worktree of 30,000 keys: peak RSS +${(r.peakGrowth / MB).toFixed(1)} MB, ${r.ms.toFixed(0)} ms: ${r.value}`)
     expect(r.peakGrowth).toBeLessThan(100 * MB)
-    expect(r.ms).toBeLessThan(CHECK_MS)
+    // 65 gits: allowed in ~1.5 s on an idle machine; on a loaded one the check's bound ends it.
+    expect(r.ms).toBeLessThan(CHECK_MS + 2000)
   }, 40_000)
 })
 
