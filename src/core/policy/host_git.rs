@@ -347,7 +347,13 @@ fn drive(
   let mut open = [Some(out), Some(err)];
   let mut kept = Vec::new();
   let mut buf = vec![0u8; 64 * 1024];
+  // Once git has exited its pidfd stays readable: it leaves the poll set (a process git left
+  // behind holding the pipes would otherwise make every poll return at once).
+  let mut gone = false;
   loop {
+    if gone && open.iter().all(Option::is_none) {
+      return Ok(kept);
+    }
     if watch.cancel.is_some_and(Cancel::is_cancelled) {
       return Err(watch.cancelled());
     }
@@ -364,14 +370,12 @@ fn drive(
       fd(open[0].as_ref().map(AsFd::as_fd)),
       fd(open[1].as_ref().map(AsFd::as_fd)),
       fd(wake.as_ref().map(AsFd::as_fd)),
-      fd(Some(exited.as_fd())),
+      fd((!gone).then(|| exited.as_fd())),
     ];
     let ms = left.as_millis().clamp(1, i32::MAX as u128) as libc::c_int;
     // SAFETY: `fds` is a valid array of pollfd; a negative fd is ignored by the kernel.
     unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
-    if open.iter().all(Option::is_none) && fds[3].revents != 0 {
-      return Ok(kept);
-    }
+    gone |= fds[3].revents != 0;
     for (i, pfd) in fds[..2].iter().enumerate() {
       if pfd.revents == 0 {
         continue;
@@ -692,6 +696,33 @@ mod tests {
         .unwrap_err()
         .message
         .contains("sparse is larger than 4096 bytes")
+    );
+  }
+
+  /// git gone but its pipes held by a process it left: the run waits for them without spinning
+  /// (CPU time well under the wall time), and the deadline ends it, killing the group.
+  #[test]
+  fn pipes_held_after_git_exits_are_waited_for_without_spinning() {
+    let usage =
+      || nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD).unwrap();
+    let cpu = |u: nix::sys::resource::Usage| {
+      let t = u.user_time();
+      let s = u.system_time();
+      Duration::from_micros((t.tv_sec() * 1_000_000 + t.tv_usec()) as u64)
+        + Duration::from_micros((s.tv_sec() * 1_000_000 + s.tv_usec()) as u64)
+    };
+    let before = cpu(usage());
+    let (ran, _) = run_sh("sleep 30 & exit 0", &Watch::new(1_000, None));
+    let spent = cpu(usage()) - before;
+    assert!(
+      ran
+        .unwrap_err()
+        .message
+        .contains("did not finish within the check's 1000 ms")
+    );
+    assert!(
+      spent < Duration::from_millis(50),
+      "{spent:?} of CPU in a 1 s wait"
     );
   }
 }
