@@ -467,8 +467,12 @@ mod tests {
     assert!(got.contains("link is a symlink"), "{got}");
     assert!(open_checked(&p("gone"), "gone", 100).unwrap().is_none());
     assert!(open_checked(&p("small"), "small", 2).unwrap().is_some());
-    // A path through a file is unreadable, not absent.
+    // A path through a file is unreadable: not absent, not a symlink, at either look.
     let got = open_bounded(&p("small/x"), "small/x", 100)
+      .unwrap_err()
+      .message;
+    assert!(got.contains("small/x is unreadable"), "{got}");
+    let got = open_checked(&p("small/x"), "small/x", 100)
       .unwrap_err()
       .message;
     assert!(got.contains("small/x is unreadable"), "{got}");
