@@ -324,7 +324,10 @@ export declare class SecretRedactor {
 }
 
 export interface SandboxExecuteOptions {
-  /** Aborting terminates the command's process tree; rejects `PoolError` ABORTED. */
+  /**
+   * Aborting terminates the command's process tree, or ends its repository check (the check's
+   * git is killed) if the command has not started yet; rejects `PoolError` ABORTED.
+   */
   signal?: AbortSignal
   /** Fairness key for the pool's round-robin dispatch. */
   sessionId?: string
@@ -339,7 +342,11 @@ export declare class ToolSandbox {
   constructor(config: SandboxConfig, auditLog: AuditLog, executor?: SandboxExecutor | WorkerPool)
   /** Throws `SandboxError` for an empty command or shell metacharacters, `TypeError` for a non-string. */
   tokenize(commandString: string): SandboxCommand
-  /** Refusals throw `SandboxError`; executor failures other than a timeout are rethrown. */
+  /**
+   * Refusals throw `SandboxError`; executor failures other than a timeout are rethrown. A git
+   * command's repository check runs off libuv's pool, at most 4 at once per sandbox, and is
+   * refused past 10 s.
+   */
   execute(commandString: string, options?: SandboxExecuteOptions): Promise<SandboxResult>
   /**
    * The jail for a host tool's checks of the agent's paths: this sandbox's root, refusing its

@@ -587,10 +587,19 @@ class ToolSandbox {
     if (watch && watch.aborted) throw abortedError(watch)
     const command = String(commandString)
     const pool = poolOf(this.#executor)
-    // Stages 1-7 (policy, jail, the repository's check with git, the audit entry) run on
-    // libuv's thread pool; only starting the checked command happens on this thread. Checks
-    // run side by side, but commands start in the order execute() was called.
-    const checking = this.#native.check(command, sessionId)
+    // Stages 1-7 (policy, jail, the repository's check with git, the audit entry) run on a
+    // thread of the addon's own, never libuv's pool; only starting the checked command happens on
+    // this thread. Checks run side by side, but commands start in the order execute() was called.
+    // An abort ends a repository check at once (its git is killed) and rejects as ABORTED.
+    const cancel = watch ? new native.NativeCheckCancel() : undefined
+    if (watch) watch.onAbort = () => cancel.cancel()
+    let checking
+    try {
+      checking = this.#native.check(command, sessionId, cancel)
+    } catch (err) {
+      unwatch(watch)
+      throw err
+    }
     const turn = this.#turn
     let done
     this.#turn = new Promise((resolve) => {
@@ -598,14 +607,24 @@ class ToolSandbox {
     })
     let started
     try {
-      const checked = await checking
+      let checked
+      try {
+        checked = await checking
+      } finally {
+        // From here an abort is the started job's (#start hands the watch to the pool, which
+        // stops a job whose signal fired in between).
+        if (watch) watch.onAbort = undefined
+      }
+      // A check the abort ended starts nothing: rejected at once, not after earlier commands.
+      if (watch && watch.aborted && checked.refused) throw abortedError(watch)
       await turn
       started = this.#start(checked, pool, watch)
     } catch (err) {
       unwatch(watch)
       throw err
     } finally {
-      done()
+      // The next command starts only after the earlier ones, even when this one rejected early.
+      turn.then(done)
     }
     // The pool's settlement removes the listener; any other end (a JS executor's) does here.
     return watch ? Promise.resolve(started).finally(() => unwatch(watch)) : started

@@ -17,11 +17,22 @@ export declare class NativeAuditLog {
   getLogDir(): string
 }
 
+/** A job's AbortSignal as the repository check sees it: `index.js` calls `cancel()` on abort. */
+export declare class NativeCheckCancel {
+  /** Throws when the process has no descriptor left for its wake-up pipe. */
+  constructor()
+  /** Ends the check it was given to (a running git is killed); later calls do nothing. */
+  cancel(): void
+}
+
 /**
  * A command after stages 1-7: allowed (to be started once by one `start*` call) or refused
  * (each `start*` call throws the refusal's `SANDBOX_ERROR`).
  */
-export declare class NativeCheckedCommand {}
+export declare class NativeCheckedCommand {
+  /** Whether the checks refused the command (each `start*` call then throws the refusal). */
+  get refused(): boolean
+}
 
 /** The filesystem jail. */
 export declare class NativeJail {
@@ -60,12 +71,14 @@ export declare class NativeToolSandbox {
    */
   getJail(): NativeJail
   /**
-   * Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of libuv's pool:
-   * they read the file system, run git to check a repository and append to the audit log,
-   * none of which may hold up Node's thread. Resolves to the checked command (a refusal is
-   * already audited; it is thrown by the `start*` call), never rejects except on a panic.
+   * Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of the addon's own
+   * (never libuv's pool, which Node's fs calls share): they read the file system, run git to
+   * check a repository and append to the audit log, none of which may hold up Node's thread.
+   * `cancel` (the job's AbortSignal) ends a repository check early. Resolves to the checked
+   * command (a refusal is already audited; it is thrown by the `start*` call), never rejects
+   * except on a panic.
    */
-  check(command: string, sessionId?: string | undefined | null): Promise<NativeCheckedCommand>
+  check(command: string, sessionId?: string | undefined | null, cancel?: NativeCheckCancel | undefined | null): Promise<NativeCheckedCommand>
   /**
    * Starts a checked command on the native pool's interactive lane, with the jail as
    * jailRoot. Throws a `SANDBOX_ERROR` error for a refusal; otherwise returns the pool job's

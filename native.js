@@ -836,6 +836,7 @@ function __napiStampBindingTarget(exportsObject, target) {
 module.exports.__napiBindingTarget = __napiStampBindingTarget(nativeBinding, __napiLoadedBindingTarget)
 module.exports = nativeBinding
 module.exports.NativeAuditLog = nativeBinding.NativeAuditLog
+module.exports.NativeCheckCancel = nativeBinding.NativeCheckCancel
 module.exports.NativeCheckedCommand = nativeBinding.NativeCheckedCommand
 module.exports.NativeJail = nativeBinding.NativeJail
 module.exports.NativePrepared = nativeBinding.NativePrepared

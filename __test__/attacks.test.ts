@@ -324,7 +324,7 @@ describe('the host is never blocked by the repository check', () => {
       const r = await attempt(sandbox, 'git log')
       rmSync(fifo)
       expect(Date.now() - started, name).toBeLessThan(2500)
-      expect(r.refused, name).toMatch(/^Repository config rejected: (commondir is not a regular file|special file in the git directory: \.git\/)/)
+      expect(r.refused, name).toMatch(/^Repository config rejected: (\.git\/commondir is not a regular file|special file in the git directory: \.git\/)/)
     }
   })
 })

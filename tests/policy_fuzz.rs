@@ -15,6 +15,7 @@ use std::sync::{Arc, LazyLock};
 use finn_sandbox::core::policy::argv::denied_flag;
 use finn_sandbox::core::policy::coreutils;
 use finn_sandbox::core::policy::getopt::{Grammar, Resolution};
+use finn_sandbox::core::policy::host_git::{self, Watch};
 use finn_sandbox::core::policy::jail_args::jail_args;
 use finn_sandbox::core::policy::redact::REDACTED;
 use finn_sandbox::core::policy::{
@@ -259,7 +260,8 @@ proptest! {
     if command::check(&cmd, &policies).is_err() {
       return Ok(());
     }
-    if let Ok(jailed) = jail_args(&cmd, &policies["cat"], jail) {
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    if let Ok(jailed) = jail_args(&cmd, &policies["cat"], jail, &watch) {
       let mut options_ended = false;
       for arg in &jailed.args {
         if !options_ended && arg == "--" {

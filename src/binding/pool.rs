@@ -456,7 +456,7 @@ impl NativeWorkerPool {
 /// idle worker threads itself (for 10 s) and retires them at shutdown; the runtime then lets a
 /// retired thread go after 200 ms. Its own runtime, because napi's caps blocking threads at
 /// 512 and a pool may have 4096 workers; shared by every pool.
-fn jobs_runtime() -> Result<tokio::runtime::Handle, &'static std::io::Error> {
+pub(crate) fn jobs_runtime() -> Result<tokio::runtime::Handle, &'static std::io::Error> {
   static RUNTIME: OnceLock<std::io::Result<tokio::runtime::Runtime>> = OnceLock::new();
   let runtime = RUNTIME.get_or_init(|| {
     tokio::runtime::Builder::new_current_thread()

@@ -5,19 +5,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use napi::Env;
-use napi::Task;
-use napi::bindgen_prelude::{AsyncTask, Object, Unknown};
+use napi::bindgen_prelude::{Object, PromiseRaw, Unknown};
+use napi::{Env, JsValue};
 use napi_derive::napi;
 
 use super::convert::{self, Checked};
 use super::error::{coded, sandbox_error};
 use super::executor::{self, HandOff};
-use super::pool::{JobSettled, NativeWorkerPool, Ticket};
+use super::pool::{JobSettled, NativeWorkerPool, Ticket, jobs_runtime};
 use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
 use crate::core::limits::{
   DEFAULT_SANDBOX_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_AUDIT_FILES, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
 };
+use crate::core::policy::host_git::Cancel;
 use crate::core::policy::{self, CommandPolicy};
 use crate::core::pool::PoolError;
 use crate::core::sandbox::{self, NoRunner, RunError, SandboxConfig};
@@ -385,17 +385,45 @@ impl NativeToolSandbox {
     }
   }
 
-  /// Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of libuv's pool:
-  /// they read the file system, run git to check a repository and append to the audit log,
-  /// none of which may hold up Node's thread. Resolves to the checked command (a refusal is
-  /// already audited; it is thrown by the `start*` call), never rejects except on a panic.
+  /// Stages 1-7 (gate, tokenize, policy, jail, binary, audit) on a thread of the addon's own
+  /// (never libuv's pool, which Node's fs calls share): they read the file system, run git to
+  /// check a repository and append to the audit log, none of which may hold up Node's thread.
+  /// `cancel` (the job's AbortSignal) ends a repository check early. Resolves to the checked
+  /// command (a refusal is already audited; it is thrown by the `start*` call), never rejects
+  /// except on a panic.
   #[napi(catch_unwind, ts_return_type = "Promise<NativeCheckedCommand>")]
-  pub fn check(&self, command: String, session_id: Option<String>) -> AsyncTask<CheckTask> {
-    AsyncTask::new(CheckTask {
-      sandbox: Arc::clone(&self.sandbox),
-      command,
-      session_id,
-    })
+  pub fn check<'env>(
+    &self,
+    env: &'env Env,
+    command: String,
+    session_id: Option<String>,
+    cancel: Option<&NativeCheckCancel>,
+  ) -> napi::Result<PromiseRaw<'env, NativeCheckedCommand>> {
+    let (deferred, promise) = env.create_deferred::<NativeCheckedCommand, Resolve>()?;
+    let sandbox = Arc::clone(&self.sandbox);
+    let cancel = cancel.map(|c| Arc::clone(&c.cancel));
+    let runtime = jobs_runtime()
+      .map_err(|e| sandbox_error(env, format!("could not start the check's thread: {e}")))?;
+    runtime.spawn_blocking(move || {
+      // A panic here would unwind into the runtime's thread: it becomes this promise's rejection.
+      let output = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        sandbox
+          .check(&command, session_id, cancel.as_deref())
+          .map_err(|d| d.message)
+      }));
+      if let Some(cancel) = &cancel {
+        cancel.retire();
+      }
+      match output {
+        Ok(checked) => deferred.resolve(Box::new(move |_| {
+          Ok(NativeCheckedCommand {
+            checked: Some(checked),
+          })
+        })),
+        Err(_) => deferred.reject(napi::Error::from_reason("the sandbox's check panicked")),
+      }
+    });
+    Ok(PromiseRaw::new(env.raw(), promise.raw()))
   }
 
   /// Starts a checked command on the native pool's interactive lane, with the jail as
@@ -472,30 +500,31 @@ impl NativeToolSandbox {
   }
 }
 
-/// Stages 1-7 of one command, off Node's thread (see [`NativeToolSandbox::check`]).
-pub struct CheckTask {
-  sandbox: Arc<sandbox::ToolSandbox>,
-  command: String,
-  session_id: Option<String>,
+/// What settles a check's promise on Node's thread.
+type Resolve = Box<dyn FnOnce(Env) -> napi::Result<NativeCheckedCommand> + Send>;
+
+/// A job's AbortSignal as the repository check sees it: `index.js` calls `cancel()` on abort.
+#[napi]
+pub struct NativeCheckCancel {
+  cancel: Arc<Cancel>,
 }
 
-impl Task for CheckTask {
-  type Output = Result<sandbox::Checked, String>;
-  type JsValue = NativeCheckedCommand;
-
-  fn compute(&mut self) -> napi::Result<Self::Output> {
-    let (sandbox, command, session_id) = (&self.sandbox, &self.command, self.session_id.take());
-    // A panic here would unwind into libuv's thread: it becomes this promise's rejection.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-      sandbox.check(command, session_id).map_err(|d| d.message)
-    }))
-    .map_err(|_| napi::Error::from_reason("the sandbox's check panicked"))
+#[napi]
+impl NativeCheckCancel {
+  /// Throws when the process has no descriptor left for its wake-up pipe.
+  #[napi(constructor, catch_unwind)]
+  pub fn new(env: &Env) -> napi::Result<Self> {
+    let cancel = Cancel::new()
+      .map_err(|e| sandbox_error(env, format!("could not watch the AbortSignal: {e}")))?;
+    Ok(NativeCheckCancel {
+      cancel: Arc::new(cancel),
+    })
   }
 
-  fn resolve(&mut self, _env: Env, output: Self::Output) -> napi::Result<Self::JsValue> {
-    Ok(NativeCheckedCommand {
-      checked: Some(output),
-    })
+  /// Ends the check it was given to (a running git is killed); later calls do nothing.
+  #[napi(catch_unwind)]
+  pub fn cancel(&self) {
+    self.cancel.cancel();
   }
 }
 
@@ -504,6 +533,15 @@ impl Task for CheckTask {
 #[napi]
 pub struct NativeCheckedCommand {
   checked: Option<Result<sandbox::Checked, String>>,
+}
+
+#[napi]
+impl NativeCheckedCommand {
+  /// Whether the checks refused the command (each `start*` call then throws the refusal).
+  #[napi(getter)]
+  pub fn refused(&self) -> bool {
+    matches!(self.checked, Some(Err(_)))
+  }
 }
 
 impl NativeCheckedCommand {

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::Denial;
 use super::git_config;
+use super::host_git::{self, Watch};
 
 /// Where git will find the repository, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +50,25 @@ impl Repository {
 /// Entries walked before a tree counts as too large to check (and the command is refused):
 /// it bounds what one command may cost. A work tree of this size takes ~0.1 s to walk.
 pub const MAX_WALK_ENTRIES: usize = 200_000;
+
+/// A `.git` file or a `commondir`: one path, at most PATH_MAX, and its prefix and line end.
+pub const MAX_POINTER_FILE_BYTES: u64 = 4096;
+
+/// `config.worktree` files in the git directories: each is listed by a git of its own (~3 ms),
+/// and a repository has one per worktree.
+pub const MAX_WORKTREE_CONFIGS: usize = 64;
+
+/// The index file, sized before git reads it. One within the entry bound, with paths of ordinary
+/// length, takes a few tens of MiB.
+pub const MAX_INDEX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The index's paths as `git ls-files` lists them, in total. A version-4 index stores a path
+/// that shares a prefix with the one before in a few bytes, so the file's size does not bound
+/// this.
+pub const MAX_INDEX_LISTING_BYTES: usize = 64 * 1024 * 1024;
+
+/// One index entry: a longer path cannot name a file (PATH_MAX).
+pub const MAX_INDEX_PATH_BYTES: usize = 4096;
 
 /// Inserted right after the subcommand of `diff`, `log` and `show`; the allowlist has no option
 /// that would switch them back on.
@@ -100,10 +120,34 @@ fn refuse(what: impl Into<String>) -> Denial {
   )
 }
 
+/// A path below the jail as refusals name it (relative to the jail).
+fn shown_path(jail_root: &Path, path: &Path) -> String {
+  path
+    .strip_prefix(jail_root)
+    .unwrap_or(path)
+    .display()
+    .to_string()
+}
+
+/// A small file naming a path (`.git`, `commondir`), read bounded, as text.
+fn read_pointer(path: &Path, shown: &str) -> Result<Option<String>, Denial> {
+  match host_git::read_bounded(path, shown, MAX_POINTER_FILE_BYTES)? {
+    None => Ok(None),
+    Some(bytes) => String::from_utf8(bytes)
+      .map(Some)
+      .map_err(|_| refuse(format!("{shown} is unreadable (not UTF-8)"))),
+  }
+}
+
 /// Finds the repository git would use from `jail_root`, refuses any layout that reaches out of
-/// the jail or runs code, and reads its config with `git` (the policy's binary). `Ok(None)`:
-/// no repository at all.
-pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository>, Denial> {
+/// the jail or runs code, and reads its config with `git` (the policy's binary), all within
+/// `watch`. `Ok(None)`: no repository at all.
+pub fn check_repository(
+  jail_root: &Path,
+  git: &str,
+  watch: &Watch,
+) -> Result<Option<Repository>, Denial> {
+  watch.check()?;
   let dot_git = jail_root.join(".git");
   let (git_dir, work_tree) = match std::fs::symlink_metadata(&dot_git) {
     Ok(meta) if meta.is_dir() => (
@@ -112,7 +156,7 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     ),
     Ok(meta) if meta.is_file() => {
       // `gitdir: <path>` (a linked worktree or a submodule): followed only inside the jail.
-      let text = std::fs::read_to_string(&dot_git).map_err(|_| refuse(".git is unreadable"))?;
+      let text = read_pointer(&dot_git, ".git")?.ok_or_else(|| refuse(".git is unreadable"))?;
       let target = text
         .strip_prefix("gitdir: ")
         .ok_or_else(|| refuse(".git file without gitdir"))?;
@@ -126,7 +170,12 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
         Some(jail_root.to_path_buf()),
       )
     }
-    Ok(_) => return Err(refuse(".git is a symlink")),
+    Ok(meta) if meta.file_type().is_symlink() => return Err(refuse(".git is a symlink")),
+    Ok(_) => {
+      return Err(refuse(
+        ".git is neither a directory nor a regular file (a FIFO or device would block the check)",
+      ));
+    }
     Err(e) if e.kind() == io::ErrorKind::NotFound => {
       // git's own test for a bare repository: HEAD, objects/ and refs/.
       let bare = ["HEAD", "objects", "refs"]
@@ -139,13 +188,9 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     }
     Err(_) => return Err(refuse(".git cannot be inspected")),
   };
-  // Read only as a regular file: a FIFO would block this thread (the host's) until written.
   let commondir = git_dir.join("commondir");
-  if std::fs::symlink_metadata(&commondir).is_ok_and(|m| !m.is_file()) {
-    return Err(refuse("commondir is not a regular file"));
-  }
-  let common_dir = match std::fs::read_to_string(&commondir) {
-    Ok(text) => {
+  let common_dir = match read_pointer(&commondir, &shown_path(jail_root, &commondir))? {
+    Some(text) => {
       let value = as_git_reads(&text, "commondir")?;
       canonical_inside(
         jail_root,
@@ -153,12 +198,18 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
         "commondir points outside the jail",
       )?
     }
-    Err(e) if e.kind() == io::ErrorKind::NotFound => git_dir.clone(),
-    Err(_) => return Err(refuse("commondir is unreadable")),
+    None => git_dir.clone(),
   };
   let mut config_files = Vec::new();
   let mut budget = MAX_WALK_ENTRIES;
-  for dir in [&git_dir, &common_dir] {
+  // Once each: without a `commondir` both are the same directory, whose files would otherwise be
+  // counted, and each config.worktree listed, twice.
+  let dirs = if common_dir == git_dir {
+    vec![&git_dir]
+  } else {
+    vec![&git_dir, &common_dir]
+  };
+  for dir in dirs {
     for alternates in ["objects/info/alternates", "objects/info/http-alternates"] {
       if std::fs::symlink_metadata(dir.join(alternates)).is_ok() {
         return Err(refuse("object alternates"));
@@ -167,14 +218,8 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     if std::fs::symlink_metadata(dir.join("modules")).is_ok() {
       return Err(refuse("submodules (modules/ in the git directory)"));
     }
-    walk(dir, &mut budget, &mut |path, meta| {
-      let shown = || {
-        path
-          .strip_prefix(jail_root)
-          .unwrap_or(path)
-          .display()
-          .to_string()
-      };
+    walk(dir, &mut budget, watch, &mut |path, meta| {
+      let shown = || shown_path(jail_root, path);
       if meta.file_type().is_symlink() {
         return Err(refuse(format!("symlink in the git directory: {}", shown())));
       }
@@ -193,7 +238,13 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
         )));
       }
       if path.file_name().is_some_and(|n| n == "config.worktree") {
-        config_files.push(path.to_path_buf());
+        // Each is listed by a git of its own: their number bounds the check's time.
+        if config_files.len() == MAX_WORKTREE_CONFIGS {
+          return Err(refuse(format!(
+            "more than {MAX_WORKTREE_CONFIGS} config.worktree files in the git directory"
+          )));
+        }
+        config_files.push((path.to_path_buf(), shown()));
       }
       Ok(true)
     })?;
@@ -202,14 +253,8 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     if std::fs::symlink_metadata(work_tree.join(".gitmodules")).is_ok() {
       return Err(refuse("submodules (.gitmodules)"));
     }
-    walk(work_tree, &mut budget, &mut |path, meta| {
-      let shown = || {
-        path
-          .strip_prefix(jail_root)
-          .unwrap_or(path)
-          .display()
-          .to_string()
-      };
+    walk(work_tree, &mut budget, watch, &mut |path, meta| {
+      let shown = || shown_path(jail_root, path);
       if path.file_name().is_some_and(|n| n == ".git") {
         // The repository's own .git was checked above; any other is a submodule or a nested
         // repository, whose config git may read (status looks into submodules).
@@ -235,9 +280,17 @@ pub fn check_repository(jail_root: &Path, git: &str) -> Result<Option<Repository
     common_dir,
     work_tree,
   };
+  // Sized before git reads it (git reads it by path; a FIFO swapped in since the walk is left to
+  // the deadline).
+  let config = repo.common_dir.join("config");
+  host_git::open_bounded(
+    &config,
+    &shown_path(jail_root, &config),
+    git_config::MAX_CONFIG_FILE_BYTES,
+  )?;
   // Listed with the job's own pinning: the config checked is the config the job reads.
-  git_config::check(git, &repo.git_dir, &repo.env(), &config_files)?;
-  check_index(git, &repo)?;
+  git_config::check(git, &repo.git_dir, &repo.env(), &config_files, watch)?;
+  check_index(git, &repo, jail_root, budget, watch)?;
   Ok(Some(repo))
 }
 
@@ -255,36 +308,113 @@ fn index_path_ok(path: &[u8]) -> bool {
 /// tree. git checks the names it adds, not those it reads from an index file: an entry
 /// `../outside/file` made `git diff`, `status` and `add` lstat and read that file (its content in
 /// the diff), `./audit/audit.log` slipped past the pathspec that excludes the audit directory.
-fn check_index(git: &str, repo: &Repository) -> Result<(), Denial> {
+/// The index is sized and opened here and git reads that open file; its entries count against
+/// what is left of the walk's `budget`, and its listing is checked as it streams, never held.
+fn check_index(
+  git: &str,
+  repo: &Repository,
+  jail_root: &Path,
+  budget: usize,
+  watch: &Watch,
+) -> Result<(), Denial> {
   let Some(work_tree) = &repo.work_tree else {
     return Ok(());
   };
-  if std::fs::symlink_metadata(repo.git_dir.join("index")).is_err() {
+  let path = repo.git_dir.join("index");
+  let shown = shown_path(jail_root, &path);
+  let Some(index) = host_git::open_bounded(&path, &shown, MAX_INDEX_BYTES)? else {
     return Ok(());
-  }
-  let out = git_config::sealed(git)
+  };
+  let mut command = host_git::sealed(git);
+  command
     .env("GIT_OPTIONAL_LOCKS", "0")
     .envs(repo.env())
+    // The file sized above, as git's stdin: what the path names now does not matter (a FIFO
+    // swapped in would block git's open).
+    .env("GIT_INDEX_FILE", "/proc/self/fd/0")
+    .stdin(index)
     .current_dir(work_tree)
-    .args(["ls-files", "-z", "--cached", "--sparse"])
-    .output()
-    .map_err(|e| refuse(format!("git ls-files could not run ({e})")))?;
-  if !out.status.success() {
-    let err = String::from_utf8_lossy(&out.stderr);
-    let first = err.lines().next().unwrap_or("no message").trim();
-    return Err(refuse(format!("git could not read the index ({first})")));
-  }
-  let body = out.stdout.strip_suffix(b"\0").unwrap_or(&out.stdout);
-  if let Some(bad) = body
-    .split(|b| *b == 0)
-    .find(|p| !p.is_empty() && !index_path_ok(p))
-  {
+    .args(["ls-files", "-z", "--cached", "--sparse"]);
+  let mut entries = IndexEntries {
+    shown: &shown,
+    carry: Vec::new(),
+    left: budget,
+    bytes: 0,
+  };
+  let what = format!("git ls-files ({shown})");
+  let ran = host_git::run(command, &what, watch, &mut |piece| entries.take(piece))?;
+  if !ran.success {
     return Err(refuse(format!(
-      "index entry outside the work tree: {}",
-      String::from_utf8_lossy(bad)
+      "git could not read the index ({})",
+      ran.why()
     )));
   }
-  Ok(())
+  entries.finish()
+}
+
+/// `git ls-files -z` output checked as it arrives: each entry counted and checked, only a
+/// partial entry (bounded) kept between pieces.
+struct IndexEntries<'a> {
+  shown: &'a str,
+  carry: Vec<u8>,
+  left: usize,
+  bytes: usize,
+}
+
+impl IndexEntries<'_> {
+  fn take(&mut self, piece: &[u8]) -> Result<(), Denial> {
+    self.bytes += piece.len();
+    if self.bytes > MAX_INDEX_LISTING_BYTES {
+      return Err(refuse(format!(
+        "{} lists more than {MAX_INDEX_LISTING_BYTES} bytes of paths",
+        self.shown
+      )));
+    }
+    let mut rest = piece;
+    while let Some(end) = rest.iter().position(|b| *b == 0) {
+      self.carry.extend_from_slice(&rest[..end]);
+      rest = &rest[end + 1..];
+      self.entry()?;
+    }
+    self.carry.extend_from_slice(rest);
+    self.bounded()
+  }
+
+  fn bounded(&self) -> Result<(), Denial> {
+    if self.carry.len() > MAX_INDEX_PATH_BYTES {
+      return Err(refuse(format!(
+        "{} has an entry longer than {MAX_INDEX_PATH_BYTES} bytes",
+        self.shown
+      )));
+    }
+    Ok(())
+  }
+
+  fn entry(&mut self) -> Result<(), Denial> {
+    self.bounded()?;
+    let path = std::mem::take(&mut self.carry);
+    if path.is_empty() {
+      return Ok(());
+    }
+    self.left = self.left.checked_sub(1).ok_or_else(|| {
+      refuse(format!(
+        "{} lists more entries than the {MAX_WALK_ENTRIES} files the check allows (with those walked)",
+        self.shown
+      ))
+    })?;
+    if !index_path_ok(&path) {
+      return Err(refuse(format!(
+        "index entry outside the work tree: {}",
+        host_git::excerpt(&String::from_utf8_lossy(&path))
+      )));
+    }
+    Ok(())
+  }
+
+  /// The last entry, when the listing did not end with a NUL.
+  fn finish(mut self) -> Result<(), Denial> {
+    self.entry()
+  }
 }
 
 /// A path from a `commondir` or `.git` file, which git takes byte for byte once trailing CR
@@ -300,7 +430,8 @@ fn as_git_reads<'a>(text: &'a str, what: &str) -> Result<&'a str, Denial> {
     || value.chars().any(char::is_control)
   {
     return Err(refuse(format!(
-      "{what} is empty, or has whitespace at an end or a control character: {value:?}"
+      "{what} is empty, or has whitespace at an end or a control character: {}",
+      host_git::quoted(value)
     )));
   }
   Ok(value)
@@ -317,10 +448,12 @@ fn canonical_inside(jail: &Path, path: &Path, what: &str) -> Result<PathBuf, Den
 }
 
 /// Visits every entry below `dir` without following symlinks; `visit` returns whether to
-/// descend into a directory. Fails closed on an unreadable directory or past `budget` entries.
+/// descend into a directory. Fails closed on an unreadable directory, past `budget` entries, or
+/// once `watch` ends the check.
 fn walk(
   dir: &Path,
   budget: &mut usize,
+  watch: &Watch,
   visit: &mut dyn FnMut(&Path, &std::fs::Metadata) -> Result<bool, Denial>,
 ) -> Result<(), Denial> {
   let mut stack = vec![dir.to_path_buf()];
@@ -332,6 +465,7 @@ fn walk(
       *budget = budget
         .checked_sub(1)
         .ok_or_else(|| refuse(format!("more than {MAX_WALK_ENTRIES} files to check")))?;
+      watch.check()?;
       let path = entry.path();
       let meta = std::fs::symlink_metadata(&path)
         .map_err(|_| refuse(format!("cannot inspect {}", path.display())))?;
@@ -347,6 +481,10 @@ fn walk(
 mod tests {
   use super::*;
   use std::process::Command;
+
+  fn watch() -> Watch<'static> {
+    Watch::new(host_git::REPOSITORY_CHECK_MS, None)
+  }
 
   fn git_bin() -> String {
     super::super::command::resolve_binary("git", "/usr/bin:/bin")
@@ -377,12 +515,14 @@ mod tests {
   fn a_fresh_repository_passes_and_is_pinned() {
     let (_d, root) = jail();
     assert_eq!(
-      check_repository(&root, &git_bin()).unwrap(),
+      check_repository(&root, &git_bin(), &watch()).unwrap(),
       None,
       "no repository"
     );
     init(&root);
-    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
     assert_eq!(repo.git_dir, root.join(".git"));
     assert_eq!(repo.common_dir, root.join(".git"));
     let env = repo.env();
@@ -419,7 +559,7 @@ mod tests {
       let path = root.join(".git/config");
       // The whole file is the attacker's (a BOM is only valid at its start).
       std::fs::write(&path, config).unwrap();
-      let got = message(check_repository(&root, &git_bin()));
+      let got = message(check_repository(&root, &git_bin(), &watch()));
       assert!(
         got.contains(&format!("{key} is not on the allowlist")),
         "{config:?}: {got}"
@@ -437,7 +577,7 @@ mod tests {
     let mut text = std::fs::read_to_string(&path).unwrap();
     text.push_str("[user]\r\tname = x\r[filter \"x\"]\r\tclean = evil\r\n");
     std::fs::write(&path, &text).unwrap();
-    assert!(check_repository(&root, &git_bin()).is_ok());
+    assert!(check_repository(&root, &git_bin(), &watch()).is_ok());
     let out = Command::new("git")
       .args(["config", "--get-regexp", "^filter"])
       .current_dir(&root)
@@ -448,7 +588,9 @@ mod tests {
     // Where git does read a value as a boolean, the same text makes it refuse to run.
     text.push_str("[core]\r\tbare = false\r[filter \"y\"]\r\tclean = evil\r\n");
     std::fs::write(&path, &text).unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("git could not read it"));
+    assert!(
+      message(check_repository(&root, &git_bin(), &watch())).contains("git could not read it")
+    );
   }
 
   #[test]
@@ -460,7 +602,7 @@ mod tests {
       "[core]\n\tfsmonitor = evil\n",
     )
     .unwrap();
-    let got = message(check_repository(&root, &git_bin()));
+    let got = message(check_repository(&root, &git_bin(), &watch()));
     assert!(
       got.contains("core.fsmonitor is not on the allowlist"),
       "{got}"
@@ -472,7 +614,9 @@ mod tests {
     let (_d, root) = jail();
     init(&root);
     std::fs::write(root.join(".git/config"), "[core\nbare\n").unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("git could not read it"));
+    assert!(
+      message(check_repository(&root, &git_bin(), &watch())).contains("git could not read it")
+    );
   }
 
   /// A copy of the repository's common parts in `.git/<name>`, with `config` as its config.
@@ -514,7 +658,7 @@ mod tests {
       "\n",
     ] {
       std::fs::write(&commondir, value).unwrap();
-      let got = message(check_repository(&root, &git_bin()));
+      let got = message(check_repository(&root, &git_bin(), &watch()));
       assert!(
         got.contains("commondir is empty, or has whitespace"),
         "{value:?}: {got}"
@@ -522,13 +666,15 @@ mod tests {
     }
     // Read as the job reads it: the config checked is the one the job's pinning makes git read.
     std::fs::write(&commondir, "common\r\n").unwrap();
-    let got = message(check_repository(&root, &git_bin()));
+    let got = message(check_repository(&root, &git_bin(), &watch()));
     assert!(
       got.contains("filter.x.clean is not on the allowlist"),
       "{got}"
     );
     std::fs::write(&commondir, "ok\r\n").unwrap();
-    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
     assert_eq!(repo.common_dir, root.join(".git/ok"));
     // A symlink followed before `..`, as git's real_path does: `d/..` is where `d` points's
     // parent, outside, although `x` exists inside too.
@@ -538,7 +684,7 @@ mod tests {
     std::os::unix::fs::symlink(outside.path().join("in"), root.join("d")).unwrap();
     std::fs::create_dir(root.join("x")).unwrap();
     std::fs::write(&commondir, "../d/../x").unwrap();
-    let got = message(check_repository(&root, &git_bin()));
+    let got = message(check_repository(&root, &git_bin(), &watch()));
     assert!(got.contains("commondir points outside the jail"), "{got}");
     std::fs::remove_file(&commondir).unwrap();
     // The .git file: `gitdir: ` exactly, then the path byte for byte.
@@ -550,11 +696,13 @@ mod tests {
       ("gitdir: d/../real\n", "gitdir points outside the jail"),
     ] {
       std::fs::write(root.join(".git"), text).unwrap();
-      let got = message(check_repository(&root, &git_bin()));
+      let got = message(check_repository(&root, &git_bin(), &watch()));
       assert!(got.contains(want), "{text:?}: {got}");
     }
     std::fs::write(root.join(".git"), "gitdir: real\r\n").unwrap();
-    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
     assert_eq!(repo.git_dir, root.join("real"));
   }
 
@@ -562,29 +710,33 @@ mod tests {
   fn layouts_that_reach_outside_are_refused() {
     let (_d, root) = jail();
     std::fs::write(root.join(".git"), "gitdir: /etc\n").unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("gitdir points outside"));
+    assert!(
+      message(check_repository(&root, &git_bin(), &watch())).contains("gitdir points outside")
+    );
     std::fs::write(
       root.join(".git"),
       format!("gitdir: {}/../x\n", root.display()),
     )
     .unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("gitdir points outside"));
+    assert!(
+      message(check_repository(&root, &git_bin(), &watch())).contains("gitdir points outside")
+    );
     std::fs::remove_file(root.join(".git")).unwrap();
     init(&root);
-    assert!(check_repository(&root, &git_bin()).is_ok());
+    assert!(check_repository(&root, &git_bin(), &watch()).is_ok());
     std::fs::write(root.join(".git/commondir"), "../../elsewhere").unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("commondir"));
+    assert!(message(check_repository(&root, &git_bin(), &watch())).contains("commondir"));
     std::fs::remove_file(root.join(".git/commondir")).unwrap();
     std::fs::write(
       root.join(".git/objects/info/alternates"),
       "/srv/other/objects",
     )
     .unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("alternates"));
+    assert!(message(check_repository(&root, &git_bin(), &watch())).contains("alternates"));
     std::fs::remove_file(root.join(".git/objects/info/alternates")).unwrap();
     std::os::unix::fs::symlink("/tmp", root.join(".git/refs/tags/x")).unwrap();
     assert!(
-      message(check_repository(&root, &git_bin()))
+      message(check_repository(&root, &git_bin(), &watch()))
         .contains("symlink in the git directory: .git/refs/tags/x")
     );
   }
@@ -600,7 +752,8 @@ mod tests {
       std::os::unix::fs::symlink(other.join(".git").join(name), root.join(".git").join(name))
         .unwrap();
       assert!(
-        message(check_repository(&root, &git_bin())).contains("symlink in the git directory"),
+        message(check_repository(&root, &git_bin(), &watch()))
+          .contains("symlink in the git directory"),
         "{name}"
       );
     }
@@ -614,26 +767,26 @@ mod tests {
     std::fs::write(outside.join("secret"), "s").unwrap();
     std::fs::hard_link(outside.join("secret"), root.join("inner")).unwrap();
     assert!(
-      message(check_repository(&root, &git_bin()))
+      message(check_repository(&root, &git_bin(), &watch()))
         .contains("hard-linked file in the work tree: inner")
     );
     std::fs::remove_file(root.join("inner")).unwrap();
     std::fs::create_dir_all(root.join("sub/.git")).unwrap();
     assert!(
-      message(check_repository(&root, &git_bin()))
+      message(check_repository(&root, &git_bin(), &watch()))
         .contains("nested repository or submodule: sub/.git")
     );
     std::fs::remove_dir_all(root.join("sub")).unwrap();
     std::fs::write(root.join(".gitmodules"), "").unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains(".gitmodules"));
+    assert!(message(check_repository(&root, &git_bin(), &watch())).contains(".gitmodules"));
     std::fs::remove_file(root.join(".gitmodules")).unwrap();
     std::fs::create_dir(root.join(".git/modules")).unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("modules/"));
+    assert!(message(check_repository(&root, &git_bin(), &watch())).contains("modules/"));
     std::fs::remove_dir(root.join(".git/modules")).unwrap();
     // In the git directory too: a config hard-linked elsewhere could change after the check.
     std::fs::hard_link(root.join(".git/description"), outside.join("linked")).unwrap();
     assert!(
-      message(check_repository(&root, &git_bin()))
+      message(check_repository(&root, &git_bin(), &watch()))
         .contains("hard-linked file in the git directory: .git/description")
     );
   }
@@ -646,17 +799,19 @@ mod tests {
     let (_d, root) = jail();
     init(&root);
     std::fs::write(root.join(".git/commondir"), b"\xffcommon").unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("commondir is unreadable"));
+    assert!(
+      message(check_repository(&root, &git_bin(), &watch())).contains("commondir is unreadable")
+    );
     std::fs::remove_file(root.join(".git/commondir")).unwrap();
     std::fs::write(root.join("plain"), "").unwrap();
     assert!(
-      message(check_repository(&root.join("plain"), &git_bin()))
+      message(check_repository(&root.join("plain"), &git_bin(), &watch()))
         .contains(".git cannot be inspected")
     );
     std::fs::rename(root.join(".git"), root.join("real")).unwrap();
     std::fs::write(root.join("gitfile"), "gitdir: real\n").unwrap();
     std::os::unix::fs::symlink("gitfile", root.join(".git")).unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains(".git is a symlink"));
+    assert!(message(check_repository(&root, &git_bin(), &watch())).contains(".git is a symlink"));
   }
 
   #[test]
@@ -690,7 +845,9 @@ mod tests {
       .unwrap()
       .success();
     assert!(ok);
-    let repo = check_repository(&root, &git_bin()).unwrap().unwrap();
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
     assert_eq!(repo.git_dir, root);
     assert_eq!(repo.work_tree, None);
     assert!(
@@ -703,7 +860,7 @@ mod tests {
       "[core]\n\tbare = true\n[filter \"x\"]\n\tclean = evil\n",
     )
     .unwrap();
-    assert!(message(check_repository(&root, &git_bin())).contains("filter.x.clean"));
+    assert!(message(check_repository(&root, &git_bin(), &watch())).contains("filter.x.clean"));
   }
 
   #[test]
@@ -731,5 +888,268 @@ mod tests {
       ["diff", "--", "x", ":(top,exclude,literal)audit"]
     );
     assert_eq!(exclude_paths(args(&["log"]), wt, &hidden), ["log"]);
+  }
+
+  fn entries(left: usize) -> IndexEntries<'static> {
+    IndexEntries {
+      shown: ".git/index",
+      carry: Vec::new(),
+      left,
+      bytes: 0,
+    }
+  }
+
+  /// The listing is checked as it streams: entries split across pieces are joined, each counts
+  /// against what is left of the walk's bound, and neither a long entry nor a long listing is
+  /// held.
+  #[test]
+  fn index_entries_are_counted_checked_and_bounded_as_they_stream() {
+    let mut e = entries(3);
+    e.take(b"a.t").unwrap();
+    e.take(b"xt\0d/e").unwrap();
+    e.take(b"\0\0").unwrap();
+    assert_eq!(e.left, 1);
+    e.take(b"last").unwrap();
+    e.finish().unwrap();
+    let got = entries(1).take(b"a\0b\0").unwrap_err().message;
+    assert!(
+      got.contains(".git/index lists more entries than the 200000 files the check allows"),
+      "{got}"
+    );
+    let mut e = entries(10);
+    e.take(b"ok\0").unwrap();
+    let got = e.take(b"../x\0").unwrap_err().message;
+    assert!(
+      got.ends_with("index entry outside the work tree: ../x"),
+      "{got}"
+    );
+    let mut e = entries(10);
+    e.take(b"ok\0..").unwrap();
+    assert!(
+      e.finish().is_err(),
+      "a last entry without its NUL is checked too"
+    );
+    // An entry at PATH_MAX is held; one byte more is refused before a NUL arrives.
+    let mut e = entries(10);
+    e.take(&vec![b'a'; MAX_INDEX_PATH_BYTES]).unwrap();
+    let got = e.take(b"a").unwrap_err().message;
+    assert!(got.contains("an entry longer than 4096 bytes"), "{got}");
+    let got = entries(10)
+      .take(&[&vec![b'a'; MAX_INDEX_PATH_BYTES + 1][..], b"\0"].concat())
+      .unwrap_err()
+      .message;
+    assert!(got.contains("an entry longer than 4096 bytes"), "{got}");
+    // The listing's total, counted without being held.
+    let mut e = entries(usize::MAX);
+    let piece = b"abcdefg\0".repeat(128 * 1024);
+    for _ in 0..MAX_INDEX_LISTING_BYTES / piece.len() {
+      e.take(&piece).unwrap();
+    }
+    let got = e.take(b"x").unwrap_err().message;
+    assert!(
+      got.contains(".git/index lists more than 67108864 bytes of paths"),
+      "{got}"
+    );
+    // A refusal quotes a long or unprintable entry bounded.
+    let mut e = entries(10);
+    let got = e
+      .take(&[&b"../"[..], &[b'\n'; 3000][..], b"\0"].concat())
+      .unwrap_err()
+      .message;
+    assert!(got.len() < 400, "{got}");
+  }
+
+  /// The index's entries and the files walked share one bound.
+  #[test]
+  fn index_entries_count_against_the_walk_bound() {
+    let (_d, root) = jail();
+    init(&root);
+    std::fs::write(root.join("a"), "").unwrap();
+    std::fs::write(root.join("b"), "").unwrap();
+    let ok = Command::new("git")
+      .args(["add", "a", "b"])
+      .current_dir(&root)
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
+    check_index(&git_bin(), &repo, &root, 2, &watch()).unwrap();
+    let got = check_index(&git_bin(), &repo, &root, 1, &watch())
+      .unwrap_err()
+      .message;
+    assert!(got.contains(".git/index lists more entries"), "{got}");
+  }
+
+  #[test]
+  fn config_worktree_files_are_bounded_in_number() {
+    let (_d, root) = jail();
+    init(&root);
+    for i in 0..MAX_WORKTREE_CONFIGS {
+      let dir = root.join(format!(".git/w/{i}"));
+      std::fs::create_dir_all(&dir).unwrap();
+      std::fs::write(dir.join("config.worktree"), "[user]\n\tname = x\n").unwrap();
+    }
+    check_repository(&root, &git_bin(), &watch()).unwrap();
+    std::fs::create_dir_all(root.join(".git/w/last")).unwrap();
+    std::fs::write(root.join(".git/w/last/config.worktree"), "").unwrap();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.contains("more than 64 config.worktree files in the git directory"),
+      "{got}"
+    );
+  }
+
+  /// Files that would cost the host memory or block it are sized or typed before a byte is read:
+  /// a sparse commondir or .git file, a FIFO as .git, a sparse index or config.
+  #[test]
+  fn large_sparse_or_special_repository_files_are_refused_unread() {
+    let (_d, root) = jail();
+    init(&root);
+    let sparse = |path: &Path, len: u64| {
+      std::fs::File::create(path).unwrap().set_len(len).unwrap();
+    };
+    sparse(&root.join(".git/commondir"), 1 << 40);
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.ends_with(".git/commondir is larger than 4096 bytes"),
+      "{got}"
+    );
+    std::fs::remove_file(root.join(".git/commondir")).unwrap();
+    sparse(&root.join(".git/index"), MAX_INDEX_BYTES + 1);
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.ends_with(".git/index is larger than 67108864 bytes"),
+      "{got}"
+    );
+    std::fs::remove_file(root.join(".git/index")).unwrap();
+    let config = root.join(".git/config");
+    let text = std::fs::read(&config).unwrap();
+    sparse(&config, git_config::MAX_CONFIG_FILE_BYTES + 1);
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.ends_with(".git/config is larger than 1048576 bytes"),
+      "{got}"
+    );
+    std::fs::write(&config, text).unwrap();
+    std::fs::rename(root.join(".git"), root.join("real")).unwrap();
+    sparse(&root.join(".git"), 1 << 40);
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(got.ends_with(".git is larger than 4096 bytes"), "{got}");
+    std::fs::remove_file(root.join(".git")).unwrap();
+    nix::unistd::mkfifo(
+      &root.join(".git"),
+      nix::sys::stat::Mode::from_bits_truncate(0o600),
+    )
+    .unwrap();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.contains(".git is neither a directory nor a regular file"),
+      "{got}"
+    );
+    // Whatever is quoted from a pointer file is bounded.
+    std::fs::remove_file(root.join(".git")).unwrap();
+    std::fs::write(
+      root.join(".git"),
+      format!("gitdir: real{}", "\0".repeat(4000)),
+    )
+    .unwrap();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(got.contains("gitdir is empty, or has whitespace"), "{got}");
+    assert!(got.len() < 400, "{got}");
+  }
+
+  /// A check past its deadline, or aborted, stops at its next step.
+  #[test]
+  fn a_check_ends_at_its_deadline_or_abort() {
+    let (_d, root) = jail();
+    init(&root);
+    let got = message(check_repository(&root, &git_bin(), &Watch::new(0, None)));
+    assert!(
+      got.contains("the repository check took longer than 0 ms"),
+      "{got}"
+    );
+    let cancel = host_git::Cancel::new().unwrap();
+    cancel.cancel();
+    let got = message(check_repository(
+      &root,
+      &git_bin(),
+      &Watch::new(60_000, Some(&cancel)),
+    ));
+    assert!(got.contains("the repository check was aborted"), "{got}");
+  }
+
+  /// A common directory outside the git directory is walked too: a symlink there is refused
+  /// although neither the git directory's walk nor the work tree's looks for one.
+  #[test]
+  fn a_separate_common_dir_is_walked() {
+    let (_d, root) = jail();
+    init(&root);
+    let ok = Command::new("cp")
+      .arg("-r")
+      .arg(root.join(".git"))
+      .arg(root.join("common"))
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    std::fs::write(root.join(".git/commondir"), "../common\n").unwrap();
+    let repo = check_repository(&root, &git_bin(), &watch())
+      .unwrap()
+      .unwrap();
+    assert_eq!(repo.common_dir, root.join("common"));
+    std::os::unix::fs::symlink("/etc", root.join("common/refs/x")).unwrap();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(
+      got.ends_with("symlink in the git directory: common/refs/x"),
+      "{got}"
+    );
+  }
+
+  /// A split index is read as git reads it (its shared part from the git directory); a shared
+  /// part grown sparse to 10 GiB, which git maps whole, fails at the map, in git's bounded
+  /// address space, and the refusal names that bound.
+  #[test]
+  fn a_split_index_is_checked_and_a_huge_shared_part_fails_fast() {
+    let (_d, root) = jail();
+    init(&root);
+    std::fs::write(root.join("a"), "").unwrap();
+    let git = |args: &[&str]| {
+      let ok = Command::new("git")
+        .args(args)
+        .current_dir(&root)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .status()
+        .unwrap()
+        .success();
+      assert!(ok, "{args:?}");
+    };
+    git(&["add", "a"]);
+    git(&["update-index", "--split-index"]);
+    check_repository(&root, &git_bin(), &watch()).unwrap();
+    let shared = std::fs::read_dir(root.join(".git"))
+      .unwrap()
+      .map(|e| e.unwrap().path())
+      .find(|p| {
+        p.file_name()
+          .unwrap()
+          .to_string_lossy()
+          .starts_with("sharedindex.")
+      })
+      .unwrap();
+    std::fs::OpenOptions::new()
+      .write(true)
+      .open(&shared)
+      .unwrap()
+      .set_len(10 << 30)
+      .unwrap();
+    let started = std::time::Instant::now();
+    let got = message(check_repository(&root, &git_bin(), &watch()));
+    assert!(got.contains("git could not read the index"), "{got}");
+    assert!(got.contains("the check's git may use 256 MiB"), "{got}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
   }
 }

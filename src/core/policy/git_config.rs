@@ -3,10 +3,11 @@
 //! on one line, quoting): a parser of our own would disagree with it somewhere, and each
 //! disagreement was a way to hide a key.
 
+use std::fs::File;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use super::error::Denial;
+use super::host_git::{self, Watch};
 
 /// Keys (section and variable lowercased, as git prints them) with no subsection.
 const PLAIN_KEYS: &[&str] = &[
@@ -61,27 +62,43 @@ pub struct ConfigEntry {
   pub key: String,
 }
 
-/// Parses `scope NUL origin NUL key [LF value] NUL ...`.
-pub fn parse_listing(out: &[u8]) -> Result<Vec<ConfigEntry>, String> {
-  let fields: Vec<&[u8]> = out.split(|b| *b == 0).collect();
-  // A complete listing ends with NUL, so the last field is empty.
-  let (last, fields) = fields.split_last().ok_or("empty listing")?;
-  if !last.is_empty() || fields.len() % 3 != 0 {
-    return Err("git config printed a listing that does not parse".into());
+/// Hands each entry of `scope NUL origin NUL key [LF value] NUL ...` to `each`, one at a time: a
+/// listing is never held as entries (a few hundred thousand of them, over the worktree files, cost
+/// Node hundreds of MB).
+fn each_entry(
+  out: &[u8],
+  each: &mut dyn FnMut(ConfigEntry) -> Result<(), Denial>,
+) -> Result<(), Denial> {
+  if out.is_empty() {
+    return Ok(());
   }
-  Ok(
-    fields
-      .chunks(3)
-      .map(|c| {
-        let key = c[2].split(|b| *b == b'\n').next().unwrap_or_default();
-        ConfigEntry {
-          scope: String::from_utf8_lossy(c[0]).into_owned(),
-          origin: String::from_utf8_lossy(c[1]).into_owned(),
-          key: String::from_utf8_lossy(key).into_owned(),
-        }
-      })
-      .collect(),
-  )
+  let malformed = || refuse("git config printed a listing that does not parse".into());
+  // A complete listing ends with NUL.
+  let body = out.strip_suffix(b"\0").ok_or_else(malformed)?;
+  let mut fields = body.split(|b| *b == 0);
+  while let Some(scope) = fields.next() {
+    let (Some(origin), Some(key)) = (fields.next(), fields.next()) else {
+      return Err(malformed());
+    };
+    let key = key.split(|b| *b == b'\n').next().unwrap_or_default();
+    each(ConfigEntry {
+      scope: String::from_utf8_lossy(scope).into_owned(),
+      origin: String::from_utf8_lossy(origin).into_owned(),
+      key: String::from_utf8_lossy(key).into_owned(),
+    })?;
+  }
+  Ok(())
+}
+
+/// Every entry of a listing (see [`each_entry`]).
+pub fn parse_listing(out: &[u8]) -> Result<Vec<ConfigEntry>, String> {
+  let mut entries = Vec::new();
+  each_entry(out, &mut |e| {
+    entries.push(e);
+    Ok(())
+  })
+  .map_err(|d| d.message)?;
+  Ok(entries)
 }
 
 fn refuse(what: String) -> Denial {
@@ -91,48 +108,29 @@ fn refuse(what: String) -> Denial {
   )
 }
 
-/// Program-running switches for the listing run itself (`git config` runs none of them today;
-/// these keep it so), listed with origin `command line:` and skipped.
-const LISTING_OVERRIDES: &[(&str, &str)] =
-  &[("core.hooksPath", "/dev/null"), ("core.fsmonitor", "false")];
+/// The most a config listing may print: a config the allowlist accepts lists a few hundred bytes
+/// per remote or branch, so this is far past any real one.
+pub const MAX_LISTING_BYTES: usize = 1024 * 1024;
 
-/// `git` as the host-side checks run it: an empty environment with no system, global or XDG
-/// config, no lazy fetch and no transport, hooks and fsmonitor off (`LISTING_OVERRIDES`), C
-/// messages, stdin `/dev/null`. The caller adds the repository (`GIT_DIR`, or
-/// `Repository::env`), the directory and the arguments.
-pub(super) fn sealed(git: &str) -> Command {
-  let mut command = Command::new(git);
-  command
-    .env_clear()
-    .env("PATH", "/usr/bin:/bin")
-    .env("HOME", "/nonexistent-finn-sandbox-home")
-    .env("XDG_CONFIG_HOME", "/nonexistent-finn-sandbox-home")
-    .env("GIT_CONFIG_NOSYSTEM", "1")
-    .env("GIT_CONFIG_GLOBAL", "/dev/null")
-    .env("GIT_NO_LAZY_FETCH", "1")
-    .env("GIT_ALLOW_PROTOCOL", "")
-    .env("LC_ALL", "C")
-    .env("GIT_CONFIG_COUNT", LISTING_OVERRIDES.len().to_string())
-    .stdin(Stdio::null());
-  for (i, (k, v)) in LISTING_OVERRIDES.iter().enumerate() {
-    command
-      .env(format!("GIT_CONFIG_KEY_{i}"), k)
-      .env(format!("GIT_CONFIG_VALUE_{i}"), v);
-  }
-  command
-}
+/// A config file the check reads itself, opened as [`host_git::open_bounded`] opens one: no
+/// larger than the listing's bound.
+pub const MAX_CONFIG_FILE_BYTES: u64 = MAX_LISTING_BYTES as u64;
 
 /// Runs `git config --list` as `git` would read config with `repo` (the job's pinning:
 /// `GIT_DIR`, `GIT_COMMON_DIR`, ...), run in `git_dir`, with no system, global or XDG file, no
-/// includes followed (an include is itself a refused key), and `file` instead of the
-/// repository's files when given.
-fn listing(
+/// includes followed (an include is itself a refused key), and the open `file` (read from its
+/// descriptor as stdin, never by path again) instead of the repository's files when given; the
+/// first key not on the allowlist is refused as the listing is read. `shown` names what is
+/// listed in refusals.
+fn check_listing(
   git: &str,
   git_dir: &Path,
   repo: &[(String, String)],
-  file: Option<&Path>,
-) -> Result<Vec<ConfigEntry>, Denial> {
-  let mut command = sealed(git);
+  file: Option<File>,
+  shown: &str,
+  watch: &Watch,
+) -> Result<(), Denial> {
+  let mut command = host_git::sealed(git);
   command
     .envs(repo.iter().map(|(k, v)| (k, v)))
     .current_dir(git_dir)
@@ -145,20 +143,39 @@ fn listing(
       "--no-includes",
     ]);
   match file {
-    Some(file) => command.arg("--file").arg(file),
+    Some(file) => command.stdin(file).args(["--file", "-"]),
     // Fails unless git takes `git_dir` for a repository: without it git lists nothing and
     // succeeds, and `upload-pack`, given such a path, moves on to `<path>.git` (unchecked).
     None => command.arg("--local"),
   };
-  let out = command
-    .output()
-    .map_err(|e| refuse(format!("git config could not run ({e})")))?;
-  if !out.status.success() {
-    let err = String::from_utf8_lossy(&out.stderr);
-    let first = err.lines().next().unwrap_or("no message").trim();
-    return Err(refuse(format!("git could not read it ({first})")));
+  let mut out = Vec::new();
+  let what = format!("git config ({shown})");
+  let ran = host_git::run(
+    command,
+    &what,
+    watch,
+    &mut host_git::collect_bounded(&mut out, MAX_LISTING_BYTES, &what),
+  )?;
+  if !ran.success {
+    return Err(refuse(format!("git could not read it ({})", ran.why())));
   }
-  parse_listing(&out.stdout).map_err(refuse)
+  each_entry(&out, &mut |mut entry| {
+    // Our own overrides. A `--file` listing has scope `command` too, but another origin.
+    if entry.scope == "command" && entry.origin == "command line:" {
+      return Ok(());
+    }
+    if entry.origin == "standard input:" {
+      entry.origin = format!("file:{shown}");
+    }
+    if !key_allowed(&entry.key) {
+      return Err(refuse(format!(
+        "{} is not on the allowlist ({})",
+        host_git::excerpt(&entry.key),
+        host_git::excerpt(&entry.origin)
+      )));
+    }
+    Ok(())
+  })
 }
 
 /// Every key git would read for the repository pinned by `repo` (its environment), plus those
@@ -168,23 +185,16 @@ pub fn check(
   git: &str,
   git_dir: &Path,
   repo: &[(String, String)],
-  extra_files: &[std::path::PathBuf],
+  extra_files: &[(std::path::PathBuf, String)],
+  watch: &Watch,
 ) -> Result<(), Denial> {
-  let mut entries = listing(git, git_dir, repo, None)?;
-  for file in extra_files {
-    entries.extend(listing(git, git_dir, repo, Some(file))?);
-  }
-  for entry in entries {
-    // Our own overrides. A `--file` listing has scope `command` too, but a `file:` origin.
-    if entry.scope == "command" && entry.origin == "command line:" {
+  check_listing(git, git_dir, repo, None, "the repository's config", watch)?;
+  for (path, shown) in extra_files {
+    // Gone since the walk: nothing for git to read either.
+    let Some(file) = host_git::open_bounded(path, shown, MAX_CONFIG_FILE_BYTES)? else {
       continue;
-    }
-    if !key_allowed(&entry.key) {
-      return Err(refuse(format!(
-        "{} is not on the allowlist ({})",
-        entry.key, entry.origin
-      )));
-    }
+    };
+    check_listing(git, git_dir, repo, Some(file), shown, watch)?;
   }
   Ok(())
 }
@@ -192,6 +202,7 @@ pub fn check(
 #[cfg(test)]
 mod tests {
   use super::*;
+  use std::process::Command;
 
   #[test]
   fn the_allowlist_takes_what_init_and_clone_write_and_nothing_that_runs() {
@@ -258,14 +269,78 @@ mod tests {
         ("GIT_COMMON_DIR".to_owned(), s(common)),
       ]
     };
-    assert!(check(&git, &repo, &env(&repo), &[]).is_ok());
-    let refused = check(&git, &repo, &env(&other), &[]).unwrap_err();
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    assert!(check(&git, &repo, &env(&repo), &[], &watch).is_ok());
+    let refused = check(&git, &repo, &env(&other), &[], &watch).unwrap_err();
     assert!(
       refused
         .message
         .contains("filter.x.clean is not on the allowlist"),
       "{}",
       refused.message
+    );
+  }
+
+  /// A listing up to the bound is read whole (200 remotes list ~18 KiB); past it, refused by name.
+  #[test]
+  fn a_listing_is_bounded_at_one_mib() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
+    let ok = Command::new(&git)
+      .args(["init", "-q", "--bare", "r"])
+      .current_dir(dir.path())
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    let repo = dir.path().join("r");
+    let env = vec![("GIT_DIR".to_owned(), repo.to_string_lossy().into_owned())];
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    let mut config = std::fs::read_to_string(repo.join("config")).unwrap();
+    for i in 0..200 {
+      config.push_str(&format!(
+        "[remote \"r{i}\"]\n\turl = https://example.com/{i}\n"
+      ));
+    }
+    std::fs::write(repo.join("config"), &config).unwrap();
+    check(&git, &repo, &env, &[], &watch).unwrap();
+    config.push_str(&format!("[user]\n{}", "\tname\n".repeat(40_000)));
+    std::fs::write(repo.join("config"), &config).unwrap();
+    let got = check(&git, &repo, &env, &[], &watch).unwrap_err().message;
+    assert!(
+      got.contains("git config (the repository's config) printed more than 1048576 bytes"),
+      "{got}"
+    );
+  }
+
+  /// A worktree file is listed from its open descriptor; a refusal names the file, not stdin.
+  #[test]
+  fn a_worktree_file_refusal_names_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
+    let ok = Command::new(&git)
+      .args(["init", "-q", "--bare", "r"])
+      .current_dir(dir.path())
+      .env("GIT_CONFIG_GLOBAL", "/dev/null")
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+    let repo = dir.path().join("r");
+    let env = vec![("GIT_DIR".to_owned(), repo.to_string_lossy().into_owned())];
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    let wt = repo.join("config.worktree");
+    std::fs::write(&wt, "[user]\n\tname = x\n").unwrap();
+    let files = [(wt.clone(), "r/config.worktree".to_owned())];
+    check(&git, &repo, &env, &files, &watch).unwrap();
+    std::fs::write(&wt, "[core]\n\tpager = evil\n").unwrap();
+    let got = check(&git, &repo, &env, &files, &watch)
+      .unwrap_err()
+      .message;
+    assert!(
+      got.ends_with("core.pager is not on the allowlist (file:r/config.worktree)"),
+      "{got}"
     );
   }
 

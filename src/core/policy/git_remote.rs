@@ -9,6 +9,7 @@ use std::path::Path;
 use super::error::Denial;
 use super::git::{self, Repository};
 use super::git_config;
+use super::host_git::{self, Watch};
 use super::jail::resolve_lexically;
 
 fn refuse(what: impl Into<String>) -> Denial {
@@ -77,15 +78,27 @@ pub fn remote_of<'a>(sub: &str, operands: &[&'a str]) -> Result<&'a str, Denial>
 }
 
 /// Every `remote.<name>.url` git would use, read by git with no system or global file.
-fn urls(git_bin: &str, repo: &Repository, name: &str) -> Result<Vec<String>, Denial> {
-  let out = git_config::sealed(git_bin)
+fn urls(
+  git_bin: &str,
+  repo: &Repository,
+  name: &str,
+  watch: &Watch,
+) -> Result<Vec<String>, Denial> {
+  let mut command = host_git::sealed(git_bin);
+  command
     .envs(repo.env())
     .current_dir(&repo.git_dir)
     .args(["config", "--no-includes", "-z", "--get-all"])
-    .arg(format!("remote.{name}.url"))
-    .output()
-    .map_err(|e| refuse(format!("git config could not run ({e})")))?;
-  let text = String::from_utf8(out.stdout).map_err(|_| refuse("a remote URL is not UTF-8"))?;
+    .arg(format!("remote.{name}.url"));
+  let mut out = Vec::new();
+  let what = format!("git config (remote {name}'s URLs)");
+  host_git::run(
+    command,
+    &what,
+    watch,
+    &mut host_git::collect_bounded(&mut out, git_config::MAX_LISTING_BYTES, &what),
+  )?;
+  let text = String::from_utf8(out).map_err(|_| refuse("a remote URL is not UTF-8"))?;
   // NUL-separated: a value with a line break is one URL, as git reads it.
   let urls: Vec<String> = text.split_terminator('\0').map(str::to_owned).collect();
   if urls.is_empty() {
@@ -126,9 +139,10 @@ pub fn protocols(
   repo: &Repository,
   jail_root: &Path,
   name: &str,
+  watch: &Watch,
 ) -> Result<String, Denial> {
   let mut allowed: Vec<&str> = Vec::new();
-  for url in urls(git_bin, repo, name)? {
+  for url in urls(git_bin, repo, name, watch)? {
     if url.starts_with("https://") {
       if !allowed.contains(&"https") {
         allowed.push("https");
@@ -156,7 +170,7 @@ pub fn protocols(
       .filter(|d| d.starts_with(jail_root))
       .ok_or_else(|| refuse(format!("remote {name} points outside the jail")))?;
     // The remote as a repository of its own: a bare one at `dir`, checked like the jail's.
-    match git::check_repository(&dir, git_bin)? {
+    match git::check_repository(&dir, git_bin, watch)? {
       Some(r) if r.work_tree.is_none() => no_hooks(&r, name)?,
       _ => {
         return Err(refuse(format!(
@@ -223,10 +237,13 @@ mod tests {
     git(dir.path(), &["init", "-q", "--bare", "outside.git"]);
     let git_bin = std::fs::canonicalize("/usr/bin/git").unwrap();
     let git_bin = git_bin.to_str().unwrap();
-    let repo = git::check_repository(&jail, git_bin).unwrap().unwrap();
+    let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
+    let repo = git::check_repository(&jail, git_bin, &watch)
+      .unwrap()
+      .unwrap();
     let check = |url: &str| {
       git(&jail, &["config", "--replace-all", "remote.r.url", url]);
-      protocols(git_bin, &repo, &jail, "r").map_err(|d| d.message)
+      protocols(git_bin, &repo, &jail, "r", &watch).map_err(|d| d.message)
     };
     assert_eq!(check("https://example.com/x.git").unwrap(), "https");
     assert_eq!(check("remote.git").unwrap(), "file");
@@ -311,14 +328,14 @@ mod tests {
       format!("{}/objects\n", outside.display()),
     )
     .unwrap();
-    let refused = protocols(git_bin, &repo, &jail, "r").unwrap_err();
+    let refused = protocols(git_bin, &repo, &jail, "r", &watch).unwrap_err();
     assert!(
       refused.message.contains("alternates"),
       "{}",
       refused.message
     );
     assert!(
-      protocols(git_bin, &repo, &jail, "missing")
+      protocols(git_bin, &repo, &jail, "missing", &watch)
         .unwrap_err()
         .message
         .contains("has no url")

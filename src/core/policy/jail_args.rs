@@ -6,6 +6,7 @@ use super::command::CommandPolicy;
 use super::error::Denial;
 use super::git;
 use super::git_remote;
+use super::host_git::Watch;
 use super::jail::FilesystemJail;
 use super::tokenize::SandboxCommand;
 
@@ -46,10 +47,12 @@ fn check_git_operand(jail: &FilesystemJail, arg: &str) -> Result<(), Denial> {
 }
 
 /// Checks `cmd` (already passed by `command::check`) against the jail, and returns what to run.
+/// `watch` bounds the repository check of a git command in time.
 pub fn jail_args(
   cmd: &SandboxCommand,
   policy: &CommandPolicy,
   jail: &FilesystemJail,
+  watch: &Watch,
 ) -> Result<JailedArgs, Denial> {
   let roles = argv::roles(&cmd.binary, policy, &cmd.args)?;
   let path_rejected = |d: Denial| {
@@ -110,7 +113,7 @@ pub fn jail_args(
         format!("binary_not_found_or_unresolvable: {}", policy.binary),
       )
     })?;
-    let repo = git::check_repository(jail.root(), &binary.to_string_lossy())?;
+    let repo = git::check_repository(jail.root(), &binary.to_string_lossy(), watch)?;
     // Outside a repository, `git diff a b` is git's own file-to-file diff (an implicit
     // `--no-index`): it read a hard link inside a directory operand and `symlink/..` paths
     // (which git hands to the kernel as written), outside the jail.
@@ -143,7 +146,7 @@ pub fn jail_args(
     let protocols = match (protocols, remote, &repo) {
       (Some(p), _, _) => p.to_owned(),
       (None, Some(name), Some(repo)) => {
-        git_remote::protocols(&binary.to_string_lossy(), repo, jail.root(), name)?
+        git_remote::protocols(&binary.to_string_lossy(), repo, jail.root(), name, watch)?
       }
       (None, _, _) => {
         return Err(Denial::audited(
@@ -195,12 +198,17 @@ pub fn jail_args(
 mod tests {
   use super::*;
   use crate::core::policy::command::default_policies;
+  use crate::core::policy::host_git::{self, Watch};
   use crate::core::policy::tokenize::tokenize;
+
+  fn watch() -> Watch<'static> {
+    Watch::new(host_git::REPOSITORY_CHECK_MS, None)
+  }
 
   fn run(jail: &FilesystemJail, command: &str) -> Result<JailedArgs, String> {
     let policies = default_policies("/usr/bin:/bin");
     let cmd = tokenize(command).unwrap();
-    jail_args(&cmd, &policies[&cmd.binary], jail).map_err(|d| d.message)
+    jail_args(&cmd, &policies[&cmd.binary], jail, &watch()).map_err(|d| d.message)
   }
 
   fn jail() -> (tempfile::TempDir, FilesystemJail) {
@@ -219,11 +227,11 @@ mod tests {
     git.subcommands.push("fetch".into());
     git.subcommands.push("clone".into());
     let cmd = tokenize("git clone x").unwrap();
-    let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    let refused = jail_args(&cmd, &policies["git"], &jail, &watch()).unwrap_err();
     assert_eq!(refused.message, "Subcommand not allowed: git clone");
     // fetch gets its protocols from its remote, and there is no repository here.
     let cmd = tokenize("git fetch origin").unwrap();
-    let refused = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    let refused = jail_args(&cmd, &policies["git"], &jail, &watch()).unwrap_err();
     assert_eq!(
       refused.message,
       "Subcommand not allowed: git fetch (no repository in the jail)"
@@ -239,7 +247,7 @@ mod tests {
     let git = policies.get_mut("git").unwrap();
     git.subcommands.extend(["add".into(), "commit".into()]);
     let git = &policies["git"];
-    let run = |command: &str| jail_args(&tokenize(command).unwrap(), git, &jail);
+    let run = |command: &str| jail_args(&tokenize(command).unwrap(), git, &jail, &watch());
     let ok = run("git commit -m a/../../message").unwrap();
     assert_eq!(ok.args, ["commit", "-m", "a/../../message"]);
     assert!(ok.env.contains(&("GIT_EDITOR".into(), "false".into())));
@@ -395,7 +403,7 @@ mod tests {
     let mut policies = default_policies("/usr/bin:/bin");
     policies.get_mut("git").unwrap().binary = "/__missing_binary__/git".into();
     let cmd = tokenize("git status").unwrap();
-    let denial = jail_args(&cmd, &policies["git"], &jail).unwrap_err();
+    let denial = jail_args(&cmd, &policies["git"], &jail, &watch()).unwrap_err();
     assert_eq!(denial.message, "Binary not available: git");
   }
 

@@ -12,6 +12,7 @@ pub mod git;
 pub mod git_config;
 pub mod git_options;
 pub mod git_remote;
+pub mod host_git;
 pub mod jail;
 pub mod jail_args;
 pub mod redact;

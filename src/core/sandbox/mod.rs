@@ -2,6 +2,7 @@
 //! [`Runner`] runs. It knows no process and no napi: the native pool, the binding's JS executor
 //! adapter and the test double are all runners.
 
+pub mod check_slots;
 pub mod config;
 pub mod isolation;
 pub mod pipeline;

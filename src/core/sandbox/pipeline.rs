@@ -8,9 +8,11 @@ use std::io;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use super::check_slots::CheckSlots;
 use super::config::{SandboxConfig, SandboxResult};
 use super::runner::{Done, RunError, RunOutcome, Runner};
 use crate::core::audit::{Action, AuditEntry, AuditLog, IsolationRecord, iso_timestamp_now};
+use crate::core::policy::host_git::{Cancel, REPOSITORY_CHECK_MS, Watch};
 use crate::core::policy::topology::{self, Writes};
 use crate::core::policy::{
   self, CommandPolicy, Denial, FilesystemJail, SandboxCommand, SecretRedactor,
@@ -54,6 +56,8 @@ pub struct ToolSandbox {
   /// Added to every command's `denyRead`: the audit directory, wherever it lies (the jail hides
   /// it only when it lies inside).
   deny_read: Vec<std::path::PathBuf>,
+  /// How many of this sandbox's repository checks run at once.
+  check_slots: CheckSlots,
 }
 
 impl ToolSandbox {
@@ -91,6 +95,7 @@ impl ToolSandbox {
       env,
       policies,
       deny_read,
+      check_slots: CheckSlots::new()?,
     })
   }
 
@@ -119,17 +124,25 @@ impl ToolSandbox {
     runner: &R,
     on_done: impl FnOnce(u64, Result<SandboxResult, R::Error>) + Send + 'static,
   ) -> Result<u64, Refusal<R::Error>> {
-    let checked = self.check(command, session_id).map_err(Refusal::Denied)?;
+    let checked = self
+      .check(command, session_id, None)
+      .map_err(Refusal::Denied)?;
     self
       .start(checked, runner, on_done)
       .map_err(Refusal::NotRun)
   }
 
   /// Stages 1-7 alone: the part that reads the file system, runs git to check a repository
-  /// and writes the audit log, so a caller can run it off Node's thread. The allowed command
-  /// then goes to [`Self::start`]; a refusal is already audited.
-  pub fn check(&self, command: &str, session_id: Option<String>) -> Result<Checked, Denial> {
-    let (job, pending) = self.prepare(command, session_id)?;
+  /// and writes the audit log, so a caller can run it off Node's thread. `cancel` (the job's
+  /// abort) ends a repository check early. The allowed command then goes to [`Self::start`]; a
+  /// refusal is already audited.
+  pub fn check(
+    &self,
+    command: &str,
+    session_id: Option<String>,
+    cancel: Option<&Cancel>,
+  ) -> Result<Checked, Denial> {
+    let (job, pending) = self.prepare(command, session_id, cancel)?;
     Ok(Checked { job, pending })
   }
 
@@ -175,6 +188,7 @@ impl ToolSandbox {
     &self,
     command_string: &str,
     session_id: Option<String>,
+    cancel: Option<&Cancel>,
   ) -> Result<(RawJob, Pending), Denial> {
     // 1. Gate.
     if !self.config.allow_bash {
@@ -192,9 +206,20 @@ impl ToolSandbox {
     let policy = policy::command::check(&cmd, &self.policies)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "policy"))?;
     // 6. Jail: arguments checked by the role the program gives them; git's repository checked
-    // and pinned.
-    let jailed = policy::jail_args::jail_args(&cmd, policy, &self.jail)
+    // and pinned, once one of the process's check slots is free, within the check's time bound.
+    let slot = match cmd.binary.as_str() {
+      "git" => Some(
+        self
+          .check_slots
+          .acquire(cancel)
+          .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "aborted"))?,
+      ),
+      _ => None,
+    };
+    let watch = Watch::new(REPOSITORY_CHECK_MS, cancel);
+    let jailed = policy::jail_args::jail_args(&cmd, policy, &self.jail, &watch)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "path_rejected"))?;
+    drop(slot);
     let args = jailed.args;
     // 6a. The binary's realpath, now (a missing one fails closed).
     let binary_path = std::fs::canonicalize(&policy.binary).map_err(|_| {
