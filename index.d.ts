@@ -84,6 +84,8 @@ export interface IsolationProbe {
   /** Each landlock right of ABI 3 to 6 missing here (truncate, TCP, ioctl on devices, signal and abstract-socket scope): what a job may do without it. */
   landlockRights: Array<{ name: string; sinceAbi: number; missing: string }>
   seccomp: boolean
+  /** Instructions in the seccomp program each isolated job loads (network, Unix sockets and IPC denied): the kernel's cost of loading it grows with its length. */
+  seccompInstructions: number
   /** User namespaces can be made (without root, the mount, pid and net namespaces are made inside one). */
   userns: boolean
   cgroup: string | false

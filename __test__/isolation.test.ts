@@ -166,6 +166,9 @@ test('required isolation that cannot apply rejects with ISOLATION_UNAVAILABLE; b
 test('probeIsolation() and doctor() answer from cached probes', () => {
   const p = probeIsolation()
   expect(typeof p.seccomp).toBe('boolean')
+  // One program laid out as a search: the kernel emulates it per syscall number at every load.
+  expect(p.seccompInstructions).toBeGreaterThan(0)
+  expect(p.seccompInstructions).toBeLessThan(400)
   expect(p.landlock === false || typeof p.landlock === 'number').toBe(true)
   expect(probeIsolation()).toBe(p)
   const t0 = performance.now()

@@ -22,7 +22,9 @@ const CONFIG = {
   quick: { sizes: [0, 2], rounds: 1, iterations: 100, warmup: 20 },
   full: { sizes: [0, 2], rounds: 3, iterations: 200, warmup: 20 },
 }
-const BAR_MS = 2
+/** What `auto` may add per exec over `off`, and what the pid and net namespaces may add with it. */
+const BAR_MS = 1
+const BAR_NS_MS = 2
 
 const fmt = (x, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : '–')
 
@@ -52,7 +54,18 @@ async function phase({ node, log, rotate, quick }) {
       }
     }
   }
-  const out = { sizes, rounds, iterations, uid: process.getuid(), variants: {} }
+  const { probeIsolation } = require('..')
+  const out = {
+    sizes,
+    rounds,
+    iterations,
+    uid: process.getuid(),
+    // The figures hold for this CPU only: the same layers cost about three times as much on one
+    // kind of machine as on another.
+    cpuModel: os.cpus()[0] ? os.cpus()[0].model.trim() : 'unknown',
+    seccompInstructions: probeIsolation().seccompInstructions,
+    variants: {},
+  }
   for (const id of ids) {
     out.variants[id] = { ...(info[id] || { applied: [], degraded: [] }), bySize: {} }
     for (const gib of sizes) {
@@ -81,9 +94,21 @@ function targets(iso, add) {
       '<=',
       BAR_MS,
       `${fmt(a.summary.median)} ms vs ${fmt(off.summary.median)} ms`,
-      `as uid ${iso.uid}: ${iso.variants.auto.applied.join(', ')}`,
+      `as uid ${iso.uid} on ${iso.cpuModel || 'an unrecorded CPU'}: ${iso.variants.auto.applied.join(', ')}`,
       'ms',
     )
+    const ns = iso.variants['+pidns+netns'] && iso.variants['+pidns+netns'].bySize[gib]
+    if (ns) {
+      add(
+        `Isolation \`+pidns+netns\` added per exec at ${gib} GiB heap (over isolation off)`,
+        ns.error ? NaN : ns.addedMs,
+        '<=',
+        BAR_NS_MS,
+        `${fmt(ns.summary.median)} ms vs ${fmt(off.summary.median)} ms`,
+        `as uid ${iso.uid} on ${iso.cpuModel || 'an unrecorded CPU'}: ${iso.variants['+pidns+netns'].applied.join(', ')}`,
+        'ms',
+      )
+    }
   }
 }
 
@@ -101,7 +126,7 @@ function markdown(iso) {
   return [
     '## Isolation cost per exec',
     '',
-    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (bwrap's known cost is about +5 ms per exec). "added" is the median over \`off\`'s at the same heap.`,
+    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}, on ${iso.cpuModel || 'an unrecorded CPU'}${iso.seccompInstructions ? "; the sandbox's seccomp program has " + iso.seccompInstructions + ' instructions' : ''}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (bwrap's known cost is about +5 ms per exec). "added" is the median over \`off\`'s at the same heap.`,
     '',
     `| ${head.join(' | ')} |`,
     `|${head.map(() => '---').join('|')}|`,

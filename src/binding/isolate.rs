@@ -57,6 +57,7 @@ pub fn probe_isolation_json() -> napi::Result<String> {
   Ok(serde_json::json!({
     "landlock": p.landlock.map_or(serde_json::Value::Bool(false), Into::into),
     "seccomp": p.seccomp,
+    "seccompInstructions": isolate::seccomp_instructions(),
     "userns": p.userns,
     "cgroup": p.cgroup.map_or(serde_json::Value::Bool(false), |k| k.as_str().into()),
     "bwrap": p.bwrap.as_ref().map_or(serde_json::Value::Bool(false), |b| b.to_string_lossy().into()),

@@ -32,4 +32,4 @@ pub use probe::{
   CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
   landlock_abi_max, probe,
 };
-pub use seccomp::guard_helpers;
+pub use seccomp::{guard_helpers, seccomp_instructions};

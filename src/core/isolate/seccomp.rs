@@ -116,6 +116,17 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
   Ok(vec![bpf::program(listed(rules)?)?])
 }
 
+/// Instructions in the sandbox filter with every rule on (what `npm run bench` records beside the
+/// isolation cost).
+pub fn seccomp_instructions() -> usize {
+  compile(SeccompRules {
+    deny_network: true,
+    deny_unix: true,
+    deny_ipc: true,
+  })
+  .map_or(0, |p| p.iter().map(Vec::len).sum())
+}
+
 /// What the sandbox filter refuses: EPERM where a rule matches, and `clone3` with ENOSYS.
 fn listed(rules: SeccompRules) -> Result<BTreeMap<i64, Listed>, SeccompError> {
   let mut map: BTreeMap<i64, Vec<SeccompRule>> = DENIED.iter().map(|&n| (n, vec![])).collect();
