@@ -22,11 +22,43 @@ mod core {
   pub use super::{exec, supervisor};
 }
 
+/// `--finn-die-with-parent <pid> <program> <args>`: the launcher of the repository check's host
+/// gits (`core::policy::host_git::DIE_WITH_PARENT_ARG`). The kernel SIGKILLs this process, and
+/// the programs it execs, when the thread that started it ends; a parent already gone (no
+/// longer `<pid>`) ends it at once, since the request would then never fire.
+#[cfg(target_os = "linux")]
+fn die_with_parent(args: &[std::ffi::OsString]) -> ! {
+  use std::os::unix::ffi::OsStrExt;
+  use std::os::unix::process::CommandExt;
+  let (Some(pid), Some(program)) = (args.first(), args.get(1)) else {
+    std::process::exit(126);
+  };
+  let Some(pid) = pid.to_str().and_then(|p| p.parse::<i32>().ok()) else {
+    std::process::exit(126);
+  };
+  // SAFETY: plain prctl with constant arguments.
+  if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+    std::process::exit(126);
+  }
+  // SAFETY: getppid cannot fail.
+  if unsafe { libc::getppid() } != pid {
+    std::process::exit(126);
+  }
+  let err = std::process::Command::new(std::ffi::OsStr::from_bytes(program.as_bytes()))
+    .args(&args[2..])
+    .exec();
+  eprintln!("finn-supervisor: {}: {err}", program.to_string_lossy());
+  std::process::exit(126);
+}
+
 fn main() {
   #[cfg(target_os = "linux")]
   {
-    // Inside a bwrap sandbox, before the command: see `isolate::bwrap::verify_binds_main`.
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--finn-die-with-parent") {
+      die_with_parent(&args[1..]);
+    }
+    // Inside a bwrap sandbox, before the command: see `isolate::bwrap::verify_binds_main`.
     if args
       .first()
       .is_some_and(|a| a == core::isolate::VERIFY_BINDS_ARG)

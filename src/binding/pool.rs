@@ -337,6 +337,10 @@ impl NativeWorkerPool {
   ) -> napi::Result<Self> {
     let mut config = config_from_js(config).map_err(|e| pool_error(env, &e))?;
     config.supervisor = supervisor_path(supervisor).map_err(|e| pool_error(env, &e))?;
+    if let Some(path) = &config.supervisor {
+      // The repository check's host gits start through it, so Node's death ends them too.
+      crate::core::policy::host_git::set_launcher(path.clone());
+    }
     config.landlock_abi_max = crate::core::isolate::landlock_abi_max()
       .map_err(|e| pool_error(env, &PoolError::InvalidSpec(e)))?;
     let runtime = jobs_runtime().map_err(|e| {

@@ -13,8 +13,8 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::OFlag;
@@ -231,6 +231,24 @@ pub const OVERRIDES: &[(&str, &str)] = &[
 /// Runs `$0 "$@"` with the address space bounded; fails (126) where `ulimit -v` does not.
 const BOUNDED_EXEC: &str = "ulimit -v \"$1\" || exit 126; shift; exec \"$0\" \"$@\"";
 
+/// The argument that makes the supervisor binary a launcher: `<binary> --finn-die-with-parent
+/// <pid> <program> <args>` asks the kernel to SIGKILL it when the thread that started it ends
+/// (`PR_SET_PDEATHSIG`, kept across `execve`), exits at once if its parent is no longer `<pid>`,
+/// and execs `<program>`.
+pub const DIE_WITH_PARENT_ARG: &str = "--finn-die-with-parent";
+
+/// The launcher host gits start through, set once by the first pool (its supervisor binary).
+static LAUNCHER: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+/// Host gits start through `launcher` (the supervisor binary, see [`DIE_WITH_PARENT_ARG`]) from
+/// now on. A git is waited for by the thread that started it, which lives as long as Node does:
+/// when Node dies by any means, the kernel kills the git its check left, even one blocked on a
+/// FIFO swapped in after the walk. Without a launcher (no pool made yet) a host git that Node's
+/// death interrupts is ended only by its own deadline.
+pub fn set_launcher(launcher: std::path::PathBuf) {
+  let _ = LAUNCHER.set(launcher);
+}
+
 /// `git` as the host-side checks run it: through `/bin/sh`, which bounds its address space to
 /// [`HOST_GIT_MEMORY_BYTES`] and execs it; an empty environment with no system, global or XDG
 /// config, no lazy fetch and no transport, hooks and fsmonitor off ([`OVERRIDES`]), C messages,
@@ -238,7 +256,16 @@ const BOUNDED_EXEC: &str = "ulimit -v \"$1\" || exit 126; shift; exec \"$0\" \"$
 /// repository (`GIT_DIR`, or `Repository::env`), the directory and git's arguments, and runs it
 /// with [`run`].
 pub fn sealed(git: &str) -> Command {
-  let mut command = Command::new("/bin/sh");
+  let mut command = match LAUNCHER.get() {
+    Some(launcher) => {
+      let mut c = Command::new(launcher);
+      c.arg(DIE_WITH_PARENT_ARG)
+        .arg(std::process::id().to_string())
+        .arg("/bin/sh");
+      c
+    }
+    None => Command::new("/bin/sh"),
+  };
   command
     .args(["-c", BOUNDED_EXEC, git])
     .arg((HOST_GIT_MEMORY_BYTES / 1024).to_string())
