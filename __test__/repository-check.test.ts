@@ -2,7 +2,7 @@
 // each test here gives it a hostile .git and measures what Node pays (peak RSS, time, its own
 // fs calls), with bounds far from both the fixed cost and the cost without the bounds.
 import { execFileSync, spawn } from 'node:child_process'
-import { chmodSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, readFileSync, realpathSync, rmSync, truncateSync, writeFileSync } from 'node:fs'
+import { chmodSync, closeSync, constants, mkdirSync, mkdtempSync, openSync, readFileSync, realpathSync, rmSync, symlinkSync, truncateSync, writeFileSync } from 'node:fs'
 import { stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -218,6 +218,52 @@ describe('what blocks the host git does not block Node', () => {
     console.log(`fs.promises.stat behind 4 checks of 400 config.worktree: ${statMs.toFixed(1)} ms`)
     expect(statMs).toBeLessThan(500)
   })
+})
+
+describe('the check reads nothing outside the jail', () => {
+  test('a directory under .git swapped for a symlink to one outside the jail, again and again, is never walked', async () => {
+    const jail = repo()
+    const outside = tempDir('finn-outside-')
+    symlinkSync('/nonexistent', join(outside, 'outside-name'))
+    // d's 20,000 sibling files widen the time between d's lstat and its read: the walk looks at
+    // the siblings listed after d before it reads d.
+    const pad = join(jail, '.git', 'pad')
+    mkdirSync(pad)
+    for (let i = 0; i < 20_000; i++) writeFileSync(join(pad, `f${i}`), '')
+    const d = join(pad, 'd')
+    mkdirSync(d)
+    const link = join(jail, 'link')
+    const saved = join(jail, 'saved')
+    symlinkSync(outside, link)
+    // d is a symlink to the outside directory for ~1 ms, then the real directory for ~1 ms.
+    const racer = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const fs = require('fs'); const [d, l, s] = process.argv.slice(1); const hold = new Int32Array(new SharedArrayBuffer(4));
+         for (;;) { fs.renameSync(d, s); fs.renameSync(l, d); Atomics.wait(hold, 0, 0, 1); fs.renameSync(d, l); fs.renameSync(s, d); Atomics.wait(hold, 0, 0, 1) }`,
+        d,
+        link,
+        saved,
+      ],
+      { stdio: 'ignore' },
+    )
+    const sandbox = make(jail)
+    const outcomes: Record<string, number> = {}
+    try {
+      for (let i = 0; i < 200 && (outcomes.changed ?? 0) < 5; i++) {
+        const message = (await refusal(sandbox.execute('git status'))) ?? 'ran'
+        expect(message, `try ${i}`).not.toContain('outside-name')
+        const outcome = message.includes('changed during the check') ? 'changed' : message.replace(/: \.git\/.*/, '')
+        outcomes[outcome] = (outcomes[outcome] ?? 0) + 1
+      }
+    } finally {
+      racer.kill('SIGKILL')
+    }
+    console.log(`directory raced with a symlink out of the jail: ${JSON.stringify(outcomes)}`)
+    // The race was won: a directory was seen, then found changed when read.
+    expect(outcomes.changed).toBeGreaterThan(0)
+  }, 120_000)
 })
 
 /** A git for the policy whose every run (the check's included) records its pid and hangs. */

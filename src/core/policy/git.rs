@@ -9,7 +9,12 @@
 //! key could still start (`env.rs`).
 
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::OFlag;
+use nix::sys::stat::{FileStat, Mode, SFlag};
 
 use super::error::Denial;
 use super::git_config;
@@ -218,9 +223,9 @@ pub fn check_repository(
     if std::fs::symlink_metadata(dir.join("modules")).is_ok() {
       return Err(refuse("submodules (modules/ in the git directory)"));
     }
-    walk(dir, &mut budget, watch, &mut |path, meta| {
-      let shown = || shown_path(jail_root, path);
-      if meta.file_type().is_symlink() {
+    walk(jail_root, dir, &mut budget, watch, &mut |path, meta| {
+      let shown = || host_git::excerpt(&shown_path(jail_root, path));
+      if meta.is_symlink() {
         return Err(refuse(format!("symlink in the git directory: {}", shown())));
       }
       // A FIFO, socket or device: the checks' own git (config, HEAD, index) would block on a
@@ -231,7 +236,7 @@ pub fn check_repository(
           shown()
         )));
       }
-      if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
+      if meta.is_file() && meta.nlink() > 1 {
         return Err(refuse(format!(
           "hard-linked file in the git directory: {}",
           shown()
@@ -253,27 +258,33 @@ pub fn check_repository(
     if std::fs::symlink_metadata(work_tree.join(".gitmodules")).is_ok() {
       return Err(refuse("submodules (.gitmodules)"));
     }
-    walk(work_tree, &mut budget, watch, &mut |path, meta| {
-      let shown = || shown_path(jail_root, path);
-      if path.file_name().is_some_and(|n| n == ".git") {
-        // The repository's own .git was checked above; any other is a submodule or a nested
-        // repository, whose config git may read (status looks into submodules).
-        if path == dot_git {
-          return Ok(false);
+    walk(
+      jail_root,
+      work_tree,
+      &mut budget,
+      watch,
+      &mut |path, meta| {
+        let shown = || host_git::excerpt(&shown_path(jail_root, path));
+        if path.file_name().is_some_and(|n| n == ".git") {
+          // The repository's own .git was checked above; any other is a submodule or a nested
+          // repository, whose config git may read (status looks into submodules).
+          if path == dot_git {
+            return Ok(false);
+          }
+          return Err(refuse(format!(
+            "nested repository or submodule: {}",
+            shown()
+          )));
         }
-        return Err(refuse(format!(
-          "nested repository or submodule: {}",
-          shown()
-        )));
-      }
-      if meta.is_file() && std::os::unix::fs::MetadataExt::nlink(meta) > 1 {
-        return Err(refuse(format!(
-          "hard-linked file in the work tree: {}",
-          shown()
-        )));
-      }
-      Ok(true)
-    })?;
+        if meta.is_file() && meta.nlink() > 1 {
+          return Err(refuse(format!(
+            "hard-linked file in the work tree: {}",
+            shown()
+          )));
+        }
+        Ok(true)
+      },
+    )?;
   }
   let repo = Repository {
     git_dir,
@@ -447,30 +458,114 @@ fn canonical_inside(jail: &Path, path: &Path, what: &str) -> Result<PathBuf, Den
   }
 }
 
-/// Visits every entry below `dir` without following symlinks; `visit` returns whether to
-/// descend into a directory. Fails closed on an unreadable directory, past `budget` entries, or
-/// once `watch` ends the check.
+/// One entry as the walk saw it: its `lstat`, taken relative to the open directory it is listed
+/// in, so that what a path names now does not matter.
+struct Seen(FileStat);
+
+impl Seen {
+  fn kind(&self) -> SFlag {
+    SFlag::from_bits_truncate(self.0.st_mode & SFlag::S_IFMT.bits())
+  }
+
+  fn is_symlink(&self) -> bool {
+    self.kind() == SFlag::S_IFLNK
+  }
+
+  fn is_file(&self) -> bool {
+    self.kind() == SFlag::S_IFREG
+  }
+
+  fn is_dir(&self) -> bool {
+    self.kind() == SFlag::S_IFDIR
+  }
+
+  fn nlink(&self) -> libc::nlink_t {
+    self.0.st_nlink
+  }
+
+  fn id(&self) -> (libc::dev_t, libc::ino_t) {
+    (self.0.st_dev, self.0.st_ino)
+  }
+}
+
+/// How the walk opens a directory: never through a symlink in its last component, never
+/// blocking.
+const DIR_FLAGS: OFlag = OFlag::O_RDONLY
+  .union(OFlag::O_DIRECTORY)
+  .union(OFlag::O_NOFOLLOW)
+  .union(OFlag::O_NONBLOCK)
+  .union(OFlag::O_CLOEXEC);
+
+/// `dir` (inside `jail`) opened one component at a time from the jail root, none followed as a
+/// symlink: a component swapped for a symlink since `dir` was canonicalized fails the open.
+fn open_below(jail: &Path, dir: &Path) -> nix::Result<OwnedFd> {
+  let rel = dir
+    .strip_prefix(jail)
+    .map_err(|_| nix::errno::Errno::EXDEV)?;
+  let mut fd = nix::fcntl::open(jail, DIR_FLAGS, Mode::empty())?;
+  for component in rel.components() {
+    fd = nix::fcntl::openat(&fd, component.as_os_str(), DIR_FLAGS, Mode::empty())?;
+  }
+  Ok(fd)
+}
+
+/// Visits every entry below `dir` (inside `jail`) without following symlinks; `visit` returns
+/// whether to descend into a directory. Each directory is read from an open descriptor and its
+/// entries are `lstat`ed relative to it; a directory reopened by path to be read must be the one
+/// seen (device and inode): a component swapped for a symlink in the meantime would otherwise
+/// have the walk read, and a refusal name, a directory outside the jail. Fails closed on an
+/// unreadable or changed directory, past `budget` entries, or once `watch` ends the check.
 fn walk(
+  jail: &Path,
   dir: &Path,
   budget: &mut usize,
   watch: &Watch,
-  visit: &mut dyn FnMut(&Path, &std::fs::Metadata) -> Result<bool, Denial>,
+  visit: &mut dyn FnMut(&Path, &Seen) -> Result<bool, Denial>,
 ) -> Result<(), Denial> {
-  let mut stack = vec![dir.to_path_buf()];
-  while let Some(current) = stack.pop() {
-    let entries = std::fs::read_dir(&current)
-      .map_err(|_| refuse(format!("cannot read {}", current.display())))?;
-    for entry in entries {
-      let entry = entry.map_err(|_| refuse(format!("cannot read {}", current.display())))?;
+  let cannot = |path: &Path, why: &str| {
+    refuse(format!(
+      "cannot {why} {}",
+      host_git::excerpt(&shown_path(jail, path))
+    ))
+  };
+  let mut stack: Vec<(PathBuf, Option<(libc::dev_t, libc::ino_t)>)> =
+    vec![(dir.to_path_buf(), None)];
+  while let Some((current, seen)) = stack.pop() {
+    let fd = match seen {
+      None => open_below(jail, dir),
+      Some(id) => nix::fcntl::open(&current, DIR_FLAGS, Mode::empty()).and_then(|fd| {
+        let now = nix::sys::stat::fstat(&fd)?;
+        if (now.st_dev, now.st_ino) == id {
+          Ok(fd)
+        } else {
+          Err(nix::errno::Errno::ESTALE)
+        }
+      }),
+    }
+    .map_err(|e| match e {
+      nix::errno::Errno::ESTALE | nix::errno::Errno::ELOOP | nix::errno::Errno::ENOTDIR => {
+        cannot(&current, "read (changed during the check)")
+      }
+      _ => cannot(&current, "read"),
+    })?;
+    let listed = fd.try_clone().map_err(|_| cannot(&current, "read"))?;
+    let mut entries = nix::dir::Dir::from_fd(listed).map_err(|_| cannot(&current, "read"))?;
+    for entry in entries.iter() {
+      let entry = entry.map_err(|_| cannot(&current, "read"))?;
+      let name = entry.file_name();
+      if name == c"." || name == c".." {
+        continue;
+      }
       *budget = budget
         .checked_sub(1)
         .ok_or_else(|| refuse(format!("more than {MAX_WALK_ENTRIES} files to check")))?;
       watch.check()?;
-      let path = entry.path();
-      let meta = std::fs::symlink_metadata(&path)
-        .map_err(|_| refuse(format!("cannot inspect {}", path.display())))?;
+      let path = current.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
+      let meta = nix::sys::stat::fstatat(&fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map(Seen)
+        .map_err(|_| cannot(&path, "inspect"))?;
       if visit(&path, &meta)? && meta.is_dir() {
-        stack.push(path);
+        stack.push((path, Some(meta.id())));
       }
     }
   }
@@ -1060,6 +1155,59 @@ mod tests {
     let got = message(check_repository(&root, &git_bin(), &watch()));
     assert!(got.contains("gitdir is empty, or has whitespace"), "{got}");
     assert!(got.len() < 400, "{got}");
+  }
+
+  /// A directory swapped for a symlink to a directory outside the jail between the walk's
+  /// `lstat` of it and its read is not read: the walk refuses it as changed and never visits
+  /// (or names in a refusal) an entry from outside. The same holds for a component of the walk's
+  /// root swapped since it was canonicalized.
+  #[test]
+  fn a_directory_swapped_for_a_symlink_during_the_walk_is_not_read() {
+    let (_d, root) = jail();
+    init(&root);
+    let (_o, outside) = jail();
+    std::fs::write(outside.join("outside-name"), "").unwrap();
+    std::fs::create_dir(root.join(".git/d")).unwrap();
+    let mut visited = Vec::new();
+    let mut budget = MAX_WALK_ENTRIES;
+    let got = walk(
+      &root,
+      &root.join(".git"),
+      &mut budget,
+      &watch(),
+      &mut |path, _| {
+        visited.push(path.to_path_buf());
+        if path == root.join(".git/d") {
+          std::fs::rename(root.join(".git/d"), root.join("saved")).unwrap();
+          std::os::unix::fs::symlink(&outside, root.join(".git/d")).unwrap();
+        }
+        Ok(true)
+      },
+    )
+    .unwrap_err()
+    .message;
+    assert!(
+      got.ends_with("cannot read (changed during the check) .git/d"),
+      "{got}"
+    );
+    assert!(
+      visited.iter().all(|p| !p.ends_with("outside-name")),
+      "{visited:?}"
+    );
+    std::fs::remove_file(root.join(".git/d")).unwrap();
+    std::fs::rename(root.join(".git"), root.join("real")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join(".git")).unwrap();
+    let mut budget = MAX_WALK_ENTRIES;
+    let got = walk(
+      &root,
+      &root.join(".git"),
+      &mut budget,
+      &watch(),
+      &mut |path, _| panic!("visited {}", path.display()),
+    )
+    .unwrap_err()
+    .message;
+    assert!(got.contains("changed during the check"), "{got}");
   }
 
   /// A check past its deadline, or aborted, stops at its next step.
