@@ -7,7 +7,7 @@ import { stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, test } from 'vitest'
-import { alive, until } from './helpers.js'
+import { alive, holders, until } from './helpers.js'
 import { AuditLog, PoolError, PoolErrorCode, SandboxError, ToolSandbox, WorkerPool, type CommandPolicy, type SandboxConfig } from '../index.js'
 
 const pool = new WorkerPool({ interactiveWorkers: 2, killGraceMs: 200 })
@@ -266,26 +266,26 @@ describe('the check reads nothing outside the jail', () => {
   }, 120_000)
 })
 
-/** A git for the policy whose every run (the check's included) records its pid and hangs. */
+/**
+ * A git for the policy whose every run (the check's included) hangs as a `sleep` carrying a
+ * token of its own: the check's git may write nothing, so its processes are found by a /proc scan.
+ */
 function hangingGit(): { binary: string; pids: string } {
   const dir = tempDir('finn-hang-')
   const binary = join(dir, 'git')
-  const pids = join(dir, 'pids')
-  writeFileSync(binary, `#!/bin/sh\necho $$ >> ${pids}\nexec sleep 60\n`)
+  const token = `60.${String(Math.floor(Math.random() * 1e12)).padStart(12, '0')}`
+  writeFileSync(binary, `#!/bin/sh\nexec sleep ${token}\n`)
   chmodSync(binary, 0o755)
-  return { binary, pids }
+  return { binary, pids: token }
 }
 
 function gitPolicy(binary: string): CommandPolicy {
   return { binary, subcommands: ['log', 'status'], deniedFlags: [], validatePaths: true }
 }
 
-function pidsIn(file: string): number[] {
-  try {
-    return readFileSync(file, 'utf8').trim().split('\n').filter(Boolean).map(Number)
-  } catch {
-    return []
-  }
+/** The hanging gits of `token`, oldest first. */
+function pidsIn(token: string): number[] {
+  return holders(token).sort((a, b) => a - b)
 }
 
 describe('the check is bounded in time, abortable, and off libuv', () => {

@@ -48,3 +48,62 @@ fn a_host_git_dies_with_the_thread_that_started_it() {
   }
   assert_eq!(left, Vec::<i32>::new());
 }
+
+/// A repository outside the jail, as git would reach it through a `.git` swapped for a symlink
+/// after the walk: the check's git, confined to the jail by its launcher, cannot read its
+/// config, while the same git reads a repository inside the jail. Without the confinement the
+/// outside config was listed (a refusal then quoted its keys).
+#[test]
+fn a_host_git_reads_nothing_outside_the_jail() {
+  let git = ["/usr/bin/git", "/usr/local/bin/git", "/bin/git"]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    .expect("git");
+  host_git::set_launcher(env!("CARGO_BIN_EXE_finn-supervisor").into());
+  let jail = tempfile::tempdir().unwrap();
+  let outside = tempfile::tempdir().unwrap();
+  for dir in [jail.path(), outside.path()] {
+    let ok = std::process::Command::new(git)
+      .args(["init", "-q"])
+      .arg(dir)
+      .status()
+      .unwrap()
+      .success();
+    assert!(ok);
+  }
+  std::fs::write(
+    outside.path().join(".git/config"),
+    "[core]\n\trepositoryformatversion = 0\n[credential]\n\thelper = outside-secret\n",
+  )
+  .unwrap();
+  let list = |git_dir: &std::path::Path, confined: bool| {
+    let mut command = host_git::sealed(git);
+    command
+      .env("GIT_DIR", git_dir)
+      .current_dir(jail.path())
+      .args(["config", "--list", "--local"]);
+    let watch = host_git::Watch::new(10_000, None);
+    let watch = if confined {
+      watch.reading_beneath(jail.path())
+    } else {
+      watch
+    };
+    let mut out = Vec::new();
+    let ran = host_git::run(command, "git config", &watch, &mut |b: &[u8]| {
+      out.extend_from_slice(b);
+      Ok(())
+    })
+    .unwrap();
+    (ran.success, String::from_utf8_lossy(&out).into_owned())
+  };
+  let (ok, inside) = list(&jail.path().join(".git"), true);
+  assert!(
+    ok && inside.contains("core.repositoryformatversion"),
+    "{inside}"
+  );
+  let (ok, leaked) = list(&outside.path().join(".git"), true);
+  assert!(!ok && !leaked.contains("outside-secret"), "{leaked}");
+  // The same run unconfined reads it: the confinement is what refuses it.
+  let (ok, read) = list(&outside.path().join(".git"), false);
+  assert!(ok && read.contains("outside-secret"), "{read}");
+}

@@ -44,11 +44,59 @@ fn die_with_parent(args: &[std::ffi::OsString]) -> ! {
   if unsafe { libc::getppid() } != pid {
     std::process::exit(126);
   }
-  let err = std::process::Command::new(std::ffi::OsStr::from_bytes(program.as_bytes()))
-    .args(&args[2..])
-    .exec();
+  let mut command = std::process::Command::new(std::ffi::OsStr::from_bytes(program.as_bytes()));
+  command.args(&args[2..]);
+  let program_dir = std::env::var_os("FINN_SANDBOX_READ_PROGRAM")
+    .map(std::path::PathBuf::from)
+    .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+    .filter(|d| d.is_absolute());
+  command.env_remove("FINN_SANDBOX_READ_PROGRAM");
+  if let Some(jail) = std::env::var_os("FINN_SANDBOX_READ_BENEATH") {
+    command.env_remove("FINN_SANDBOX_READ_BENEATH");
+    if let Err(e) = read_only_beneath(std::path::Path::new(&jail), program_dir.as_deref()) {
+      eprintln!("finn-supervisor: cannot confine the check's git to the jail: {e}");
+      std::process::exit(126);
+    }
+  }
+  let err = command.exec();
   eprintln!("finn-supervisor: {}: {err}", program.to_string_lossy());
   std::process::exit(126);
+}
+
+/// Lets this process (and what it execs) read beneath `jail`, the program's own directory and
+/// the system's directories, and write only `/dev/null`, where landlock exists; where it does
+/// not, changes nothing.
+#[cfg(target_os = "linux")]
+fn read_only_beneath(
+  jail: &std::path::Path,
+  program_dir: Option<&std::path::Path>,
+) -> Result<(), landlock::RulesetError> {
+  use landlock::{
+    ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+  };
+  let abi = ABI::V1;
+  let read = AccessFs::from_read(abi);
+  let mut ruleset = Ruleset::default()
+    .handle_access(AccessFs::from_all(abi))?
+    .create()?;
+  let roots = [
+    "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/dev",
+  ];
+  for root in roots
+    .iter()
+    .map(std::path::Path::new)
+    .chain([jail])
+    .chain(program_dir)
+  {
+    if let Ok(fd) = PathFd::new(root) {
+      ruleset = ruleset.add_rule(PathBeneath::new(fd, read))?;
+    }
+  }
+  if let Ok(fd) = PathFd::new("/dev/null") {
+    ruleset = ruleset.add_rule(PathBeneath::new(fd, read | AccessFs::WriteFile))?;
+  }
+  ruleset.restrict_self()?;
+  Ok(())
 }
 
 fn main() {

@@ -108,6 +108,8 @@ pub struct Watch<'a> {
   deadline: Instant,
   bound_ms: u64,
   cancel: Option<&'a Cancel>,
+  /// The jail: host gits may read beneath it and the system's directories, nothing else.
+  beneath: Option<&'a Path>,
 }
 
 impl<'a> Watch<'a> {
@@ -117,7 +119,15 @@ impl<'a> Watch<'a> {
       deadline: Instant::now() + Duration::from_millis(bound_ms),
       bound_ms,
       cancel,
+      beneath: None,
     }
+  }
+
+  /// Host gits of this check read only beneath `jail` (and the system's directories), where
+  /// the launcher can ask landlock for it (see [`READ_BENEATH_ENV`]).
+  pub fn reading_beneath(mut self, jail: &'a Path) -> Self {
+    self.beneath = Some(jail);
+    self
   }
 
   /// Refused once the job was aborted or the deadline passed.
@@ -237,6 +247,18 @@ const BOUNDED_EXEC: &str = "ulimit -v \"$1\" || exit 126; shift; exec \"$0\" \"$
 /// and execs `<program>`.
 pub const DIE_WITH_PARENT_ARG: &str = "--finn-die-with-parent";
 
+/// The launcher restricts what the program may open to reads beneath this directory and the
+/// system's (`/usr`, `/lib*`, `/bin`, `/sbin`, `/etc`, `/proc`, `/dev`; writes to `/dev/null`
+/// only), with landlock, and takes the variable out of the environment before the exec. The
+/// check's git reads what the agent wrote by path (the config, `HEAD`, a split index's shared
+/// part): a directory of the repository swapped for a symlink to outside the jail after the
+/// walk then gets git an EACCES instead of a host file. Without landlock the git runs
+/// unconfined.
+pub const READ_BENEATH_ENV: &str = "FINN_SANDBOX_READ_BENEATH";
+/// The git program itself, whose directory the launcher lets it read and run from too (a policy
+/// may name a git outside the system's directories).
+pub const READ_PROGRAM_ENV: &str = "FINN_SANDBOX_READ_PROGRAM";
+
 /// The launcher host gits start through, set once by the first pool (its supervisor binary).
 static LAUNCHER: OnceLock<std::path::PathBuf> = OnceLock::new();
 
@@ -278,6 +300,7 @@ pub fn sealed(git: &str) -> Command {
     .env("GIT_NO_LAZY_FETCH", "1")
     .env("GIT_ALLOW_PROTOCOL", "")
     .env("LC_ALL", "C")
+    .env(READ_PROGRAM_ENV, git)
     .env("GIT_CONFIG_COUNT", OVERRIDES.len().to_string())
     .stdin(Stdio::null())
     .process_group(0);
@@ -324,6 +347,9 @@ pub fn run(
 ) -> Result<Ran, Denial> {
   watch.check()?;
   command.stdout(Stdio::piped()).stderr(Stdio::piped());
+  if let Some(jail) = watch.beneath {
+    command.env(READ_BENEATH_ENV, jail);
+  }
   let mut child = command
     .spawn()
     .map_err(|e| refuse(format!("{what} could not run ({e})")))?;

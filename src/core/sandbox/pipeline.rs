@@ -216,7 +216,7 @@ impl ToolSandbox {
       ),
       _ => None,
     };
-    let watch = Watch::new(REPOSITORY_CHECK_MS, cancel);
+    let watch = Watch::new(REPOSITORY_CHECK_MS, cancel).reading_beneath(self.jail.root());
     let jailed = policy::jail_args::jail_args(&cmd, policy, &self.jail, &watch)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "path_rejected"))?;
     drop(slot);
