@@ -166,7 +166,7 @@ async function pidsColdCase(prefix: string[], limit: (pid: number) => void, lift
       const during = await next()
       expect(during.step).toBe('during')
       // Refused before a thread exists, or (if one started) the spawn fails naming the limit.
-        if (during.error) expect(during.error.code).toBe('WORKER_UNAVAILABLE')
+      if (during.error) expect(during.error.code, during.error.message).toBe('WORKER_UNAVAILABLE')
       expect(failureText(during)).toMatch(/process limit reached: RLIMIT_NPROC or the pids cgroup/)
     }
     const lifted = await next()

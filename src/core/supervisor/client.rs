@@ -148,6 +148,11 @@ impl Supervisor {
       }
       if state.running.is_none() {
         state.running = Some(self.start().map_err(|e| {
+          // A filled process limit fails this job as a spawn failure naming the limit, as a
+          // reaper that cannot be made does; the next job starts the supervisor again.
+          if e.raw_os_error() == Some(libc::EAGAIN) {
+            return CheckoutError::NoReaper(e);
+          }
           CheckoutError::Failed(format!(
             "cannot start the supervisor {}: {e}",
             self.program.display()
