@@ -185,10 +185,15 @@ pub fn program(listed: BTreeMap<i64, Listed>) -> Result<BpfProgram, SeccompError
   for block in blocks {
     prog.extend(block);
   }
-  if prog.len() > MAX_LEN {
+  if !fits(prog.len()) {
     return Err(SeccompError::TooLong(prog.len()));
   }
   Ok(prog)
+}
+
+/// Whether the kernel takes a program of `len` instructions.
+fn fits(len: usize) -> bool {
+  len <= MAX_LEN
 }
 
 #[cfg(test)]
@@ -319,6 +324,26 @@ pub(crate) mod tests {
       run(&prog, &data(libc::SYS_clone3, [0; 6])),
       libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
     );
+  }
+
+  /// A program over the kernel's 4,096 instructions is refused here, naming its length, rather
+  /// than by the kernel at every job's start.
+  #[test]
+  fn a_program_over_the_kernels_bound_is_refused() {
+    assert!(fits(4096));
+    assert!(!fits(4097));
+    let listed: BTreeMap<i64, Listed> = (0..5000i64)
+      .map(|nr| {
+        (
+          nr,
+          Listed {
+            rules: vec![],
+            errno: libc::EPERM,
+          },
+        )
+      })
+      .collect();
+    assert!(matches!(program(listed), Err(SeccompError::TooLong(n)) if n > 4096));
   }
 
   /// A search whose lower half is longer than a conditional jump reaches still lands right.
