@@ -106,7 +106,7 @@ impl Tree {
   pub fn freeze(&mut self, spare: &dyn Fn(i32) -> bool) -> usize {
     self.held.retain(|(_, fd)| !pidfd::exited(fd));
     for _ in 0..FREEZE_ROUNDS {
-      let mut found_new = false;
+      let mut again = false;
       let found = walk_children(self.root, spare).unwrap_or_else(|| {
         descendants(&tree::scan(), self.root, spare)
           .iter()
@@ -120,15 +120,22 @@ impl Tree {
         let Ok(fd) = pidfd::open(pid) else { continue };
         // The pid now names this very process: if it still has the parent the walk saw, it is
         // the one the walk saw (or a sibling of it, equally ours).
-        let same = tree::read(pid).is_some_and(|now| now.ppid == ppid && !now.zombie);
-        if !same {
-          continue;
+        match tree::read(pid) {
+          Some(now) if now.zombie => continue,
+          Some(now) if now.ppid == ppid => {}
+          // Its parent died after the walk read it, so it hangs below the root or a subreaper
+          // of the tree now (or the pid is another process's): the next walk finds it there.
+          Some(_) => {
+            again = true;
+            continue;
+          }
+          None => continue,
         }
         pidfd::send_signal_to(&fd, pid, Signal::SIGSTOP);
         self.held.push((pid, fd));
-        found_new = true;
+        again = true;
       }
-      if !found_new {
+      if !again {
         break;
       }
     }
@@ -452,6 +459,63 @@ pub(super) mod tests {
     assert!(tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_secs(10)));
     // Reaped by its shell once its last thread is gone.
     wait_state(leader, &[None]);
+  }
+
+  /// A process whose parent dies between the walk that found it and its check is reparented
+  /// (here to the root, a subreaper): it is no longer where the walk saw it, yet it is still
+  /// of the tree, and the same call must walk again and hold it where it is now. The `spare`
+  /// callback, called once the walk has read the middle process's children, kills that
+  /// process at exactly that moment.
+  #[test]
+  fn a_process_reparented_during_the_walk_is_held_where_it_is_now() {
+    use std::process::{Command, Stdio};
+    // A subreaper shell (which stays, as a sleep, once its child is gone), its child shell (the
+    // middle), and the middle's sleep.
+    let mut root = Command::new("perl")
+      .args([
+        "-e",
+        "syscall(157, 36, 1, 0, 0, 0) == 0 or die \"subreaper: $!\"; exec @ARGV",
+        "sh",
+        "-c",
+        "sh -c 'sleep 30 & echo $$ $!; wait' & wait; exec sleep 30",
+      ])
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+      &mut std::io::BufReader::new(root.stdout.take().unwrap()),
+      &mut line,
+    )
+    .unwrap();
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    let pids: Vec<i32> = line
+      .split_whitespace()
+      .map(|p| p.parse().unwrap())
+      .collect();
+    let (middle, sleep) = (pids[0], pids[1]);
+    wait_state(sleep, &[Some('S')]);
+    let killed = std::cell::Cell::new(false);
+    let spare = |pid: i32| {
+      if pid == sleep && !killed.replace(true) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(middle), Signal::SIGKILL).unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while tree::read(sleep).map(|p| p.ppid) != Some(root_pid) {
+          assert!(
+            std::time::Instant::now() < until,
+            "the sleep was never reparented"
+          );
+          std::thread::yield_now();
+        }
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    tree.freeze(&spare);
+    assert!(killed.get());
+    assert_eq!(tree.alive(), vec![sleep]);
+    wait_state(sleep, &[Some('T')]);
   }
 
   #[test]
