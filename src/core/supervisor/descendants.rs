@@ -114,7 +114,13 @@ impl Tree {
           .collect()
       });
       for (pid, ppid) in found {
-        if self.held.iter().any(|(held, _)| *held == pid) {
+        // A pid names the process held under it only while that process lives: once it has
+        // exited, the pid may have come round to a new process of the tree.
+        if self
+          .held
+          .iter()
+          .any(|(held, fd)| *held == pid && !pidfd::exited(fd))
+        {
           continue;
         }
         let Ok(fd) = pidfd::open(pid) else { continue };
@@ -132,6 +138,7 @@ impl Tree {
           None => continue,
         }
         pidfd::send_signal_to(&fd, pid, Signal::SIGSTOP);
+        self.held.retain(|(held, _)| *held != pid);
         self.held.push((pid, fd));
         again = true;
       }
@@ -516,6 +523,76 @@ pub(super) mod tests {
     assert!(killed.get());
     assert_eq!(tree.alive(), vec![sleep]);
     wait_state(sleep, &[Some('T')]);
+  }
+
+  /// A held process that dies (killed by a part of its tree not yet frozen) frees its pid, and
+  /// a new process of the tree may get that pid within the same call: root can ask for a pid
+  /// (`clone3` with `set_tid`); anyone can by cycling through the pid space. The new process
+  /// is not the one held, and must be held (stopped) in its own right. The `spare` callback,
+  /// called by the second walk once it has read the root's children, makes the swap at exactly
+  /// that moment. Needs root (`set_tid` needs CAP_CHECKPOINT_RESTORE); skipped otherwise.
+  #[test]
+  fn a_pid_held_then_reused_within_one_freeze_holds_the_new_process() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+      eprintln!("skipped: clone3 with set_tid needs root");
+      return;
+    }
+    // Starts a sleep, then for each pid read from stdin, a sleep with that very pid. Its
+    // children are reaped by the kernel (SIGCHLD ignored), so a killed one frees its pid.
+    let perl = r#"
+      $| = 1; $SIG{CHLD} = 'IGNORE';
+      sub start { my ($tid) = @_; my $tids = pack('i', $tid);
+        my $args = pack('Q11', 0, 0, 0, 0, 17, 0, 0, 0, $tid ? unpack('Q', pack('p', $tids)) : 0, $tid ? 1 : 0, 0);
+        my $pid = syscall(435, $args, 88); die "clone3: $!" if $pid < 0;
+        if ($pid == 0) { exec 'sleep', '30'; exit 1 } print "$pid\n" }
+      start(0); while (my $tid = <STDIN>) { start($tid + 0) }"#;
+    let mut root = Command::new("perl")
+      .args(["-e", perl])
+      .stdin(Stdio::piped())
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let stdin = std::cell::RefCell::new(root.stdin.take().unwrap());
+    let out = std::cell::RefCell::new(std::io::BufReader::new(root.stdout.take().unwrap()));
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    let read_pid = || {
+      let mut line = String::new();
+      std::io::BufRead::read_line(&mut *out.borrow_mut(), &mut line).unwrap();
+      line.trim().parse::<i32>().unwrap()
+    };
+    let first = read_pid();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{first}/comm"))
+      .ok()
+      .as_deref()
+      != Some("sleep\n")
+    {
+      assert!(std::time::Instant::now() < until, "the sleep never started");
+      std::thread::yield_now();
+    }
+    let seen = std::cell::Cell::new(0);
+    let swapped = std::cell::Cell::new(false);
+    let spare = |pid: i32| {
+      // The second walk (the first one held it): the held process dies, and its pid is
+      // given to a new sleep of the root before the walk's list is checked.
+      if pid == first && seen.replace(seen.get() + 1) == 1 {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+        wait_state(first, &[None]);
+        writeln!(stdin.borrow_mut(), "{first}").unwrap();
+        assert_eq!(read_pid(), first);
+        swapped.set(true);
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    tree.freeze(&spare);
+    assert!(swapped.get());
+    assert_eq!(tree.alive(), vec![first]);
+    wait_state(first, &[Some('T')]);
   }
 
   #[test]
