@@ -102,8 +102,10 @@ function trees(tok: string): { scripts: string[]; processes: number } {
       `trap '' TERM; perl -e 'syscall(157, 36, 1, 0, 0, 0) == 0 or die; exec @ARGV' sh -c 'trap "" TERM; (sleep ${tok} &); (setsid sleep ${tok} &); wait; exec sleep ${tok}' & exec sleep ${tok}`,
       // clone(CLONE_PARENT) by a background process and by the leader (its sibling is the reaper's child).
       `${states} p ${tok} & exec ${states} p ${tok}`,
+      // A clone() child with no exit signal (waitpid() without __WALL does not see it), orphaned.
+      `trap '' TERM; ${states} c ${tok}; exec sleep ${tok}`,
     ],
-    processes: 2 + 2 + 4 + 6 + 3 + 3 + 3 + 5 + 3 + 3 + 4 + 4,
+    processes: 2 + 2 + 4 + 6 + 3 + 3 + 3 + 5 + 3 + 3 + 4 + 4 + 2,
   }
 }
 

@@ -365,6 +365,21 @@ const STATES: &[State] = &[
     },
     ready: |h| h.len() >= 4,
   },
+  // A clone() child with no exit signal, which waitpid() without __WALL does not see, orphaned
+  // by its parent's exit: the kernel gives it SIGCHLD again as it reparents it to the reaper.
+  State {
+    name: "clone child without exit signal",
+    script: |tok| {
+      format!(
+        "trap '' TERM; {} c {tok}; exec sleep {tok}",
+        states_program()
+      )
+    },
+    ready: |h| {
+      h.iter()
+        .any(|o| o.comm == "s\n" && !h.iter().any(|p| p.stat.pid == o.stat.ppid))
+    },
+  },
   // A fork bomb of 2000 forks still growing, its forking processes exiting as they finish.
   State {
     name: "fork bomb",
@@ -481,8 +496,8 @@ fn every_state_leaves_no_survivor(trigger: Trigger) {
   assert!(left.is_empty(), "{trigger:?}: {left:?}");
 }
 
-/// Stopped, traced, vfork, zombie-leader-with-setsid, subreaper, CLONE_PARENT and fork-bomb
-/// trees at their timeout: nothing of any is left.
+/// Stopped, traced, vfork, zombie-leader-with-setsid, subreaper, CLONE_PARENT, quiet-clone and
+/// fork-bomb trees at their timeout: nothing of any is left.
 #[test]
 fn a_timeout_leaves_no_survivor_in_any_process_state() {
   every_state_leaves_no_survivor(Trigger::Timeout);
