@@ -595,6 +595,78 @@ pub(super) mod tests {
     wait_state(first, &[Some('T')]);
   }
 
+  /// A walk that finds nothing new ends the call: one process is found by the first walk and
+  /// seen again by the second, which ends it; a freeze that walked on to its 16-round bound
+  /// every time would cost 16 reads of every `children` file of the tree.
+  #[test]
+  fn freeze_stops_walking_once_a_walk_finds_nothing_new() {
+    let (root, sleep) = shell("sleep 30 & echo $!; wait");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    wait_state(sleep, &[Some('S')]);
+    let walks = std::cell::Cell::new(0);
+    let spare = |pid: i32| {
+      if pid == sleep {
+        walks.set(walks.get() + 1);
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    assert_eq!(tree.freeze(&spare), 1);
+    assert_eq!(walks.get(), 2);
+    // Already held: one walk, which finds nothing new.
+    assert_eq!(tree.freeze(&spare), 1);
+    assert_eq!(walks.get(), 3);
+  }
+
+  /// `signal_except` (the bwrap backend's graceful stop) sends the signal to every process of
+  /// the tree but the one named, and resumes them all, that one included.
+  #[test]
+  fn signal_except_spares_only_the_named_process_and_resumes_all() {
+    let (root, kept) = shell("sleep 30 & echo $!; sleep 30 & wait");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    let mut tree = Tree::new(root_pid);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tree.freeze(&|_| false) < 2 {
+      assert!(std::time::Instant::now() < until);
+    }
+    let other = *tree.alive().iter().find(|&&p| p != kept).unwrap();
+    assert_eq!(tree.signal_except(Signal::SIGTERM, &|_| false, kept), 2);
+    // The other dies of the SIGTERM (reaped by the shell); the one named runs on, resumed.
+    wait_state(other, &[None, Some('Z')]);
+    wait_state(kept, &[Some('S')]);
+  }
+
+  /// `kill_now` (the supervisor's sweep of a dead reaper's orphans) kills every descendant but
+  /// the spared subtrees (the live reapers).
+  #[test]
+  fn kill_now_kills_every_descendant_but_the_spared() {
+    let (root, spared) = shell("sleep 30 & echo $!; sh -c 'sleep 30 & wait' & wait");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    // Up when the inner shell's sleep is (a freeze would stop the inner shell before it forks).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let others = loop {
+      let found: Vec<i32> = walk_children(root_pid, &|_| false)
+        .unwrap()
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|&pid| pid != spared)
+        .collect();
+      if found.len() == 2 && found.iter().all(|&p| state(p) == Some('S')) {
+        break found;
+      }
+      assert!(std::time::Instant::now() < until, "{found:?}");
+      std::thread::yield_now();
+    };
+    kill_now(root_pid, &|pid| pid == spared);
+    for pid in others {
+      wait_state(pid, &[None, Some('Z')]);
+    }
+    wait_state(spared, &[Some('S')]);
+  }
+
   #[test]
   fn a_zombie_is_not_held() {
     // The child exits and is never reaped: its parent sleeps without waiting (a shell would
