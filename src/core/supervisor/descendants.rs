@@ -366,7 +366,7 @@ pub(super) mod tests {
     assert_eq!(state(second[0]), Some('T'));
     // Frozen, it is alive at any deadline; killed, it is gone before a generous one.
     assert!(!tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_millis(20)));
-    tree.signal(Signal::SIGKILL, &|_| false);
+    assert_eq!(tree.signal(Signal::SIGKILL, &|_| false), 1);
     assert!(tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_secs(10)));
     assert!(tree.alive().is_empty());
     let _ = root.kill();
@@ -534,46 +534,18 @@ pub(super) mod tests {
   #[test]
   fn a_pid_held_then_reused_within_one_freeze_holds_the_new_process() {
     use std::io::Write;
-    use std::process::{Command, Stdio};
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
       eprintln!("skipped: clone3 with set_tid needs root");
       return;
     }
-    // Starts a sleep, then for each pid read from stdin, a sleep with that very pid. Its
-    // children are reaped by the kernel (SIGCHLD ignored), so a killed one frees its pid.
-    let perl = r#"
-      $| = 1; $SIG{CHLD} = 'IGNORE';
-      sub start { my ($tid) = @_; my $tids = pack('i', $tid);
-        my $args = pack('Q11', 0, 0, 0, 0, 17, 0, 0, 0, $tid ? unpack('Q', pack('p', $tids)) : 0, $tid ? 1 : 0, 0);
-        my $pid = syscall(435, $args, 88); die "clone3: $!" if $pid < 0;
-        if ($pid == 0) { exec 'sleep', '30'; exit 1 } print "$pid\n" }
-      start(0); while (my $tid = <STDIN>) { start($tid + 0) }"#;
-    let mut root = Command::new("perl")
-      .args(["-e", perl])
-      .stdin(Stdio::piped())
-      .stdout(Stdio::piped())
-      .spawn()
-      .unwrap();
-    let stdin = std::cell::RefCell::new(root.stdin.take().unwrap());
-    let out = std::cell::RefCell::new(std::io::BufReader::new(root.stdout.take().unwrap()));
+    let (root, mut io) = forker();
     let root_pid = root.id() as i32;
+    let first = read_pid(&mut io.1);
+    let io = std::cell::RefCell::new(io);
+    // Dropped before `io`: the tree dies before the forker sees its stdin close.
     let _root = KillOnDrop(root);
-    let read_pid = || {
-      let mut line = String::new();
-      std::io::BufRead::read_line(&mut *out.borrow_mut(), &mut line).unwrap();
-      line.trim().parse::<i32>().unwrap()
-    };
-    let first = read_pid();
-    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while std::fs::read_to_string(format!("/proc/{first}/comm"))
-      .ok()
-      .as_deref()
-      != Some("sleep\n")
-    {
-      assert!(std::time::Instant::now() < until, "the sleep never started");
-      std::thread::yield_now();
-    }
+    wait_comm(first, "sleep\n");
     let seen = std::cell::Cell::new(0);
     let swapped = std::cell::Cell::new(false);
     let spare = |pid: i32| {
@@ -582,8 +554,9 @@ pub(super) mod tests {
       if pid == first && seen.replace(seen.get() + 1) == 1 {
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
         wait_state(first, &[None]);
-        writeln!(stdin.borrow_mut(), "{first}").unwrap();
-        assert_eq!(read_pid(), first);
+        let (stdin, out) = &mut *io.borrow_mut();
+        writeln!(stdin, "{first}").unwrap();
+        assert_eq!(read_pid(out), first);
         swapped.set(true);
       }
       false
@@ -593,6 +566,29 @@ pub(super) mod tests {
     assert!(swapped.get());
     assert_eq!(tree.alive(), vec![first]);
     wait_state(first, &[Some('T')]);
+  }
+
+  /// A child that is gone by the time the walk reads its own `children` files has none; the
+  /// walk goes on (only a root without the files sends callers to the full scan). `spare`,
+  /// called once the walk has read the root's children, kills the child and waits until its
+  /// shell has reaped it.
+  #[test]
+  fn a_child_gone_before_its_children_are_read_ends_only_its_own_branch() {
+    let (root, child) = shell("sleep 30 & echo $!; wait; exec sleep 30");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    wait_state(child, &[Some('S')]);
+    let spare = |pid: i32| {
+      if pid == child {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), Signal::SIGKILL).unwrap();
+        wait_state(child, &[None]);
+      }
+      false
+    };
+    assert_eq!(
+      walk_children(root_pid, &spare),
+      Some(vec![(child, root_pid)])
+    );
   }
 
   /// A walk that finds nothing new ends the call: one process is found by the first walk and
@@ -665,6 +661,110 @@ pub(super) mod tests {
       wait_state(pid, &[None, Some('Z')]);
     }
     wait_state(spared, &[Some('S')]);
+  }
+
+  /// The pid the walk found names a process outside the tree by the time it is checked (the
+  /// walk's process died and the pid came round to an unrelated process): that process is
+  /// not the tree's and is left alone. Here the tree's sleep dies from the first walk's
+  /// `spare` callback and a forker outside the tree starts a sleep with that very pid. Root
+  /// only, as above.
+  #[test]
+  fn a_pid_reused_outside_the_tree_during_the_walk_is_left_alone() {
+    use std::io::Write;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+      eprintln!("skipped: clone3 with set_tid needs root");
+      return;
+    }
+    let (mut tree_root, mut tree_io) = forker();
+    let (mut outside, mut outside_io) = forker();
+    // Its own first sleep.
+    read_pid(&mut outside_io.1);
+    let outside_io = std::cell::RefCell::new(outside_io);
+    let root_pid = tree_root.id() as i32;
+    let first = read_pid(&mut tree_io.1);
+    wait_comm(first, "sleep\n");
+    let swapped = std::cell::Cell::new(false);
+    let spare = |pid: i32| {
+      if pid == first && !swapped.replace(true) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+        wait_state(first, &[None]);
+        let (stdin, out) = &mut *outside_io.borrow_mut();
+        writeln!(stdin, "{first}").unwrap();
+        assert_eq!(read_pid(out), first);
+        wait_comm(first, "sleep\n");
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    let held = tree.freeze(&spare);
+    let outside_state = state(first);
+    for c in [&mut tree_root, &mut outside] {
+      kill_now(c.id() as i32, &|_| false);
+      let _ = c.kill();
+      let _ = c.wait();
+    }
+    drop(tree_io);
+    assert!(swapped.get());
+    assert_eq!(held, 0);
+    // Running or sleeping (it may just have exec'd), never stopped.
+    assert!(
+      matches!(outside_state, Some('R' | 'S')),
+      "{outside_state:?}"
+    );
+  }
+
+  /// A perl process that starts a sleep, then for each pid read from its stdin a sleep with
+  /// that very pid (`clone3` with `set_tid`), printing each pid. Its children are reaped by the
+  /// kernel (SIGCHLD ignored), so a killed one frees its pid at once.
+  fn forker() -> (
+    std::process::Child,
+    (
+      std::process::ChildStdin,
+      std::io::BufReader<std::process::ChildStdout>,
+    ),
+  ) {
+    use std::process::{Command, Stdio};
+    let perl = r#"
+      $| = 1; $SIG{CHLD} = 'IGNORE';
+      sub start { my ($tid) = @_; my $tids = pack('i', $tid);
+        my $args = pack('Q11', 0, 0, 0, 0, 17, 0, 0, 0, $tid ? unpack('Q', pack('p', $tids)) : 0, $tid ? 1 : 0, 0);
+        my ($pid, $tries) = (-1, 0);
+        # The kernel may free a dead process's pid number a moment after its /proc entry.
+        while (($pid = syscall(435, $args, 88)) < 0 && $!{EEXIST} && ++$tries < 1000000) {}
+        die "clone3: $!" if $pid < 0;
+        if ($pid == 0) { exec 'sleep', '30'; exit 1 } print "$pid\n" }
+      start(0); while (my $tid = <STDIN>) { start($tid + 0) }"#;
+    let mut c = Command::new("perl")
+      .args(["-e", perl])
+      .stdin(Stdio::piped())
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let io = (
+      c.stdin.take().unwrap(),
+      std::io::BufReader::new(c.stdout.take().unwrap()),
+    );
+    (c, io)
+  }
+
+  fn read_pid(out: &mut std::io::BufReader<std::process::ChildStdout>) -> i32 {
+    let mut line = String::new();
+    std::io::BufRead::read_line(out, &mut line).unwrap();
+    line.trim().parse().unwrap()
+  }
+
+  /// Waits, with a deadline, until `pid` runs the program named `comm` (it has exec'd).
+  fn wait_comm(pid: i32, comm: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+      .ok()
+      .as_deref()
+      != Some(comm)
+    {
+      assert!(std::time::Instant::now() < until, "{pid} never ran {comm}");
+      std::thread::yield_now();
+    }
   }
 
   #[test]
