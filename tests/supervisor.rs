@@ -413,6 +413,8 @@ enum Trigger {
   Abort,
   /// The host's exit (`kill_all_now`): its reapers' trees, SIGKILLed and waited for at once.
   KillTreesNow,
+  /// Each job's reaper SIGKILLed: the supervisor inherits the trees and kills them.
+  ReaperKilled,
 }
 
 /// Runs every state of [`STATES`] as a job at once, waits until each tree is there, ends them
@@ -452,26 +454,42 @@ fn every_state_leaves_no_survivor(trigger: Trigger) {
         });
       }
     }
-    Trigger::KillTreesNow => {
-      // The one parent of the holders that holds no token: the job's reaper.
+    Trigger::KillTreesNow | Trigger::ReaperKilled => {
+      // The one parent of the holders that is a child of the supervisor: the job's reaper.
+      // (A fork bomb's processes exit as it grows: the parent of one read a moment ago may be
+      // gone.)
+      let supervisor_pid = sup.pid().expect("the supervisor runs");
+      let parent_of = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(finn_sandbox::core::exec::tree::parse_stat(&stat)?.ppid)
+      };
       let reapers: Vec<i32> = jobs
         .iter()
         .map(|(state, tok, _, _)| {
-          let held = holders(tok);
-          let mut parents: Vec<i32> = held.iter().map(|&p| ppid(p)).collect();
-          parents.retain(|p| !held.contains(p));
+          let mut parents: Vec<i32> = holders(tok).into_iter().filter_map(parent_of).collect();
+          parents.retain(|&p| parent_of(p) == Some(supervisor_pid));
           parents.sort_unstable();
           parents.dedup();
           assert_eq!(parents.len(), 1, "{}: {parents:?}", state.name);
           parents[0]
         })
         .collect();
-      supervisor::kill_trees_now(&reapers);
-      // At once: Node exits right after it.
-      for (state, tok, _, _) in &jobs {
-        let now = holders(tok);
-        if !now.is_empty() {
-          left.push(format!("{} at once: {now:?}", state.name));
+      if trigger == Trigger::ReaperKilled {
+        for reaper in reapers {
+          nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(reaper),
+            nix::sys::signal::Signal::SIGKILL,
+          )
+          .unwrap();
+        }
+      } else {
+        supervisor::kill_trees_now(&reapers);
+        // At once: Node exits right after it.
+        for (state, tok, _, _) in &jobs {
+          let now = holders(tok);
+          if !now.is_empty() {
+            left.push(format!("{} at once: {now:?}", state.name));
+          }
         }
       }
     }
@@ -487,8 +505,19 @@ fn every_state_leaves_no_survivor(trigger: Trigger) {
         state.name
       ),
       Trigger::KillTreesNow => {}
+      Trigger::ReaperKilled => assert!(
+        matches!(done, Err(RunError::Crashed(_))),
+        "{}: {done:?}",
+        state.name
+      ),
     }
-    let survivors = survivors_after(&tok, Duration::from_millis(500));
+    // The supervisor kills what a dead reaper left as its SIGCHLDs come in.
+    let bound = if trigger == Trigger::ReaperKilled {
+      2000
+    } else {
+      500
+    };
+    let survivors = survivors_after(&tok, Duration::from_millis(bound));
     if !survivors.is_empty() {
       left.push(format!("{}: {survivors:?}", state.name));
     }
@@ -506,6 +535,16 @@ fn a_timeout_leaves_no_survivor_in_any_process_state() {
 #[test]
 fn an_abort_leaves_no_survivor_in_any_process_state() {
   every_state_leaves_no_survivor(Trigger::Abort);
+}
+
+/// Each job's reaper killed mid-job: the jobs crash, and the supervisor, which inherits the
+/// trees, kills every process of them.
+#[test]
+fn a_reaper_killed_mid_job_leaves_no_survivor_in_any_process_state() {
+  if direct() {
+    return;
+  }
+  every_state_leaves_no_survivor(Trigger::ReaperKilled);
 }
 
 /// Node's exit: `kill_trees_now` returns only once every process of those trees is dead.
