@@ -716,7 +716,7 @@ pub(super) mod tests {
 
   /// A perl process that starts a sleep, then for each pid read from its stdin a sleep with
   /// that very pid (`clone3` with `set_tid`), printing each pid. Its children are reaped by the
-  /// kernel (SIGCHLD ignored), so a killed one frees its pid at once.
+  /// kernel (SIGCHLD ignored), so a killed one frees its pid without a wait of the forker's.
   fn forker() -> (
     std::process::Child,
     (
