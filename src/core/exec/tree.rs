@@ -173,5 +173,13 @@ mod tests {
     assert_eq!(found, vec![102, 103, 104]);
     assert!(group_alive(&procs, 100));
     assert!(!group_alive(&procs, 300));
+    // One member is enough: in the group only (another session), or in the session only.
+    assert!(group_alive(&[p(105, 1, 100, 105)], 100));
+    assert!(group_alive(&[p(104, 1, 104, 100)], 100));
+    let dead = Proc {
+      zombie: true,
+      ..p(106, 1, 100, 100)
+    };
+    assert!(!group_alive(&[dead], 100));
   }
 }
