@@ -68,8 +68,22 @@ export function holders(tok: string): number[] {
  * returns its path: its main thread exits alone, and the process lives on in a second thread.
  */
 export function zombieLeader(dir: string): string {
-  const hex = readFileSync(join(import.meta.dirname, '..', 'tests', 'fixtures', 'zombie-leader.hex'), 'utf8').trim()
-  const path = join(dir, 'z')
+  return fixture(dir, 'zombie-leader', 'z')
+}
+
+/**
+ * Writes the states program (`tests/fixtures/states.s`) into `dir` as `s` and returns its path:
+ * its first argument picks a process state (`v` vfork, `z` zombie leader with setsid, `p`
+ * CLONE_PARENT, `b` a bounded fork bomb).
+ */
+export function statesProgram(dir: string): string {
+  return fixture(dir, 'states', 's')
+}
+
+/** Writes the program of `tests/fixtures/<name>.hex` into `dir` as the executable `file`. */
+function fixture(dir: string, name: string, file: string): string {
+  const hex = readFileSync(join(import.meta.dirname, '..', 'tests', 'fixtures', `${name}.hex`), 'utf8').trim()
+  const path = join(dir, file)
   writeFileSync(path, Buffer.from(hex, 'hex'))
   chmodSync(path, 0o755)
   return path

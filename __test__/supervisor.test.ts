@@ -15,7 +15,7 @@ import { promisify } from 'node:util'
 import { Worker } from 'node:worker_threads'
 import { describe, expect, test } from 'vitest'
 import { PoolError, WorkerPool } from '../index.js'
-import { ENV, holders, rejectionOf, sh, until, zombieLeader } from './helpers.js'
+import { ENV, holders, rejectionOf, sh, statesProgram, until, zombieLeader } from './helpers.js'
 
 /** Runs `fn` with FINN_SANDBOX_SUPERVISOR set to `path` (pools read it when constructed). */
 function withSupervisor<T>(path: string, fn: () => T): T {
@@ -67,10 +67,12 @@ async function survivors(tok: string, boundMs: number): Promise<{ left: number[]
   }
 }
 
-/** The zombie-leader program, written once for this file. */
-const z = zombieLeader(mkdtempSync(join(tmpdir(), 'finn-z-')))
+/** The zombie-leader and states programs, written once for this file. */
+const fixtures = mkdtempSync(join(tmpdir(), 'finn-z-'))
+const z = zombieLeader(fixtures)
+const states = statesProgram(fixtures)
 
-/** Six commands built to outlive their job, and how many processes carry the token once all are up. */
+/** Commands built to outlive their job, and how many processes carry the token once all are up. */
 function trees(tok: string): { scripts: string[]; processes: number } {
   return {
     scripts: [
@@ -87,17 +89,32 @@ function trees(tok: string): { scripts: string[]; processes: number } {
       // Two processes whose leader thread has exited while a second thread runs on (shown as
       // Z in /proc/<pid>/stat), one of them setsid and double-forked.
       `trap '' TERM; ${z} ${tok} & (setsid ${z} ${tok} &); wait; : ${tok}`,
+      // Stopped by its own tree: a sleep stopped by the leader, a shell that stops itself.
+      `trap '' TERM; sleep ${tok} & kill -STOP $!; sh -c 'kill -STOP $$; : ${tok}' & exec sleep ${tok}`,
+      // In a ptrace stop: a sleep seized and interrupted by its sibling, and a child that traces
+      // itself through its parent and stops.
+      `trap '' TERM; sleep ${tok} & perl -e 'syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == 0 or die; syscall(101, 0x4207, $ARGV[0] + 0, 0, 0); sleep' $! ${tok} & perl -e 'if (!fork) { syscall(101, 0, 0, 0, 0); kill STOP => $$; exit } sleep' ${tok} & exec sleep ${tok}`,
+      // A vfork() parent waiting (D) for a child that neither execs nor exits.
+      `trap '' TERM; ${states} v ${tok} & exec sleep ${tok}`,
+      // A zombie leader whose other thread then calls setsid() and forks.
+      `trap '' TERM; ${states} z ${tok} & exec sleep ${tok}`,
+      // A subreaper of its own with orphans.
+      `trap '' TERM; perl -e 'syscall(157, 36, 1, 0, 0, 0) == 0 or die; exec @ARGV' sh -c 'trap "" TERM; (sleep ${tok} &); (setsid sleep ${tok} &); wait; exec sleep ${tok}' & exec sleep ${tok}`,
+      // clone(CLONE_PARENT) by a background process and by the leader (its sibling is the reaper's child).
+      `${states} p ${tok} & exec ${states} p ${tok}`,
+      // A clone() child with no exit signal (waitpid() without __WALL does not see it), orphaned.
+      `trap '' TERM; ${states} c ${tok}; exec sleep ${tok}`,
     ],
-    processes: 2 + 2 + 4 + 6 + 3 + 3,
+    processes: 2 + 2 + 4 + 6 + 3 + 3 + 3 + 5 + 3 + 3 + 4 + 4 + 2,
   }
 }
 
-/** JS that starts the six trees of `tok` on one pool, nothing awaiting them. */
+/** JS that starts the trees of `tok` on one pool, nothing awaiting them. */
 function startTrees(tok: string): { code: string; processes: number } {
   const { scripts, processes } = trees(tok)
   const code = `
     const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-    const pool = new sandbox.WorkerPool({ interactiveWorkers: 6 })
+    const pool = new sandbox.WorkerPool({ interactiveWorkers: ${scripts.length} })
     for (const s of ${JSON.stringify(scripts)}) {
       pool.exec({ binaryPath: '/bin/sh', args: ['-c', s], cwd: '/', env: ${JSON.stringify(ENV)}, timeoutMs: 600000 }).catch(() => {})
     }`
@@ -105,7 +122,7 @@ function startTrees(tok: string): { code: string; processes: number } {
 }
 
 /**
- * Starts a Node process that runs the six trees on one pool, waits until all are up, then
+ * Starts a Node process that runs the trees on one pool, waits until all are up, then
  * ends that Node with `how`; returns the survivors and how long they took to go.
  */
 async function nodeDies(how: 'SIGKILL' | 'exit' | 'throw') {
@@ -126,14 +143,23 @@ async function nodeDies(how: 'SIGKILL' | 'exit' | 'throw') {
 }
 
 describe('Node dies with commands running', () => {
-  test.each(['SIGKILL', 'exit', 'throw'] as const)('%s: no process of the six trees survives', async (how) => {
+  test.each(['SIGKILL', 'exit', 'throw'] as const)('%s: no process of the trees survives', async (how) => {
     const { left, ms } = await nodeDies(how)
     expect(left).toEqual([])
     console.log(`node ${how}: last process of the trees gone ${ms.toFixed(1)} ms after Node exited`)
   })
 
+  test('SIGKILL while a fork bomb of 2000 forks still grows, its forking processes exiting as they finish: none of it survives', async () => {
+    const tok = token()
+    const script = `trap '' TERM; ${states} b ${tok} & exec sleep ${tok}`
+    const { child, exited } = await nodeRunning(script, tok, (pids) => pids.length >= 20)
+    child.kill('SIGKILL')
+    await exited
+    expect((await survivors(tok, 5000)).left).toEqual([])
+  })
+
   test.each(['kept', 'collected'] as const)(
-    "a worker thread ended by terminate(), Node living on, its pool %s: no process of the pool's six trees survives",
+    "a worker thread ended by terminate(), Node living on, its pool %s: no process of the pool's trees survives",
     async (pool) => {
       // terminate() emits no 'exit' in the thread: the pool's teardown hook on the thread's
       // environment kills the trees. Before it, an attack's trees ran on until their timeout;

@@ -242,6 +242,320 @@ fn a_background_process_whose_leader_thread_has_exited_is_killed_after_the_drain
   );
 }
 
+/// The states program (`tests/fixtures/states.s`), written once per test binary.
+fn states_program() -> &'static str {
+  static PATH: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+  PATH.get_or_init(|| {
+    let dir = tempfile::tempdir().unwrap().keep();
+    common::states(&dir).to_str().unwrap().to_owned()
+  })
+}
+
+/// A holder of a token as the tree walk meets it: its state letter and its `stat` fields.
+struct Holder {
+  state: char,
+  stat: finn_sandbox::core::exec::tree::Proc,
+  comm: String,
+}
+
+/// The live holders of `tok`, with their `/proc/<pid>/stat` as it reads now.
+fn holders_of(tok: &str) -> Vec<Holder> {
+  holders(tok)
+    .into_iter()
+    .filter_map(|pid| {
+      let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+      Some(Holder {
+        state: text.rsplit_once(')')?.1.trim_start().chars().next()?,
+        stat: finn_sandbox::core::exec::tree::parse_stat(&text)?,
+        comm: std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?,
+      })
+    })
+    .collect()
+}
+
+/// A process state a tree walk may misjudge, as a command controlling its tree can make it:
+/// `script` puts processes carrying the token in it, `ready` says from the holders that the
+/// tree is there. Each leaves a TERM-immune or paused leader, so only a kill ends the job.
+struct State {
+  name: &'static str,
+  script: fn(&str) -> String,
+  ready: fn(&[Holder]) -> bool,
+}
+
+const STATES: &[State] = &[
+  // Stopped by its own tree: a sleep stopped by the leader, a shell that stops itself.
+  State {
+    name: "stopped",
+    script: |tok| {
+      format!(
+        "trap '' TERM; sleep {tok} & kill -STOP $!; sh -c 'kill -STOP $$; : {tok}' & exec sleep {tok}"
+      )
+    },
+    ready: |h| h.iter().filter(|h| h.state == 'T').count() >= 2,
+  },
+  // In a ptrace stop: a sleep seized and interrupted by its sibling, and a child that traces
+  // itself through its parent (PTRACE_TRACEME) and stops; neither tracer ever resumes them.
+  State {
+    name: "traced",
+    script: |tok| {
+      format!(
+        "trap '' TERM; sleep {tok} & \
+         perl -e 'syscall(101, 0x4206, $ARGV[0] + 0, 0, 0) == 0 or die \"seize: $!\"; syscall(101, 0x4207, $ARGV[0] + 0, 0, 0); sleep' $! {tok} & \
+         perl -e 'if (!fork) {{ syscall(101, 0, 0, 0, 0); kill STOP => $$; exit }} sleep' {tok} & \
+         exec sleep {tok}"
+      )
+    },
+    ready: |h| h.iter().filter(|h| h.state == 't').count() >= 2,
+  },
+  // A vfork() parent waiting (D) for a child that neither execs nor exits.
+  State {
+    name: "vfork",
+    script: |tok| {
+      format!(
+        "trap '' TERM; {} v {tok} & exec sleep {tok}",
+        states_program()
+      )
+    },
+    ready: |h| h.iter().any(|h| h.state == 'D'),
+  },
+  // A process whose leader thread has exited, whose other thread then made it a session (and
+  // group) leader of its own and forked a child.
+  State {
+    name: "zombie leader, setsid",
+    script: |tok| {
+      format!(
+        "trap '' TERM; {} z {tok} & exec sleep {tok}",
+        states_program()
+      )
+    },
+    ready: |h| {
+      h.iter().any(|z| {
+        z.state == 'Z'
+          && z.stat.session == z.stat.pid
+          && h.iter().any(|c| c.stat.ppid == z.stat.pid)
+      })
+    },
+  },
+  // A subreaper of its own with orphans (one of them setsid): they are its children, not the
+  // reaper's.
+  State {
+    name: "subreaper",
+    script: |tok| {
+      format!(
+        "trap '' TERM; \
+         perl -e 'syscall(157, 36, 1, 0, 0, 0) == 0 or die \"subreaper: $!\"; exec @ARGV' \
+         sh -c 'trap \"\" TERM; (sleep {tok} &); (setsid sleep {tok} &); wait; exec sleep {tok}' & \
+         exec sleep {tok}"
+      )
+    },
+    ready: |h| {
+      h.iter()
+        .filter(|o| o.comm == "sleep\n" && h.iter().any(|p| p.stat.pid == o.stat.ppid))
+        .count()
+        >= 2
+    },
+  },
+  // clone(CLONE_PARENT): a background process's sibling (the shell's child), and the leader's
+  // (the reaper's own child).
+  State {
+    name: "CLONE_PARENT",
+    script: |tok| {
+      let s = states_program();
+      format!("{s} p {tok} & exec {s} p {tok}")
+    },
+    ready: |h| h.len() >= 4,
+  },
+  // A clone() child with no exit signal, which waitpid() without __WALL does not see, orphaned
+  // by its parent's exit: the kernel gives it SIGCHLD again as it reparents it to the reaper.
+  State {
+    name: "clone child without exit signal",
+    script: |tok| {
+      format!(
+        "trap '' TERM; {} c {tok}; exec sleep {tok}",
+        states_program()
+      )
+    },
+    ready: |h| {
+      h.iter()
+        .any(|o| o.comm == "s\n" && !h.iter().any(|p| p.stat.pid == o.stat.ppid))
+    },
+  },
+  // A fork bomb of 2000 forks still growing, its forking processes exiting as they finish.
+  State {
+    name: "fork bomb",
+    script: |tok| {
+      format!(
+        "trap '' TERM; {} b {tok} & exec sleep {tok}",
+        states_program()
+      )
+    },
+    ready: |h| h.len() >= 20,
+  },
+];
+
+/// Waits, up to 10 s, until the tree of `tok` is in `state`.
+fn wait_for_state(state: &State, tok: &str) {
+  let until = Instant::now() + Duration::from_secs(10);
+  while !(state.ready)(&holders_of(tok)) {
+    assert!(
+      Instant::now() < until,
+      "{}: the tree never got there",
+      state.name
+    );
+    std::thread::sleep(Duration::from_millis(5));
+  }
+}
+
+/// What ends the jobs of [`every_state_leaves_no_survivor`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Trigger {
+  Timeout,
+  Abort,
+  /// The host's exit (`kill_all_now`): its reapers' trees, SIGKILLed and waited for at once.
+  KillTreesNow,
+  /// Each job's reaper SIGKILLed: the supervisor inherits the trees and kills them.
+  ReaperKilled,
+}
+
+/// Runs every state of [`STATES`] as a job at once, waits until each tree is there, ends them
+/// by `trigger`, and checks, by a per-thread token scan, that no process of any is left.
+fn every_state_leaves_no_survivor(trigger: Trigger) {
+  let sup = Arc::new(supervisor());
+  // Long enough for every tree to get there on a loaded machine, short for the test.
+  let timeout_ms = if trigger == Trigger::Timeout {
+    6000
+  } else {
+    60_000
+  };
+  let jobs: Vec<_> = STATES
+    .iter()
+    .map(|state| {
+      let tok = token();
+      let (cell, handle) = run_on_thread(&sup, sh(&(state.script)(&tok)), limits(timeout_ms, 100));
+      (state, tok, cell, handle)
+    })
+    .collect();
+  for (state, tok, _, handle) in &jobs {
+    wait_for_state(state, tok);
+    assert!(
+      !handle.is_finished(),
+      "{}: ended before the trigger",
+      state.name
+    );
+  }
+  let mut left = Vec::new();
+  match trigger {
+    Trigger::Timeout => {}
+    Trigger::Abort => {
+      for (_, _, cell, _) in &jobs {
+        cell.request(Stop {
+          grace: Duration::from_millis(100),
+          reason: "abort",
+        });
+      }
+    }
+    Trigger::KillTreesNow | Trigger::ReaperKilled => {
+      // The one parent of the holders that is a child of the supervisor: the job's reaper.
+      // (A fork bomb's processes exit as it grows: the parent of one read a moment ago may be
+      // gone.)
+      let supervisor_pid = sup.pid().expect("the supervisor runs");
+      let parent_of = |pid: i32| {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        Some(finn_sandbox::core::exec::tree::parse_stat(&stat)?.ppid)
+      };
+      let reapers: Vec<i32> = jobs
+        .iter()
+        .map(|(state, tok, _, _)| {
+          let mut parents: Vec<i32> = holders(tok).into_iter().filter_map(parent_of).collect();
+          parents.retain(|&p| parent_of(p) == Some(supervisor_pid));
+          parents.sort_unstable();
+          parents.dedup();
+          assert_eq!(parents.len(), 1, "{}: {parents:?}", state.name);
+          parents[0]
+        })
+        .collect();
+      if trigger == Trigger::ReaperKilled {
+        for reaper in reapers {
+          nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(reaper),
+            nix::sys::signal::Signal::SIGKILL,
+          )
+          .unwrap();
+        }
+      } else {
+        supervisor::kill_trees_now(&reapers);
+        // At once: Node exits right after it.
+        for (state, tok, _, _) in &jobs {
+          let now = holders(tok);
+          if !now.is_empty() {
+            left.push(format!("{} at once: {now:?}", state.name));
+          }
+        }
+      }
+    }
+  }
+  for (state, tok, _, handle) in jobs {
+    let done = handle.join().unwrap();
+    match trigger {
+      Trigger::Timeout => assert_eq!(done.unwrap().ended_by, EndedBy::Timeout, "{}", state.name),
+      Trigger::Abort => assert_eq!(
+        done.unwrap().ended_by,
+        EndedBy::Stopped("abort"),
+        "{}",
+        state.name
+      ),
+      Trigger::KillTreesNow => {}
+      Trigger::ReaperKilled => assert!(
+        matches!(done, Err(RunError::Crashed(_))),
+        "{}: {done:?}",
+        state.name
+      ),
+    }
+    // The supervisor kills what a dead reaper left as its SIGCHLDs come in.
+    let bound = if trigger == Trigger::ReaperKilled {
+      2000
+    } else {
+      500
+    };
+    let survivors = survivors_after(&tok, Duration::from_millis(bound));
+    if !survivors.is_empty() {
+      left.push(format!("{}: {survivors:?}", state.name));
+    }
+  }
+  assert!(left.is_empty(), "{trigger:?}: {left:?}");
+}
+
+/// Stopped, traced, vfork, zombie-leader-with-setsid, subreaper, CLONE_PARENT, quiet-clone and
+/// fork-bomb trees at their timeout: nothing of any is left.
+#[test]
+fn a_timeout_leaves_no_survivor_in_any_process_state() {
+  every_state_leaves_no_survivor(Trigger::Timeout);
+}
+
+#[test]
+fn an_abort_leaves_no_survivor_in_any_process_state() {
+  every_state_leaves_no_survivor(Trigger::Abort);
+}
+
+/// Each job's reaper killed mid-job: the jobs crash, and the supervisor, which inherits the
+/// trees, kills every process of them.
+#[test]
+fn a_reaper_killed_mid_job_leaves_no_survivor_in_any_process_state() {
+  if direct() {
+    return;
+  }
+  every_state_leaves_no_survivor(Trigger::ReaperKilled);
+}
+
+/// Node's exit: `kill_trees_now` returns only once every process of those trees is dead.
+#[test]
+fn kill_trees_now_leaves_no_survivor_in_any_process_state() {
+  if direct() {
+    return;
+  }
+  every_state_leaves_no_survivor(Trigger::KillTreesNow);
+}
+
 #[test]
 fn runs_a_command_and_reports_its_exit_and_output() {
   let sup = Arc::new(supervisor());
@@ -451,6 +765,63 @@ async fn shutdown_leaves_no_survivor_of_trees_that_escape() {
     survivors_after(&tok, Duration::from_millis(500)),
     Vec::<i32>::new()
   );
+}
+
+/// `shutdown()` with a job in each state of [`STATES`] running: nothing of any is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_survivor_in_any_process_state() {
+  use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, PoolError, RawJob};
+  let config = PoolConfig {
+    interactive_workers: STATES.len(),
+    kill_grace: Duration::from_millis(200),
+    shutdown_deadline: Duration::from_millis(300),
+    supervisor: (!direct()).then(|| env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let pool = Pool::new(config, tokio::runtime::Handle::current());
+  let jobs: Vec<_> = STATES
+    .iter()
+    .map(|state| {
+      let tok = token();
+      let job = JobSpec::new(RawJob {
+        binary_path: "/bin/sh".into(),
+        args: vec!["-c".into(), (state.script)(&tok)],
+        cwd: "/".into(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        timeout_ms: Some(60_000),
+        ..RawJob::default()
+      })
+      .unwrap();
+      (state, tok, pool.submit(job).unwrap())
+    })
+    .collect();
+  let waiting: Vec<(usize, String)> = jobs
+    .iter()
+    .enumerate()
+    .map(|(i, (_, tok, _))| (i, tok.clone()))
+    .collect();
+  tokio::task::spawn_blocking(move || {
+    for (i, tok) in waiting {
+      wait_for_state(&STATES[i], &tok);
+    }
+  })
+  .await
+  .unwrap();
+  pool.shutdown().await;
+  let mut left = Vec::new();
+  for (state, tok, job) in jobs {
+    assert_eq!(
+      job.result.await.unwrap(),
+      Err(PoolError::ShutDown),
+      "{}",
+      state.name
+    );
+    let survivors = survivors_after(&tok, Duration::from_millis(500));
+    if !survivors.is_empty() {
+      left.push(format!("{}: {survivors:?}", state.name));
+    }
+  }
+  assert!(left.is_empty(), "{left:?}");
 }
 
 /// The parent pid of `pid`.

@@ -80,13 +80,25 @@ pub fn holders(token: &str) -> Vec<i32> {
 /// Writes the zombie-leader program (`tests/fixtures/zombie-leader.s`) into `dir` as an
 /// executable `z` and returns its path.
 pub fn zombie_leader(dir: &std::path::Path) -> std::path::PathBuf {
+  program(dir, "z", include_str!("../fixtures/zombie-leader.hex"))
+}
+
+/// Writes the states program (`tests/fixtures/states.s`) into `dir` as an executable `s` and
+/// returns its path.
+pub fn states(dir: &std::path::Path) -> std::path::PathBuf {
+  program(dir, "s", include_str!("../fixtures/states.hex"))
+}
+
+/// Writes the program whose bytes `hex` spells into `dir` as the executable `name`: the fixtures
+/// are committed as hex so no assembler is needed at test time.
+fn program(dir: &std::path::Path, name: &str, hex: &str) -> std::path::PathBuf {
   use std::os::unix::fs::PermissionsExt;
-  let hex = include_str!("../fixtures/zombie-leader.hex").trim();
+  let hex = hex.trim();
   let bytes: Vec<u8> = (0..hex.len())
     .step_by(2)
     .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
     .collect();
-  let path = dir.join("z");
+  let path = dir.join(name);
   std::fs::write(&path, bytes).unwrap();
   std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
   path

@@ -138,6 +138,26 @@ mod tests {
     assert_eq!(parse_stat(stat), Some(p(4242, 1, 4242, 4242)));
   }
 
+  /// The full scan (the walk's fallback on kernels without `children` files) lists every
+  /// process: a child of this test, with its parent link, and this process itself.
+  #[test]
+  fn scan_lists_every_process_with_its_parent() {
+    let mut child = std::process::Command::new("sleep")
+      .arg("30")
+      .spawn()
+      .unwrap();
+    let procs = scan();
+    let _ = child.kill();
+    let _ = child.wait();
+    let me = std::process::id() as i32;
+    let pid = child.id() as i32;
+    assert!(
+      procs.iter().any(|p| p.pid == pid && p.ppid == me),
+      "{procs:?}"
+    );
+    assert!(procs.iter().any(|p| p.pid == me));
+  }
+
   #[test]
   fn finds_setsid_children_and_their_descendants() {
     let procs = [
@@ -153,5 +173,13 @@ mod tests {
     assert_eq!(found, vec![102, 103, 104]);
     assert!(group_alive(&procs, 100));
     assert!(!group_alive(&procs, 300));
+    // One member is enough: in the group only (another session), or in the session only.
+    assert!(group_alive(&[p(105, 1, 100, 105)], 100));
+    assert!(group_alive(&[p(104, 1, 104, 100)], 100));
+    let dead = Proc {
+      zombie: true,
+      ..p(106, 1, 100, 100)
+    };
+    assert!(!group_alive(&[dead], 100));
   }
 }

@@ -106,7 +106,7 @@ impl Tree {
   pub fn freeze(&mut self, spare: &dyn Fn(i32) -> bool) -> usize {
     self.held.retain(|(_, fd)| !pidfd::exited(fd));
     for _ in 0..FREEZE_ROUNDS {
-      let mut found_new = false;
+      let mut again = false;
       let found = walk_children(self.root, spare).unwrap_or_else(|| {
         descendants(&tree::scan(), self.root, spare)
           .iter()
@@ -114,21 +114,35 @@ impl Tree {
           .collect()
       });
       for (pid, ppid) in found {
-        if self.held.iter().any(|(held, _)| *held == pid) {
+        // A pid names the process held under it only while that process lives: once it has
+        // exited, the pid may have come round to a new process of the tree.
+        if self
+          .held
+          .iter()
+          .any(|(held, fd)| *held == pid && !pidfd::exited(fd))
+        {
           continue;
         }
         let Ok(fd) = pidfd::open(pid) else { continue };
         // The pid now names this very process: if it still has the parent the walk saw, it is
         // the one the walk saw (or a sibling of it, equally ours).
-        let same = tree::read(pid).is_some_and(|now| now.ppid == ppid && !now.zombie);
-        if !same {
-          continue;
+        match tree::read(pid) {
+          Some(now) if now.zombie => continue,
+          Some(now) if now.ppid == ppid => {}
+          // Its parent died after the walk read it, so it hangs below the root or a subreaper
+          // of the tree now (or the pid is another process's): the next walk finds it there.
+          Some(_) => {
+            again = true;
+            continue;
+          }
+          None => continue,
         }
         pidfd::send_signal_to(&fd, pid, Signal::SIGSTOP);
+        self.held.retain(|(held, _)| *held != pid);
         self.held.push((pid, fd));
-        found_new = true;
+        again = true;
       }
-      if !found_new {
+      if !again {
         break;
       }
     }
@@ -352,7 +366,7 @@ pub(super) mod tests {
     assert_eq!(state(second[0]), Some('T'));
     // Frozen, it is alive at any deadline; killed, it is gone before a generous one.
     assert!(!tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_millis(20)));
-    tree.signal(Signal::SIGKILL, &|_| false);
+    assert_eq!(tree.signal(Signal::SIGKILL, &|_| false), 1);
     assert!(tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_secs(10)));
     assert!(tree.alive().is_empty());
     let _ = root.kill();
@@ -452,6 +466,305 @@ pub(super) mod tests {
     assert!(tree.wait_gone(std::time::Instant::now() + std::time::Duration::from_secs(10)));
     // Reaped by its shell once its last thread is gone.
     wait_state(leader, &[None]);
+  }
+
+  /// A process whose parent dies between the walk that found it and its check is reparented
+  /// (here to the root, a subreaper): it is no longer where the walk saw it, yet it is still
+  /// of the tree, and the same call must walk again and hold it where it is now. The `spare`
+  /// callback, called once the walk has read the middle process's children, kills that
+  /// process at exactly that moment.
+  #[test]
+  fn a_process_reparented_during_the_walk_is_held_where_it_is_now() {
+    use std::process::{Command, Stdio};
+    // A subreaper shell (which stays, as a sleep, once its child is gone), its child shell (the
+    // middle), and the middle's sleep.
+    let mut root = Command::new("perl")
+      .args([
+        "-e",
+        "syscall(157, 36, 1, 0, 0, 0) == 0 or die \"subreaper: $!\"; exec @ARGV",
+        "sh",
+        "-c",
+        "sh -c 'sleep 30 & echo $$ $!; wait' & wait; exec sleep 30",
+      ])
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+      &mut std::io::BufReader::new(root.stdout.take().unwrap()),
+      &mut line,
+    )
+    .unwrap();
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    let pids: Vec<i32> = line
+      .split_whitespace()
+      .map(|p| p.parse().unwrap())
+      .collect();
+    let (middle, sleep) = (pids[0], pids[1]);
+    wait_state(sleep, &[Some('S')]);
+    let killed = std::cell::Cell::new(false);
+    let spare = |pid: i32| {
+      if pid == sleep && !killed.replace(true) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(middle), Signal::SIGKILL).unwrap();
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while tree::read(sleep).map(|p| p.ppid) != Some(root_pid) {
+          assert!(
+            std::time::Instant::now() < until,
+            "the sleep was never reparented"
+          );
+          std::thread::yield_now();
+        }
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    tree.freeze(&spare);
+    assert!(killed.get());
+    assert_eq!(tree.alive(), vec![sleep]);
+    wait_state(sleep, &[Some('T')]);
+  }
+
+  /// A held process that dies (killed by a part of its tree not yet frozen) frees its pid, and
+  /// a new process of the tree may get that pid within the same call: root can ask for a pid
+  /// (`clone3` with `set_tid`); anyone can by cycling through the pid space. The new process
+  /// is not the one held, and must be held (stopped) in its own right. The `spare` callback,
+  /// called by the second walk once it has read the root's children, makes the swap at exactly
+  /// that moment. Needs root (`set_tid` needs CAP_CHECKPOINT_RESTORE); skipped otherwise.
+  #[test]
+  fn a_pid_held_then_reused_within_one_freeze_holds_the_new_process() {
+    use std::io::Write;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+      eprintln!("skipped: clone3 with set_tid needs root");
+      return;
+    }
+    let (root, mut io) = forker();
+    let root_pid = root.id() as i32;
+    let first = read_pid(&mut io.1);
+    let io = std::cell::RefCell::new(io);
+    // Dropped before `io`: the tree dies before the forker sees its stdin close.
+    let _root = KillOnDrop(root);
+    wait_comm(first, "sleep\n");
+    let seen = std::cell::Cell::new(0);
+    let swapped = std::cell::Cell::new(false);
+    let spare = |pid: i32| {
+      // The second walk (the first one held it): the held process dies, and its pid is
+      // given to a new sleep of the root before the walk's list is checked.
+      if pid == first && seen.replace(seen.get() + 1) == 1 {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+        wait_state(first, &[None]);
+        let (stdin, out) = &mut *io.borrow_mut();
+        writeln!(stdin, "{first}").unwrap();
+        assert_eq!(read_pid(out), first);
+        swapped.set(true);
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    tree.freeze(&spare);
+    assert!(swapped.get());
+    assert_eq!(tree.alive(), vec![first]);
+    wait_state(first, &[Some('T')]);
+  }
+
+  /// A child that is gone by the time the walk reads its own `children` files has none; the
+  /// walk goes on (only a root without the files sends callers to the full scan). `spare`,
+  /// called once the walk has read the root's children, kills the child and waits until its
+  /// shell has reaped it.
+  #[test]
+  fn a_child_gone_before_its_children_are_read_ends_only_its_own_branch() {
+    let (root, child) = shell("sleep 30 & echo $!; wait; exec sleep 30");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    wait_state(child, &[Some('S')]);
+    let spare = |pid: i32| {
+      if pid == child {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child), Signal::SIGKILL).unwrap();
+        wait_state(child, &[None]);
+      }
+      false
+    };
+    assert_eq!(
+      walk_children(root_pid, &spare),
+      Some(vec![(child, root_pid)])
+    );
+  }
+
+  /// A walk that finds nothing new ends the call: one process is found by the first walk and
+  /// seen again by the second, which ends it; a freeze that walked on to its 16-round bound
+  /// every time would cost 16 reads of every `children` file of the tree.
+  #[test]
+  fn freeze_stops_walking_once_a_walk_finds_nothing_new() {
+    let (root, sleep) = shell("sleep 30 & echo $!; wait");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    wait_state(sleep, &[Some('S')]);
+    let walks = std::cell::Cell::new(0);
+    let spare = |pid: i32| {
+      if pid == sleep {
+        walks.set(walks.get() + 1);
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    assert_eq!(tree.freeze(&spare), 1);
+    assert_eq!(walks.get(), 2);
+    // Already held: one walk, which finds nothing new.
+    assert_eq!(tree.freeze(&spare), 1);
+    assert_eq!(walks.get(), 3);
+  }
+
+  /// `signal_except` (the bwrap backend's graceful stop) sends the signal to every process of
+  /// the tree but the one named, and resumes them all, that one included.
+  #[test]
+  fn signal_except_spares_only_the_named_process_and_resumes_all() {
+    let (root, kept) = shell("sleep 30 & echo $!; sleep 30 & wait");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    let mut tree = Tree::new(root_pid);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while tree.freeze(&|_| false) < 2 {
+      assert!(std::time::Instant::now() < until);
+    }
+    let other = *tree.alive().iter().find(|&&p| p != kept).unwrap();
+    assert_eq!(tree.signal_except(Signal::SIGTERM, &|_| false, kept), 2);
+    // The other dies of the SIGTERM (reaped by the shell); the one named runs on, resumed.
+    wait_state(other, &[None, Some('Z')]);
+    wait_state(kept, &[Some('S')]);
+  }
+
+  /// `kill_now` (the supervisor's sweep of a dead reaper's orphans) kills every descendant but
+  /// the spared subtrees (the live reapers).
+  #[test]
+  fn kill_now_kills_every_descendant_but_the_spared() {
+    let (root, spared) = shell("sleep 30 & echo $!; sh -c 'sleep 30 & wait' & wait");
+    let root_pid = root.id() as i32;
+    let _root = KillOnDrop(root);
+    // Up when the inner shell's sleep is (a freeze would stop the inner shell before it forks).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let others = loop {
+      let found: Vec<i32> = walk_children(root_pid, &|_| false)
+        .unwrap()
+        .into_iter()
+        .map(|(pid, _)| pid)
+        .filter(|&pid| pid != spared)
+        .collect();
+      if found.len() == 2 && found.iter().all(|&p| state(p) == Some('S')) {
+        break found;
+      }
+      assert!(std::time::Instant::now() < until, "{found:?}");
+      std::thread::yield_now();
+    };
+    kill_now(root_pid, &|pid| pid == spared);
+    for pid in others {
+      wait_state(pid, &[None, Some('Z')]);
+    }
+    wait_state(spared, &[Some('S')]);
+  }
+
+  /// The pid the walk found names a process outside the tree by the time it is checked (the
+  /// walk's process died and the pid came round to an unrelated process): that process is
+  /// not the tree's and is left alone. Here the tree's sleep dies from the first walk's
+  /// `spare` callback and a forker outside the tree starts a sleep with that very pid. Root
+  /// only, as above.
+  #[test]
+  fn a_pid_reused_outside_the_tree_during_the_walk_is_left_alone() {
+    use std::io::Write;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+      eprintln!("skipped: clone3 with set_tid needs root");
+      return;
+    }
+    let (mut tree_root, mut tree_io) = forker();
+    let (mut outside, mut outside_io) = forker();
+    // Its own first sleep.
+    read_pid(&mut outside_io.1);
+    let outside_io = std::cell::RefCell::new(outside_io);
+    let root_pid = tree_root.id() as i32;
+    let first = read_pid(&mut tree_io.1);
+    wait_comm(first, "sleep\n");
+    let swapped = std::cell::Cell::new(false);
+    let spare = |pid: i32| {
+      if pid == first && !swapped.replace(true) {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(first), Signal::SIGKILL).unwrap();
+        wait_state(first, &[None]);
+        let (stdin, out) = &mut *outside_io.borrow_mut();
+        writeln!(stdin, "{first}").unwrap();
+        assert_eq!(read_pid(out), first);
+        wait_comm(first, "sleep\n");
+      }
+      false
+    };
+    let mut tree = Tree::new(root_pid);
+    let held = tree.freeze(&spare);
+    let outside_state = state(first);
+    for c in [&mut tree_root, &mut outside] {
+      kill_now(c.id() as i32, &|_| false);
+      let _ = c.kill();
+      let _ = c.wait();
+    }
+    drop(tree_io);
+    assert!(swapped.get());
+    assert_eq!(held, 0);
+    // Running or sleeping (it may just have exec'd), never stopped.
+    assert!(
+      matches!(outside_state, Some('R' | 'S')),
+      "{outside_state:?}"
+    );
+  }
+
+  /// A perl process that starts a sleep, then for each pid read from its stdin a sleep with
+  /// that very pid (`clone3` with `set_tid`), printing each pid. Its children are reaped by the
+  /// kernel (SIGCHLD ignored), so a killed one frees its pid without a wait of the forker's.
+  fn forker() -> (
+    std::process::Child,
+    (
+      std::process::ChildStdin,
+      std::io::BufReader<std::process::ChildStdout>,
+    ),
+  ) {
+    use std::process::{Command, Stdio};
+    let perl = r#"
+      $| = 1; $SIG{CHLD} = 'IGNORE';
+      sub start { my ($tid) = @_; my $tids = pack('i', $tid);
+        my $args = pack('Q11', 0, 0, 0, 0, 17, 0, 0, 0, $tid ? unpack('Q', pack('p', $tids)) : 0, $tid ? 1 : 0, 0);
+        my ($pid, $tries) = (-1, 0);
+        # The kernel may free a dead process's pid number a moment after its /proc entry.
+        while (($pid = syscall(435, $args, 88)) < 0 && $!{EEXIST} && ++$tries < 1000000) {}
+        die "clone3: $!" if $pid < 0;
+        if ($pid == 0) { exec 'sleep', '30'; exit 1 } print "$pid\n" }
+      start(0); while (my $tid = <STDIN>) { start($tid + 0) }"#;
+    let mut c = Command::new("perl")
+      .args(["-e", perl])
+      .stdin(Stdio::piped())
+      .stdout(Stdio::piped())
+      .spawn()
+      .unwrap();
+    let io = (
+      c.stdin.take().unwrap(),
+      std::io::BufReader::new(c.stdout.take().unwrap()),
+    );
+    (c, io)
+  }
+
+  fn read_pid(out: &mut std::io::BufReader<std::process::ChildStdout>) -> i32 {
+    let mut line = String::new();
+    std::io::BufRead::read_line(out, &mut line).unwrap();
+    line.trim().parse().unwrap()
+  }
+
+  /// Waits, with a deadline, until `pid` runs the program named `comm` (it has exec'd).
+  fn wait_comm(pid: i32, comm: &str) {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::fs::read_to_string(format!("/proc/{pid}/comm"))
+      .ok()
+      .as_deref()
+      != Some(comm)
+    {
+      assert!(std::time::Instant::now() < until, "{pid} never ran {comm}");
+      std::thread::yield_now();
+    }
   }
 
   #[test]
