@@ -204,6 +204,11 @@ pub(crate) mod tests {
   /// A classic BPF interpreter for the instructions seccomp programs here use: what the kernel
   /// would return for `data`. Panics on anything else, or on a jump out of the program.
   pub(crate) fn run(prog: &[sock_filter], data: &libc::seccomp_data) -> u32 {
+    trace(prog, data).0
+  }
+
+  /// [`run`]'s verdict, and how many instructions it took to reach it.
+  pub(crate) fn trace(prog: &[sock_filter], data: &libc::seccomp_data) -> (u32, usize) {
     let word = |off: u32| -> u32 {
       let bytes: [u8; 64] = unsafe {
         // SAFETY: seccomp_data is 64 bytes of plain integers.
@@ -212,10 +217,11 @@ pub(crate) mod tests {
       let o = off as usize;
       u32::from_ne_bytes(bytes[o..o + 4].try_into().unwrap())
     };
-    let (mut pc, mut acc) = (0usize, 0u32);
+    let (mut pc, mut acc, mut steps) = (0usize, 0u32, 0usize);
     loop {
       let i = &prog[pc];
       pc += 1;
+      steps += 1;
       match i.code {
         0x20 => acc = word(i.k),
         0x54 => acc &= i.k, // BPF_ALU|BPF_AND|BPF_K
@@ -229,7 +235,7 @@ pub(crate) mod tests {
           };
           pc += usize::from(if hit { i.jt } else { i.jf });
         }
-        0x06 => return i.k,
+        0x06 => return (i.k, steps),
         code => panic!("instruction {code:#x} at {}", pc - 1),
       }
     }

@@ -523,38 +523,15 @@ mod tests {
       theirs.len()
     );
     // An unlisted syscall (read) passes the arch and x32 checks, the search and a leaf.
-    let steps = steps_to_allow(&ours[0], libc::SYS_read);
+    let read = libc::seccomp_data {
+      nr: libc::SYS_read as i32,
+      arch: bpf::AUDIT_ARCH_X86_64,
+      instruction_pointer: 0,
+      args: [0; 6],
+    };
+    let (verdict, steps) = bpf::tests::trace(&ours[0], &read);
+    assert_eq!(verdict, libc::SECCOMP_RET_ALLOW);
     assert!(steps <= 16, "{steps} steps");
-  }
-
-  /// How many instructions the program runs for syscall `nr` with zero arguments.
-  pub(super) fn steps_to_allow(prog: &[seccompiler::sock_filter], nr: i64) -> usize {
-    let traced: Vec<seccompiler::sock_filter> = prog.to_vec();
-    let mut count = 0;
-    let mut pc = 0usize;
-    let mut acc = 0u32;
-    loop {
-      let i = &traced[pc];
-      count += 1;
-      pc += 1;
-      match i.code {
-        0x20 => {
-          acc = if i.k == 0 {
-            nr as u32
-          } else {
-            bpf::AUDIT_ARCH_X86_64
-          }
-        }
-        0x05 => pc += i.k as usize,
-        0x15 => pc += usize::from(if acc == i.k { i.jt } else { i.jf }),
-        0x35 => pc += usize::from(if acc >= i.k { i.jt } else { i.jf }),
-        0x06 => {
-          assert_eq!(i.k, libc::SECCOMP_RET_ALLOW);
-          return count;
-        }
-        code => panic!("{code:#x}"),
-      }
-    }
   }
 
   /// The time a child takes from fork to exit when it installs `progs` first: the kernel's
