@@ -332,41 +332,34 @@ pub(crate) mod tests {
     );
   }
 
+  /// Every syscall number below `n`, refused outright with EPERM.
+  fn every_nr_below(n: i64) -> BTreeMap<i64, Listed> {
+    (0..n)
+      .map(|nr| {
+        (
+          nr,
+          Listed {
+            rules: vec![],
+            errno: libc::EPERM,
+          },
+        )
+      })
+      .collect()
+  }
+
   /// A program over the kernel's 4,096 instructions is refused here, naming its length, rather
   /// than by the kernel at every job's start.
   #[test]
   fn a_program_over_the_kernels_bound_is_refused() {
     assert!(fits(4096));
     assert!(!fits(4097));
-    let listed: BTreeMap<i64, Listed> = (0..5000i64)
-      .map(|nr| {
-        (
-          nr,
-          Listed {
-            rules: vec![],
-            errno: libc::EPERM,
-          },
-        )
-      })
-      .collect();
-    assert!(matches!(program(listed), Err(SeccompError::TooLong(n)) if n > 4096));
+    assert!(matches!(program(every_nr_below(5000)), Err(SeccompError::TooLong(n)) if n > 4096));
   }
 
   /// A search whose lower half is longer than a conditional jump reaches still lands right.
   #[test]
   fn long_halves_are_skipped_by_an_unconditional_jump() {
-    let listed: BTreeMap<i64, Listed> = (0..600i64)
-      .map(|nr| {
-        (
-          nr,
-          Listed {
-            rules: vec![],
-            errno: libc::EPERM,
-          },
-        )
-      })
-      .collect();
-    let prog = program(listed).unwrap();
+    let prog = program(every_nr_below(600)).unwrap();
     assert!(prog.iter().any(|i| i.code == BPF_JMP_JA && i.k > 255));
     for nr in 0..700 {
       let want = if nr < 600 {
