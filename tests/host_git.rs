@@ -19,14 +19,19 @@ fn a_host_git_dies_with_the_thread_that_started_it() {
   let tok = format!("9999.{n:012}");
   let arg = tok.clone();
   // The thread starts a long "git" and ends without waiting for it, as every thread of Node
-  // does when Node is killed. It ends only once the program runs (the launcher has asked for
-  // its parent-death signal by then).
+  // does when Node is killed. It ends only once `sleep` itself runs: the launcher, which
+  // carries the token in its command line too, has asked for its parent-death signal by then.
   std::thread::spawn(move || {
     let mut git = host_git::sealed("/bin/sleep");
     git.arg(&arg).stdout(Stdio::null()).stderr(Stdio::null());
     let child = git.spawn().unwrap();
     let until = Instant::now() + Duration::from_secs(10);
-    while holders(&arg).is_empty() {
+    let sleeping = || {
+      holders(&arg).into_iter().any(|pid| {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c == "sleep\n")
+      })
+    };
+    while !sleeping() {
       assert!(Instant::now() < until, "the program never started");
       std::thread::sleep(Duration::from_millis(5));
     }
