@@ -38,6 +38,16 @@ pub struct SeccompRules {
   pub deny_ipc: bool,
 }
 
+impl SeccompRules {
+  /// Every rule on: the filter an isolated job with no network gets, and the one whose size
+  /// `probeIsolation().seccompInstructions` reports.
+  pub const STRICTEST: SeccompRules = SeccompRules {
+    deny_network: true,
+    deny_unix: true,
+    deny_ipc: true,
+  };
+}
+
 /// The calls `deny_ipc` refuses.
 const IPC: &[i64] = &[
   libc::SYS_shmget,
@@ -119,12 +129,7 @@ pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
 /// Instructions in the sandbox filter with every rule on (what `npm run bench` records beside the
 /// isolation cost).
 pub fn seccomp_instructions() -> usize {
-  compile(SeccompRules {
-    deny_network: true,
-    deny_unix: true,
-    deny_ipc: true,
-  })
-  .map_or(0, |p| p.iter().map(Vec::len).sum())
+  compile(SeccompRules::STRICTEST).map_or(0, |p| p.iter().map(Vec::len).sum())
 }
 
 /// What the sandbox filter refuses: EPERM where a rule matches, and `clone3` with ENOSYS.
@@ -509,11 +514,7 @@ mod tests {
   /// small: the kernel emulates the program per syscall number at every load.
   #[test]
   fn the_sandbox_filter_is_one_short_program() {
-    let rules = SeccompRules {
-      deny_network: true,
-      deny_unix: true,
-      deny_ipc: true,
-    };
+    let rules = SeccompRules::STRICTEST;
     let ours = compile(rules).unwrap();
     let theirs = reference(listed(rules).unwrap());
     let their_len: usize = theirs.iter().map(Vec::len).sum();
@@ -565,11 +566,7 @@ mod tests {
       }
       start.elapsed().as_secs_f64() * 1e6
     }
-    let rules = SeccompRules {
-      deny_network: true,
-      deny_unix: true,
-      deny_ipc: true,
-    };
+    let rules = SeccompRules::STRICTEST;
     let ours = compile(rules).unwrap();
     let theirs = reference(listed(rules).unwrap());
     let mut t = [Vec::new(), Vec::new(), Vec::new()];

@@ -469,50 +469,29 @@ mod tests {
       .bytes(b"/")
       .u32(u32::MAX);
     assert!(ToReaper::decode(&w.0).is_err());
+    // A whole `Run` frame with the given timeout flag, program, cwd flag and writable count.
+    let run = |timeout: u8, program: &[u8], cwd: u8, writable: u32| {
+      let mut w = Writer::default();
+      w.u8(RUN)
+        .u64(0)
+        .u32(0)
+        .u8(timeout)
+        .bytes(program)
+        .bytes(b"/")
+        .u32(0)
+        .u32(0)
+        .bytes(b"")
+        .u8(cwd)
+        .u32(writable);
+      w.0
+    };
     // A NUL inside a string.
-    let mut w = Writer::default();
-    w.u8(RUN)
-      .u64(0)
-      .u32(0)
-      .u8(0)
-      .bytes(b"/bin/t\0rue")
-      .bytes(b"/")
-      .u32(0)
-      .u32(0)
-      .bytes(b"")
-      .u8(0)
-      .u32(0);
-    assert!(ToReaper::decode(&w.0).is_err());
+    assert!(ToReaper::decode(&run(0, b"/bin/t\0rue", 0, 0)).is_err());
     // More checked fds than a job may have.
-    let mut w = Writer::default();
-    w.u8(RUN)
-      .u64(0)
-      .u32(0)
-      .u8(0)
-      .bytes(b"/bin/true")
-      .bytes(b"/")
-      .u32(0)
-      .u32(0)
-      .bytes(b"")
-      .u8(1)
-      .u32(1000);
-    assert!(ToReaper::decode(&w.0).is_err());
+    assert!(ToReaper::decode(&run(0, b"/bin/true", 1, 1000)).is_err());
     // A timeout flag other than 0 or 1.
-    let mut w = Writer::default();
-    w.u8(RUN)
-      .u64(0)
-      .u32(0)
-      .u8(2)
-      .bytes(b"/bin/true")
-      .bytes(b"/")
-      .u32(0)
-      .u32(0)
-      .bytes(b"")
-      .u8(0)
-      .u32(0);
-    assert!(ToReaper::decode(&w.0).is_err());
+    assert!(ToReaper::decode(&run(2, b"/bin/true", 0, 0)).is_err());
     // The same frame with no timeout decodes (the cases above fail for their own reason).
-    w.0[1 + 8 + 4] = 0;
-    assert!(ToReaper::decode(&w.0).is_ok());
+    assert!(ToReaper::decode(&run(0, b"/bin/true", 0, 0)).is_ok());
   }
 }
