@@ -281,9 +281,9 @@ mod tests {
     );
   }
 
-  /// A listing up to the bound is read whole (200 remotes list ~18 KiB); past it, refused by name.
-  #[test]
-  fn a_listing_is_bounded_at_one_mib() {
+  /// A bare repository `r` in a fresh directory (kept while the directory lives), the git that
+  /// made it, and the environment that pins git to it.
+  fn bare_repository() -> (tempfile::TempDir, String, Vec<(String, String)>) {
     let dir = tempfile::tempdir().unwrap();
     let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
     let ok = Command::new(&git)
@@ -296,6 +296,14 @@ mod tests {
     assert!(ok);
     let repo = dir.path().join("r");
     let env = vec![("GIT_DIR".to_owned(), repo.to_string_lossy().into_owned())];
+    (dir, git, env)
+  }
+
+  /// A listing up to the bound is read whole (200 remotes list ~18 KiB); past it, refused by name.
+  #[test]
+  fn a_listing_is_bounded_at_one_mib() {
+    let (dir, git, env) = bare_repository();
+    let repo = dir.path().join("r");
     let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
     let mut config = std::fs::read_to_string(repo.join("config")).unwrap();
     for i in 0..200 {
@@ -317,18 +325,8 @@ mod tests {
   /// A worktree file is listed from its open descriptor; a refusal names the file, not stdin.
   #[test]
   fn a_worktree_file_refusal_names_the_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let git = super::super::command::resolve_binary("git", "/usr/bin:/bin");
-    let ok = Command::new(&git)
-      .args(["init", "-q", "--bare", "r"])
-      .current_dir(dir.path())
-      .env("GIT_CONFIG_GLOBAL", "/dev/null")
-      .status()
-      .unwrap()
-      .success();
-    assert!(ok);
+    let (dir, git, env) = bare_repository();
     let repo = dir.path().join("r");
-    let env = vec![("GIT_DIR".to_owned(), repo.to_string_lossy().into_owned())];
     let watch = Watch::new(host_git::REPOSITORY_CHECK_MS, None);
     let wt = repo.join("config.worktree");
     std::fs::write(&wt, "[user]\n\tname = x\n").unwrap();
