@@ -116,8 +116,9 @@ const NARRATION: Array<[RegExp, string]> = [
   [/\battacker helper\b/i, 'attacker helper'],
   [/\bfound by an? (attack|attacker)\b/i, 'found by an attack'],
   [/\bissues? \d+\b/i, 'issue N'],
-  // "Before, x did y", "(before: 40)", "; before, it failed": not "as before: on node:22-slim".
+  // "Before, x did y", "(before: 40)", "; before, it failed".
   [/(^|[(;.]\s*)before[,:] /i, 'before, ...'],
+  [/\bas before\b/i, 'as before'],
   [/\bthe colleague\b/i, 'the colleague'],
   [/\b(reported|report) to the lead\b/i, 'reported to the lead'],
 ]
