@@ -164,7 +164,7 @@ describe('pipeline stages, messages and audit entries', () => {
     for (const path of ['.git/hooks/pre-commit', '.git/hooks', '.git/config', './sub/../.git/config', '.git/config.worktree']) {
       expect(refused(path), path).toBe(`Path is protected (no command may write it): ${path}`)
     }
-    // Commands read them as before: only writes are theirs to refuse.
+    // Commands still read them: only writes are theirs to refuse.
     expect((await sandbox.execute('cat .git/config')).exitCode).toBe(0)
     // The rule is the sandbox's isolation `fs.protect`, not a copy of its default.
     const custom = make({ isolation: { fs: { protect: ['private'] } } }).sandbox.getJail()

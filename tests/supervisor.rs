@@ -1713,9 +1713,10 @@ fn reach_pl() -> String {
 /// target form of `reach.pl`, every thread of the host (this test process stands for Node),
 /// its own supervisor, the first job's reaper, and the other pool's supervisor and reapers.
 /// With the landlock signal scope (ABI 6) and without it (a kernel before 6.12, or
-/// `FINN_SANDBOX_LANDLOCK_ABI_MAX` below 6), where the seccomp guard stands alone. Before, the
-/// other pool's `setsid` child outlived everything, reparented to init; without the scope a
-/// SIGKILL to one of the host's threads by its tid killed the host.
+/// `FINN_SANDBOX_LANDLOCK_ABI_MAX` below 6), where only the seccomp guard and the watch hold.
+/// Attacks it guards against: the other pool's supervisor killed, so that its job's `setsid`
+/// child is reparented to init and outlives everything; a SIGKILL to one of the host's threads
+/// by its tid, which kills the whole host.
 #[test]
 fn a_command_reaches_no_process_outside_its_job() {
   if direct() || !shielded() {
