@@ -531,6 +531,7 @@ mod tests {
       args: [0; 6],
     };
     let (verdict, steps) = bpf::tests::trace(&ours[0], &read);
+    println!("read is allowed in {steps} steps");
     assert_eq!(verdict, libc::SECCOMP_RET_ALLOW);
     assert!(steps <= 16, "{steps} steps");
   }
