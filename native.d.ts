@@ -201,7 +201,7 @@ export interface JobSettled {
 /** The defaults and limits, read once by `index.js`. */
 export declare function limits(): Limits
 
-/** Every default and limit of a job and a pool (see `src/core/limits.rs`). */
+/** Every default and limit of a job and a pool (see `crates/finn-job/src/limits.rs`). */
 export interface Limits {
   defaultTimeoutMs: number
   maxTimeoutMs: number

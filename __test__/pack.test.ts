@@ -102,7 +102,7 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
       execFileSync('git', ['ls-files', '--cached', '--others', '--exclude-standard', dir], { cwd: root, encoding: 'utf8' })
         .split('\n')
         .filter((f) => f && existsSync(join(root, f)))
-    const sources = tracked('src')
+    const sources = [...tracked('src'), ...tracked('crates')]
     const expected = [
       'package.json',
       'README.md',
@@ -140,7 +140,7 @@ describe.runIf(isGitCheckout)('the packed tarball, installed as loa-finn install
 
   test('the shipped addon is a release build, without the test hooks of a development build', () => {
     const addon = readFileSync(join(project, 'node_modules', 'finn-sandbox', `finn-sandbox.${SUFFIX}.node`))
-    // The message of the job that panics on purpose (src/core/pool/test_hooks.rs) exists only
+    // The message of the job that panics on purpose (crates/finn-pool/src/test_hooks.rs) exists only
     // in a build with the `test-hooks` feature, which `npm test`'s own addon has.
     const hook = Buffer.from('test hook: job ')
     expect(readFileSync(join(root, `finn-sandbox.${SUFFIX}.node`)).includes(hook)).toBe(true)

@@ -205,7 +205,7 @@ describe('timeouts', () => {
 
   test("a job's deadline is kept while Node's thread is busy, for a job sent from that thread", async () => {
     const p = pool({ killGraceMs: 300 })
-    // A reaper is idle after this: the next job goes to it from Node's thread (core/pool/inline.rs).
+    // A reaper is idle after this: the next job goes to it from Node's thread (crates/finn-pool/src/inline.rs).
     await p.exec(sh('exit 0'))
     const dir = mkdtempSync(join(tmpdir(), 'finn-busy-'))
     const marker = join(dir, 'terminated')

@@ -15,7 +15,7 @@ afterAll(() => pool.shutdown())
 
 const GIT = realpathSync(execFileSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).trim())
 const ENV = { PATH: '/usr/bin:/bin', GIT_CONFIG_GLOBAL: '/dev/null', GIT_AUTHOR_NAME: 't', GIT_AUTHOR_EMAIL: 't@t', GIT_COMMITTER_NAME: 't', GIT_COMMITTER_EMAIL: 't@t' }
-/** The check's time bound (`REPOSITORY_CHECK_MS` in src/core/policy/host_git.rs). */
+/** The check's time bound (`REPOSITORY_CHECK_MS` in crates/finn-policy/src/host_git.rs). */
 const CHECK_MS = 10_000
 
 function tempDir(prefix: string): string {

@@ -1,6 +1,6 @@
 // One spec, two decoders: the packed string index.js builds (native submitPacked) and the
 // field-by-field read (native submit) must give the same job or the same field-named error.
-// Also: the defaults index.d.ts documents are the ones the addon exports from core::limits.
+// Also: the defaults index.d.ts documents are the ones the addon exports from finn_job::limits.
 import { createRequire } from 'node:module'
 import { mkdtempSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
@@ -102,7 +102,7 @@ describe('the packed and the field-by-field decoder agree', () => {
   })
 })
 
-test('index.d.ts documents the defaults and limits the addon exports from core::limits', () => {
+test('index.d.ts documents the defaults and limits the addon exports from finn_job::limits', () => {
   const dts = readFileSync(join(import.meta.dirname, '..', 'index.d.ts'), 'utf8')
   for (const phrase of [
     `up to ${limits.maxTimeoutMs};`,

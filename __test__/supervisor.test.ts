@@ -461,7 +461,7 @@ describe('a command that stops its helpers', () => {
 })
 
 describe('a command that attacks the supervisor', () => {
-  // Before the shield (core/supervisor/shield.rs) a command could SIGKILL its reaper and the
+  // Before the shield (crates/finn-supervisor/src/shield.rs) a command could SIGKILL its reaper and the
   // supervisor together: its orphans went to init and outlived the job and Node (1 of 1).
   test('SIGKILLs its reaper and the supervisor: the supervisor refuses, kills the orphans, and runs the next job', async () => {
     const p = new WorkerPool({ interactiveWorkers: 1 })

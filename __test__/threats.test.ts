@@ -15,7 +15,7 @@ import { type ExecResult, type IsolationOptions, WorkerPool, probeIsolation } fr
  * The landlock ABI in use (FINN_SANDBOX_LANDLOCK_ABI_MAX caps it). Reapers for jobs without
  * isolation keep their commands in a domain of their own that keeps ptrace access in (Node's
  * /proc/<pid>/mem among it) from ABI 2, and scopes signals from ABI 6; below 6 the seccomp
- * guard's watch alone judges signals (core/supervisor/shield.rs).
+ * guard's watch alone judges signals (crates/finn-supervisor/src/shield.rs).
  */
 const ABI = probeIsolation().landlock || 0
 const REACH = resolve(__dirname, 'fixtures', 'reach.pl')
@@ -140,7 +140,7 @@ describe.each([
     if (wasStopped) process.kill(pid, 'SIGCONT')
     expect(await exited, stderr).toBe(0)
     // Refused under "off" too: every command inherits its reaper's guard, which keeps signals
-    // from the supervisor and the Node that owns the pool (core/supervisor/shield.rs; before it,
+    // from the supervisor and the Node that owns the pool (crates/finn-supervisor/src/shield.rs; before it,
     // "off" stopped Node; tests/supervisor.rs shows the guard's attacks landing without it).
     expect(wasStopped, stderr).toBe(false)
     const r = JSON.parse(stdout)

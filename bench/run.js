@@ -189,9 +189,9 @@ function versions() {
     if (st.isDirectory()) for (const n of fs.readdirSync(p)) visit(path.join(p, n))
     else newestSource = Math.max(newestSource, st.mtimeMs)
   }
-  for (const p of ['src', 'Cargo.toml', 'Cargo.lock']) if (fs.existsSync(path.join(ROOT, p))) visit(path.join(ROOT, p))
+  for (const p of ['src', 'crates', 'Cargo.toml', 'Cargo.lock', 'build.rs']) if (fs.existsSync(path.join(ROOT, p))) visit(path.join(ROOT, p))
   const binaryMtime = binary ? fs.statSync(path.join(ROOT, binary)).mtimeMs : null
-  const dirty = sh('git', ['status', '--porcelain', '--', 'src', 'Cargo.toml', 'Cargo.lock', 'build.rs'])
+  const dirty = sh('git', ['status', '--porcelain', '--', 'src', 'crates', 'Cargo.toml', 'Cargo.lock', 'build.rs'])
   return {
     finnSandbox: pkg.version,
     gitCommit: sh('git', ['rev-parse', '--short', 'HEAD']),

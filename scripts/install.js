@@ -30,7 +30,7 @@ function newestSourceMtime() {
     if (st.isDirectory()) for (const name of fs.readdirSync(p)) visit(path.join(p, name))
     else newest = Math.max(newest, st.mtimeMs)
   }
-  for (const p of ['src', 'Cargo.toml', 'Cargo.lock', 'build.rs']) {
+  for (const p of ['src', 'crates', 'Cargo.toml', 'Cargo.lock', 'build.rs']) {
     if (fs.existsSync(path.join(root, p))) visit(path.join(root, p))
   }
   return newest

@@ -1,4 +1,4 @@
-//! core::exec against real processes.
+//! finn-exec against real processes.
 
 use std::ffi::CString;
 use std::future::pending;

@@ -1,4 +1,4 @@
-//! core::pool with real processes: dispatch, lanes, timeouts, abort, shutdown, stats.
+//! finn-pool with real processes: dispatch, lanes, timeouts, abort, shutdown, stats.
 
 use std::time::{Duration, Instant};
 

@@ -1,4 +1,4 @@
-//! core::pool's inline jobs (`inline.rs`) with real processes: started on the caller's thread,
+//! finn-pool's inline jobs (`inline.rs`) with real processes: started on the caller's thread,
 //! finished there when the command ends at once, handed to a worker thread otherwise. The
 //! host here is a plain `poll` loop standing in for Node's event loop.
 

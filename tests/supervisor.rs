@@ -1,4 +1,4 @@
-//! core::supervisor with real processes: a supervisor binary, its reapers, and trees built to
+//! finn-supervisor with real processes: a supervisor binary, its reapers, and trees built to
 //! escape. Survivors are found by scanning every /proc/<pid>/cmdline for a token unique to the
 //! test, not by recorded pids.
 //!

@@ -4,7 +4,7 @@
 use napi::bindgen_prelude::{Array, Object, Unknown};
 use napi::{JsValue, ValueType, sys};
 
-use crate::core::pool::PoolError;
+use finn_pool::PoolError;
 
 pub type Checked<T> = Result<T, PoolError>;
 

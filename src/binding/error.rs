@@ -6,7 +6,7 @@ use napi::Env;
 use napi::bindgen_prelude::JsError;
 use napi_derive::napi;
 
-use crate::core::pool::{PoolError, PoolErrorCode};
+use finn_pool::{PoolError, PoolErrorCode};
 
 /// The `code` of a sandbox refusal (`index.js` turns it into a `SandboxError`).
 pub const SANDBOX_ERROR: &str = "SANDBOX_ERROR";

@@ -1,4 +1,4 @@
-//! The pool's inline host (see `core/pool/inline.rs`) on Node's event loop.
+//! The pool's inline host (see `crates/finn-pool/src/inline.rs`) on Node's event loop.
 //!
 //! One epoll set per pool holds the sockets of the reapers its inline jobs wait on, and a
 //! timerfd for the window; a single `uv_poll` handle watches that set from Node's loop. The
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use napi::{Env, sys};
 
-use crate::core::pool::{INLINE_WINDOW, InlineHost, InlineJob};
+use finn_pool::{INLINE_WINDOW, InlineHost, InlineJob};
 
 type PollCb = unsafe extern "C" fn(*mut c_void, c_int, c_int);
 type CloseCb = unsafe extern "C" fn(*mut c_void);

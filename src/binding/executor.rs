@@ -15,9 +15,9 @@ use super::error::sandbox_error;
 use super::sandbox::SandboxResult;
 use super::sandbox::checked_to_sandbox;
 use super::spec;
-use crate::core::audit::IsolationRecord;
-use crate::core::pool::{PoolError, RawJob};
-use crate::core::sandbox::{self, Done, Output, RunError, RunOutcome, Runner};
+use finn_audit::IsolationRecord;
+use finn_pool::{PoolError, RawJob};
+use finn_sandbox_core::{self as sandbox, Done, Output, RunError, RunOutcome, Runner};
 
 /// The executor's rejection, as JS names it (its `code`, else its message). JS rethrows its
 /// own error object; Rust only audits this.

@@ -5,7 +5,7 @@
 use napi_derive::napi;
 
 use super::convert::{Checked, invalid};
-use crate::core::isolate::{self, IsolationOptions, IsolationReport};
+use finn_isolate::{self as isolate, IsolationOptions, IsolationReport};
 
 /// `field` is where the JSON came from (`spec.isolation`, `config.isolation`).
 pub fn options_from_json(json: &str, field: &str) -> Checked<IsolationOptions> {

@@ -1,11 +1,11 @@
-//! `core::limits` as the addon exports them, so the JS side and its tests read the same numbers
+//! `finn_job::limits` as the addon exports them, so the JS side and its tests read the same numbers
 //! (every value fits a JS number exactly).
 
 use napi_derive::napi;
 
-use crate::core::limits as core;
+use finn_job::limits as core;
 
-/// Every default and limit of a job and a pool (see `src/core/limits.rs`).
+/// Every default and limit of a job and a pool (see `crates/finn-job/src/limits.rs`).
 #[napi(object)]
 pub struct Limits {
   pub default_timeout_ms: u32,

@@ -8,5 +8,6 @@ pub mod isolate;
 pub mod limits;
 pub mod logging;
 pub mod pool;
+pub mod pool_runner;
 pub mod sandbox;
 pub mod spec;

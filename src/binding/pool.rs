@@ -15,10 +15,8 @@ use super::error::{coded, pool_error};
 use super::event_loop::LoopHost;
 use super::sandbox::SandboxResult;
 use super::spec;
-use crate::core::limits::{
-  MAX_DURATION_MS, MAX_INTERACTIVE_WORKERS, MAX_QUEUE_DEPTH, MAX_TIMEOUT_MS,
-};
-use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
+use finn_job::limits::{MAX_DURATION_MS, MAX_INTERACTIVE_WORKERS, MAX_QUEUE_DEPTH, MAX_TIMEOUT_MS};
+use finn_pool::{self as pool, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
 /// turns into a PoolError.
@@ -272,7 +270,7 @@ pub struct NativeWorkerPool {
 /// trees ran on until their timeout (an attack: 3 of 3 processes alive 20 s later). The hook
 /// runs on the environment's thread, at its teardown, for every way an environment ends.
 struct TeardownHook {
-  pool: crate::core::pool::ExitHandle,
+  pool: finn_pool::ExitHandle,
   ran: std::sync::atomic::AtomicBool,
 }
 
@@ -339,10 +337,10 @@ impl NativeWorkerPool {
     config.supervisor = supervisor_path(supervisor).map_err(|e| pool_error(env, &e))?;
     if let Some(path) = &config.supervisor {
       // The repository check's host gits start through it, so Node's death ends them too.
-      crate::core::policy::host_git::set_launcher(path.clone());
+      finn_policy::host_git::set_launcher(path.clone());
     }
-    config.landlock_abi_max = crate::core::isolate::landlock_abi_max()
-      .map_err(|e| pool_error(env, &PoolError::InvalidSpec(e)))?;
+    config.landlock_abi_max =
+      finn_isolate::landlock_abi_max().map_err(|e| pool_error(env, &PoolError::InvalidSpec(e)))?;
     let runtime = jobs_runtime().map_err(|e| {
       let message = format!("could not start the job runtime: {e}");
       coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)

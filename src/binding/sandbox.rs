@@ -13,14 +13,15 @@ use super::convert::{self, Checked};
 use super::error::{coded, sandbox_error};
 use super::executor::{self, HandOff};
 use super::pool::{JobSettled, NativeWorkerPool, Ticket, jobs_runtime};
-use crate::core::audit::{self, Action, AuditEntry, AuditOptions};
-use crate::core::limits::{
+use super::pool_runner::PoolRunner;
+use finn_audit::{self as audit, Action, AuditEntry, AuditOptions};
+use finn_job::limits::{
   DEFAULT_SANDBOX_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_AUDIT_FILES, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
 };
-use crate::core::policy::host_git::Cancel;
-use crate::core::policy::{self, CommandPolicy};
-use crate::core::pool::PoolError;
-use crate::core::sandbox::{self, NoRunner, RunError, SandboxConfig};
+use finn_policy::host_git::Cancel;
+use finn_policy::{self as policy, CommandPolicy};
+use finn_pool::PoolError;
+use finn_sandbox_core::{self as sandbox, NoRunner, RunError, SandboxConfig};
 
 /// A refusal of bad input, as a sandbox error naming the field.
 pub(crate) fn checked_to_sandbox(env: &Env) -> impl Fn(PoolError) -> napi::Error + '_ {
@@ -439,12 +440,14 @@ impl NativeToolSandbox {
   ) -> napi::Result<Ticket> {
     let checked = checked.take(env)?;
     let settler = Arc::clone(&pool.settler);
-    let started = self.sandbox.start(checked, &pool.pool, move |id, outcome| {
-      settler.push(match outcome {
-        Ok(result) => JobSettled::sandbox(id, result.into()),
-        Err(e) => JobSettled::error(id, &e),
-      })
-    });
+    let started = self
+      .sandbox
+      .start(checked, &PoolRunner(&pool.pool), move |id, outcome| {
+        settler.push(match outcome {
+          Ok(result) => JobSettled::sandbox(id, result.into()),
+          Err(e) => JobSettled::error(id, &e),
+        })
+      });
     Ok(match started {
       Ok(id) => Ticket::accepted(id),
       Err(e) => Ticket::refused(&e),

@@ -12,7 +12,7 @@ use super::convert::{
   Checked, get, invalid, is_nullish, object, optional_string, optional_uint, required_string,
   required_string_array, string, string_map,
 };
-use crate::core::pool::{Lane, RawJob};
+use finn_pool::{Lane, RawJob};
 
 fn lane(value: Option<&Unknown>) -> Checked<Lane> {
   if is_nullish(value)? {

@@ -1,0 +1,176 @@
+//! A caller's request to stop a running child, and how it wakes the runner.
+//!
+//! The runner sleeps in `ppoll` on its child's pipes and pidfd; a request must wake it. Each
+//! runner thread owns one eventfd for its whole life (created on first use), registered in the
+//! cell while a run is in progress, so a job costs no extra descriptor.
+
+use std::cell::OnceCell;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+/// A caller's request to stop a running child.
+#[derive(Debug, Clone)]
+pub struct Stop<R> {
+  /// Time between SIGTERM and SIGKILL; zero kills at once.
+  pub grace: Duration,
+  pub reason: R,
+}
+
+/// Where a stop request waits for the runner. Cheap to create; share it behind an `Arc`.
+pub struct StopCell<R> {
+  state: Mutex<CellState<R>>,
+}
+
+struct CellState<R> {
+  request: Option<Stop<R>>,
+  /// Set by the first request, so a later one is ignored even after the runner took it.
+  requested: bool,
+  /// The runner's eventfd while it runs.
+  waker: Option<RawFd>,
+}
+
+impl<R> Default for StopCell<R> {
+  fn default() -> Self {
+    StopCell {
+      state: Mutex::new(CellState {
+        request: None,
+        requested: false,
+        waker: None,
+      }),
+    }
+  }
+}
+
+impl<R> StopCell<R> {
+  pub fn new() -> Self {
+    Self::default()
+  }
+
+  fn lock(&self) -> MutexGuard<'_, CellState<R>> {
+    self.state.lock().unwrap_or_else(|e| e.into_inner())
+  }
+
+  /// Asks the run to stop. The first request wins; a later one is ignored.
+  pub fn request(&self, stop: Stop<R>) {
+    let mut state = self.lock();
+    if !state.requested {
+      state.requested = true;
+      state.request = Some(stop);
+      if let Some(fd) = state.waker {
+        wake(fd);
+      }
+    }
+  }
+
+  /// Registers the calling thread's eventfd for the length of a run; returns it, or why it
+  /// could not be created. A request made before the run started leaves it readable.
+  pub fn attach(&self) -> io::Result<RawFd> {
+    let fd = thread_waker()?;
+    drain(fd);
+    let mut state = self.lock();
+    state.waker = Some(fd);
+    if state.request.is_some() {
+      wake(fd);
+    }
+    Ok(fd)
+  }
+
+  pub fn detach(&self) {
+    self.lock().waker = None;
+  }
+
+  /// The request, once (the eventfd is drained with it).
+  pub fn take(&self, fd: RawFd) -> Option<Stop<R>> {
+    drain(fd);
+    self.lock().request.take()
+  }
+}
+
+thread_local! {
+  static WAKER: OnceCell<OwnedFd> = const { OnceCell::new() };
+}
+
+fn thread_waker() -> io::Result<RawFd> {
+  WAKER.with(|cell| {
+    if let Some(fd) = cell.get() {
+      return Ok(fd.as_raw_fd());
+    }
+    // SAFETY: plain syscall; on success the descriptor is ours.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+      return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fresh descriptor from the kernel.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let raw = owned.as_raw_fd();
+    let _ = cell.set(owned);
+    Ok(raw)
+  })
+}
+
+fn wake(fd: RawFd) {
+  let one: u64 = 1;
+  // SAFETY: writes 8 bytes from a valid u64 to an eventfd that lives as long as its thread
+  // (a runner detaches before its run returns, under the cell's lock).
+  unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+fn drain(fd: RawFd) {
+  let mut value: u64 = 0;
+  // SAFETY: reads 8 bytes into a valid u64; the eventfd is non-blocking.
+  unsafe { libc::read(fd, (&mut value as *mut u64).cast(), 8) };
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  fn readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+      fd,
+      events: libc::POLLIN,
+      revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 }
+  }
+
+  fn stop(reason: &'static str) -> Stop<&'static str> {
+    Stop {
+      grace: Duration::ZERO,
+      reason,
+    }
+  }
+
+  #[test]
+  fn a_request_made_before_the_run_attached_still_wakes_it() {
+    let cell = StopCell::new();
+    cell.request(stop("early"));
+    let fd = cell.attach().unwrap();
+    assert!(readable(fd));
+    assert_eq!(cell.take(fd).map(|s| s.reason), Some("early"));
+    assert!(!readable(fd));
+    cell.detach();
+  }
+
+  #[test]
+  fn a_request_wakes_an_attached_run_and_the_first_one_wins() {
+    let cell = StopCell::new();
+    let fd = cell.attach().unwrap();
+    assert!(!readable(fd));
+    cell.request(stop("first"));
+    cell.request(stop("second"));
+    assert!(readable(fd));
+    assert_eq!(cell.take(fd).map(|s| s.reason), Some("first"));
+    // Taken: a later request is still ignored (one stop per run).
+    cell.request(stop("after"));
+    assert!(!readable(fd));
+    assert!(cell.take(fd).is_none());
+    cell.detach();
+    // Detached: a late request no longer writes to this thread's eventfd.
+    cell.request(stop("late"));
+    assert!(!readable(fd));
+  }
+}

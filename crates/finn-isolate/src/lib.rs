@@ -1,0 +1,34 @@
+//! Kernel-enforced isolation per command: limits, cgroup, namespaces, landlock,
+//! seccomp. `prepare` builds everything before the fork; `Prepared::apply_in_child` applies it
+//! between fork and exec in the supervisor's child.
+
+mod bpf;
+mod bwrap;
+mod cgroup;
+mod child;
+mod error;
+mod landlock;
+mod mounts;
+mod plan;
+mod prepare;
+mod probe;
+mod seccomp;
+mod userns;
+
+pub use bwrap::{
+  Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,
+};
+pub use cgroup::CgroupEvents;
+pub use error::IsolationError;
+pub use finn_job::isolation::{
+  Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,
+  OptionsError, Readable, default_deny_read,
+};
+pub use landlock::{fence_tracing, scope_signals};
+pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
+pub use prepare::{IsolationReport, Prepared, prepare};
+pub use probe::{
+  CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
+  landlock_abi_max, probe,
+};
+pub use seccomp::{guard_helpers, seccomp_instructions};

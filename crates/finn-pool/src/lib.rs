@@ -1,0 +1,24 @@
+//! Lanes, queue and fairness, dispatch, worker threads, stats, shutdown. The addon lends the
+//! pool to the sandbox pipeline as its `Runner` (the binding's `pool_runner.rs`).
+
+pub mod config;
+pub mod error;
+pub mod inline;
+mod job;
+pub mod lane;
+pub mod pool;
+mod state;
+pub mod stats;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
+pub mod worker;
+
+pub use config::{JobSpec, PoolConfig};
+pub use error::{PoolError, PoolErrorCode};
+pub use finn_job::{Lane, RawJob, TRUNCATION_MARKER};
+pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
+pub use job::{ExecResult, JobOutcome};
+pub use pool::{Completion, ExitHandle, Pool, Submitted};
+pub use stats::PoolStats;
+#[cfg(feature = "test-hooks")]
+pub use test_hooks::TEST_PANIC_SESSION;

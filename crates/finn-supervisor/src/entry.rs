@@ -1,0 +1,106 @@
+//! What the `finn-supervisor` binary does, by its first argument. The binary (the addon
+//! package's `src/bin/finn-supervisor.rs`) is only this function, so it links this crate and
+//! the rooms below it, never the addon: the addon carries the napi binding, whose registration
+//! constructors would run in every supervisor and reaper and keep its whole code mapped. Every
+//! idle pool holds this process and its reapers, so their size is part of the pool's idle RSS.
+
+/// `--finn-die-with-parent <pid> <program> <args>`: the launcher of the repository check's host
+/// gits (`finn_policy::host_git::DIE_WITH_PARENT_ARG`). The kernel SIGKILLs this process, and
+/// the programs it execs, when the thread that started it ends; a parent already gone (no
+/// longer `<pid>`) ends it at once, since the request would then never fire.
+#[cfg(target_os = "linux")]
+fn die_with_parent(args: &[std::ffi::OsString]) -> ! {
+  use std::os::unix::ffi::OsStrExt;
+  use std::os::unix::process::CommandExt;
+  let (Some(pid), Some(program)) = (args.first(), args.get(1)) else {
+    std::process::exit(126);
+  };
+  let Some(pid) = pid.to_str().and_then(|p| p.parse::<i32>().ok()) else {
+    std::process::exit(126);
+  };
+  // SAFETY: plain prctl with constant arguments.
+  if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+    std::process::exit(126);
+  }
+  // SAFETY: getppid cannot fail.
+  if unsafe { libc::getppid() } != pid {
+    std::process::exit(126);
+  }
+  let mut command = std::process::Command::new(std::ffi::OsStr::from_bytes(program.as_bytes()));
+  command.args(&args[2..]);
+  let program_dir = std::env::var_os("FINN_SANDBOX_READ_PROGRAM")
+    .map(std::path::PathBuf::from)
+    .and_then(|p| p.parent().map(std::path::Path::to_path_buf))
+    .filter(|d| d.is_absolute());
+  command.env_remove("FINN_SANDBOX_READ_PROGRAM");
+  if let Some(jail) = std::env::var_os("FINN_SANDBOX_READ_BENEATH") {
+    command.env_remove("FINN_SANDBOX_READ_BENEATH");
+    if let Err(e) = read_only_beneath(std::path::Path::new(&jail), program_dir.as_deref()) {
+      eprintln!("finn-supervisor: cannot confine the check's git to the jail: {e}");
+      std::process::exit(126);
+    }
+  }
+  let err = command.exec();
+  eprintln!("finn-supervisor: {}: {err}", program.to_string_lossy());
+  std::process::exit(126);
+}
+
+/// Lets this process (and what it execs) read beneath `jail`, the program's own directory and
+/// the system's directories, and write only `/dev/null`, where landlock exists; where it does
+/// not, changes nothing.
+#[cfg(target_os = "linux")]
+fn read_only_beneath(
+  jail: &std::path::Path,
+  program_dir: Option<&std::path::Path>,
+) -> Result<(), landlock::RulesetError> {
+  use landlock::{
+    ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+  };
+  let abi = ABI::V1;
+  let read = AccessFs::from_read(abi);
+  let mut ruleset = Ruleset::default()
+    .handle_access(AccessFs::from_all(abi))?
+    .create()?;
+  let roots = [
+    "/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc", "/proc", "/dev",
+  ];
+  for root in roots
+    .iter()
+    .map(std::path::Path::new)
+    .chain([jail])
+    .chain(program_dir)
+  {
+    if let Ok(fd) = PathFd::new(root) {
+      ruleset = ruleset.add_rule(PathBeneath::new(fd, read))?;
+    }
+  }
+  if let Ok(fd) = PathFd::new("/dev/null") {
+    ruleset = ruleset.add_rule(PathBeneath::new(fd, read | AccessFs::WriteFile))?;
+  }
+  ruleset.restrict_self()?;
+  Ok(())
+}
+
+/// The process's whole life: a launcher (`--finn-die-with-parent`), the bind verifier inside
+/// a bwrap sandbox, or the supervisor; returns its exit code.
+pub fn main() -> i32 {
+  #[cfg(target_os = "linux")]
+  {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    if args.first().is_some_and(|a| a == "--finn-die-with-parent") {
+      die_with_parent(&args[1..]);
+    }
+    // Inside a bwrap sandbox, before the command: see `isolate::bwrap::verify_binds_main`.
+    if args
+      .first()
+      .is_some_and(|a| a == finn_isolate::VERIFY_BINDS_ARG)
+    {
+      finn_isolate::verify_binds_main(&args[1..]);
+    }
+    // The reapers' bwrap jobs run this binary as the verifier.
+    if let Ok(exe) = std::env::current_exe() {
+      finn_isolate::set_bind_verifier(exe);
+    }
+  }
+  crate::server::main()
+}

@@ -1,0 +1,18 @@
+//! Containment by a supervisor process of our own: one per pool, started with `posix_spawn`,
+//! with a long-lived job reaper (a child subreaper) per running job. No process of a job
+//! outlives it, nor Node: see `server.rs` and `reaper.rs` for the processes, `client.rs` and
+//! `run.rs` for the addon's side, `protocol.rs` for the messages.
+
+pub mod child;
+pub mod client;
+pub mod descendants;
+pub mod entry;
+pub mod protocol;
+pub mod reaper;
+pub mod run;
+pub mod server;
+pub mod shield;
+pub mod wire;
+
+pub use client::Supervisor;
+pub use run::{RunError, kill_trees_now, run_blocking};

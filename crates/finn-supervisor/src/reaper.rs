@@ -1,0 +1,542 @@
+//! A job reaper: a small process forked by the supervisor that runs one job at a time and
+//! outlives none of them.
+//!
+//! It is a child subreaper, so every process the job leaves behind (double-forked, `setsid`,
+//! anything) becomes its child: `waitpid(-1)` failing with ECHILD means the whole tree is gone.
+//! When the leader exits, the rest of the tree gets `drain_ms` to finish, then is killed. When
+//! the addon asks (timeout, abort, output cap), the tree is frozen, sent SIGTERM, resumed, and
+//! SIGKILLed after the grace. The job's deadline is kept here too, whether or not the addon
+//! asks: the addon's side of a job sent inline is Node's thread, which JS can keep busy. When the addon's socket closes (Node died) or the supervisor dies
+//! (the lifeline pipe hangs up), the tree is SIGKILLed and the reaper exits.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+
+use super::child;
+use super::descendants::Tree;
+use super::protocol::{FromReaper, Timeout, ToReaper};
+use super::shield::{Guard, Watch};
+use super::wire::Conn;
+use finn_exec::poll::{backoff, earliest, poll, watch};
+use finn_exec::{ExitStatus, REAP_BOUND, SpawnSpec};
+use finn_isolate::{Checked, Plan, prepare_job};
+
+/// Why the reaper must exit.
+struct Gone;
+
+/// How long `Spawned` may wait to go out in one write with the leader's exit and `TreeGone`.
+/// The worker thread sleeps until the first message of a job: for a command that is done
+/// within this (a `/bin/true` takes 0.3-0.6 ms from the spawn), it then wakes once per job
+/// instead of three times (`Spawned`, the pipes' end, `TreeGone`). Longer commands report
+/// `Spawned` after it, and are then supervised as usual; until then their output waits in
+/// the pipes (a pipe holds 64 KiB) and a stop request waits in the worker's eventfd (1,000 x
+/// `/bin/true` at concurrency 8 on 2 workers ran 1410 -> 1671/s, median of 5 interleaved runs
+/// at load 4-8). A worker with a next job queued sends the previous job's reply once the next
+/// job's `Run` is sent (`pool/worker.rs`, `carried`), not after this wait.
+const SPAWNED_WITHIN: Duration = Duration::from_millis(1);
+
+struct Reaper {
+  conn: Conn,
+  lifeline: OwnedFd,
+  sigchld: SignalFd,
+  me: i32,
+  idle: Duration,
+  /// Its commands are in its landlock signal scope (`shield::scope_signals`).
+  scoped: bool,
+  /// The seccomp program that hands a command's calls on other processes to this reaper,
+  /// for jobs that no landlock scope covers (`shield::watch_program`).
+  watch: Vec<libc::sock_filter>,
+}
+
+/// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
+/// away, or no job came for `idle`. `lifeline` is the read end of a pipe whose write end only
+/// the supervisor holds. Its commands start under `guard` (see `shield.rs`), and, when
+/// in a landlock domain of this reaper's own of an ABI up to `landlock` (see `shield::confine`).
+pub fn main(conn: OwnedFd, lifeline: OwnedFd, idle: Duration, guard: &Guard, landlock: u8) -> ! {
+  let code = match setup(conn, lifeline, idle, guard, landlock) {
+    Ok(mut reaper) => {
+      reaper.serve();
+      0
+    }
+    Err(e) => {
+      eprintln!("finn-supervisor: reaper setup failed: {e}");
+      1
+    }
+  };
+  // SAFETY: exits this forked process without running the supervisor's destructors.
+  unsafe { libc::_exit(code) }
+}
+
+fn setup(
+  conn: OwnedFd,
+  lifeline: OwnedFd,
+  idle: Duration,
+  guard: &Guard,
+  landlock: u8,
+) -> nix::Result<Reaper> {
+  nix::sys::prctl::set_child_subreaper(true)?;
+  // Before any job: every command inherits the guard. Where the kernel refuses it, the
+  // reaper runs unguarded and says so on the supervisor's stderr.
+  if let Err(e) = guard.enter() {
+    eprintln!("finn-supervisor: no guard for the commands (shield.rs): {e}");
+  }
+  // After the guard, which sets no_new_privs where landlock needs it too. Without the scope
+  // (asked for none, or the kernel has none), each job's commands start under the watch.
+  let scoped = super::shield::confine(landlock) == super::shield::Confined::Scoped;
+  let mut mask = SigSet::empty();
+  mask.add(Signal::SIGCHLD);
+  mask.thread_block()?;
+  let sigchld = SignalFd::with_flags(&mask, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+  Ok(Reaper {
+    conn: Conn::new(conn),
+    lifeline,
+    sigchld,
+    me: std::process::id() as i32,
+    idle,
+    scoped,
+    watch: super::shield::watch_program(),
+  })
+}
+
+impl Reaper {
+  /// Waits for jobs and runs them, one at a time, until the addon or the supervisor is gone,
+  /// or no job came for `idle` (an idle pool then holds no reaper).
+  fn serve(&mut self) {
+    // No idle limit before the first job: the addon asked for this reaper to run a job now,
+    // and on a loaded machine its Run may come later than `idle` (a fresh reaper that retired
+    // first sent the job around again, to another fresh one that could retire too). It still
+    // exits when the addon or the supervisor is gone.
+    let mut idle_until: Option<Instant> = None;
+    // After a job whose `Run` asked for it: poll for the next one before sleeping (see
+    // `ToReaper::Run::linger_us`).
+    let mut linger_until: Option<Instant> = None;
+    loop {
+      let msg = match self.conn.take_frame() {
+        Ok(Some(frame)) => frame,
+        Ok(None) => {
+          let mut fds = [
+            watch(Some(self.conn.raw())),
+            watch(Some(self.lifeline.as_raw_fd())),
+          ];
+          if let Some(spin_until) = linger_until.take() {
+            // Polls without sleeping: the next `Run` then finds this reaper running, and its
+            // wake-up (about 40 us when it lands on an idle vCPU) leaves the job's path.
+            loop {
+              poll(&mut fds, Some(Instant::now()));
+              if fds[0].revents != 0 || fds[1].revents != 0 || Instant::now() >= spin_until {
+                break;
+              }
+            }
+          }
+          if fds[0].revents == 0 && fds[1].revents == 0 {
+            poll(&mut fds, idle_until);
+          }
+          if fds[1].revents != 0 {
+            return;
+          }
+          if fds[0].revents == 0 && idle_until.is_some_and(|at| Instant::now() >= at) {
+            // Nothing is read after this decision, so a Run already on its way is never
+            // started: the addon sees `Retired` first and sends it elsewhere.
+            let _ = self.send(FromReaper::Retired);
+            return;
+          }
+          if fds[0].revents != 0 && !matches!(self.conn.fill(), Ok(true)) {
+            return;
+          }
+          continue;
+        }
+        Err(_) => return,
+      };
+      match ToReaper::decode(&msg) {
+        Ok(ToReaper::Run {
+          spec,
+          drain_ms,
+          linger_us,
+          timeout,
+          mut isolation,
+          attached,
+        }) => {
+          let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
+            return;
+          };
+          // The fds that passed the addon's check; every one missing means a confused addon.
+          // Taken into the plan, they are closed with it when the job is done (or on any
+          // return from here).
+          let mut checked = Checked::default();
+          if attached.cwd {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            checked.cwd = Some(Arc::new(fd));
+          }
+          for _ in 0..attached.writable {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            checked.writable.push(Arc::new(fd));
+          }
+          if let Some(plan) = &mut isolation {
+            if !checked.writable.is_empty() && checked.writable.len() != plan.writable.len() {
+              return;
+            }
+            plan.checked = checked;
+          }
+          if self
+            .run(
+              &spec,
+              isolation,
+              out,
+              err,
+              Duration::from_millis(drain_ms),
+              timeout,
+            )
+            .is_err()
+          {
+            return;
+          }
+          idle_until = Some(Instant::now() + self.idle);
+          linger_until =
+            (linger_us > 0).then(|| Instant::now() + Duration::from_micros(u64::from(linger_us)));
+        }
+        // A request for a job that already ended.
+        Ok(ToReaper::Terminate { .. }) => {}
+        Err(_) => return,
+      }
+    }
+  }
+
+  fn send(&self, msg: FromReaper) -> Result<(), Gone> {
+    self.conn.send(&msg.encode(), &[]).map_err(|_| Gone)
+  }
+
+  /// One job from spawn to an empty tree. `Err` when the reaper must exit (its tree is dead
+  /// or past the reap bound by then).
+  fn run(
+    &mut self,
+    spec: &SpawnSpec,
+    mut isolation: Option<Box<Plan>>,
+    out: OwnedFd,
+    err: OwnedFd,
+    drain: Duration,
+    timeout: Option<Timeout>,
+  ) -> Result<(), Gone> {
+    // From the `Run`'s arrival, before the preparation: the addon counts from before its send.
+    let deadline = timeout.map(|t| {
+      (
+        Instant::now() + Duration::from_millis(t.after_ms),
+        Duration::from_millis(t.grace_ms),
+      )
+    });
+    // Built here, before the fork; held until the tree is gone (dropping it empties and
+    // removes the job's cgroup).
+    let mut prepared = match isolation.as_deref().map(prepare_job).transpose() {
+      Ok(p) => p,
+      Err(e) => {
+        eprintln!("finn-supervisor: {e}");
+        // Closed before the reply, as after a job that ran.
+        drop(isolation);
+        return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
+      }
+    };
+    // The bwrap backend execs bwrap, which runs the command.
+    let wrapped = prepared.as_ref().and_then(|p| {
+      let (program, argv) = p.wrap(&spec.program, &spec.argv, &spec.cwd)?;
+      Some(SpawnSpec {
+        program,
+        argv,
+        env: spec.env.clone(),
+        cwd: spec.cwd.clone(),
+      })
+    });
+    let spec = wrapped.as_ref().unwrap_or(spec);
+    // No landlock scope keeps this job's signals in: the guard alone names pids, so every
+    // call on another process goes to this reaper, which allows only the job's own.
+    let watched = (!self.scoped && !isolation.as_deref().is_some_and(Plan::scopes_signals))
+      .then_some(self.watch.as_slice());
+    let (o, e) = (out.as_raw_fd(), err.as_raw_fd());
+    let started = match (&prepared, watched) {
+      (Some(p), _) => child::start_watched(spec, o, e, &|| p.apply_in_child(), watched),
+      (None, Some(_)) => child::start_watched(spec, o, e, &|| Ok(()), watched),
+      (None, None) => child::start(spec, o, e).map(|pid| (pid, None)),
+    };
+    // The child has its own copies; ours would keep the addon from ever seeing EOF.
+    drop((out, err));
+    let (leader, listener) = match started {
+      Ok(started) => started,
+      Err(errno) => {
+        drop((prepared, isolation));
+        return self.send(FromReaper::SpawnFailed {
+          errno: errno as i32,
+        });
+      }
+    };
+    let mut job = Job {
+      leader,
+      spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
+      drain_until: None,
+      drain,
+      deadline,
+      kill: None,
+      tree: Tree::new(self.me),
+      host_gone: false,
+      watch: listener.map(|l| Watch::new(l, self.me)),
+    };
+    // Sent first in the next report, or alone at this time.
+    let mut spawned_due = Some(Instant::now() + SPAWNED_WITHIN);
+    loop {
+      let (leader_status, gone) = self.reap(&job);
+      if gone {
+        // Before `TreeGone` goes out: once the job settles, its cgroup is gone too, and so are
+        // the checked fds (the plan's and the preparation's).
+        drop(prepared.take());
+        drop(isolation.take());
+      }
+      let now = Instant::now();
+      let timed_out = leader_status.is_none() && !gone && job.deadline_passed(now);
+      // Both in one write when they come together (a command without background children):
+      // the addon then wakes once.
+      let mut report: Vec<Vec<u8>> = Vec::new();
+      if let Some(due) = spawned_due
+        && (leader_status.is_some() || gone || timed_out || now >= due)
+      {
+        spawned_due = None;
+        report.push(
+          FromReaper::Spawned {
+            pid: leader.as_raw(),
+          }
+          .encode(),
+        );
+      }
+      if timed_out {
+        report.push(FromReaper::TimedOut.encode());
+      }
+      if let Some(status) = leader_status {
+        job.leader_reaped();
+        report.push(FromReaper::Exited(status).encode());
+      }
+      if gone {
+        report.push(FromReaper::TreeGone.encode());
+      }
+      if !report.is_empty() && !job.host_gone {
+        let frames: Vec<&[u8]> = report.iter().map(Vec::as_slice).collect();
+        if self.conn.send_all(&frames).is_err() {
+          job.host_gone();
+        }
+      }
+      if gone {
+        return if job.host_gone { Err(Gone) } else { Ok(()) };
+      }
+      if job.drain_until.is_some_and(|at| now >= at) && job.kill.is_none() {
+        job.terminate(Duration::ZERO);
+      }
+      if let Some(kill) = &mut job.kill {
+        if kill.give_up_at.is_some_and(|at| now >= at) {
+          // Unkillable (uninterruptible sleep): leave it to the supervisor, which inherits it.
+          return Err(Gone);
+        }
+        kill.tick(now, &mut job.tree);
+      }
+      let wake = earliest([
+        spawned_due,
+        job.deadline_due(),
+        job.drain_until.filter(|_| job.kill.is_none()),
+        job.kill.as_ref().and_then(Kill::next_wake),
+      ]);
+      let mut fds = [
+        watch((!job.host_gone).then(|| self.conn.raw())),
+        watch(Some(self.lifeline.as_raw_fd())),
+        watch(Some(self.sigchld.as_raw_fd())),
+        watch(job.watch.as_ref().map(Watch::fd)),
+      ];
+      poll(&mut fds, wake);
+      if let Some(w) = &job.watch {
+        let ready = fds[3].revents;
+        // Readable: a call waits. Hung up alone: no process of the job is left under it.
+        if ready & libc::POLLIN != 0 {
+          if w.answer().is_err() {
+            job.watch = None;
+          }
+        } else if ready != 0 {
+          job.watch = None;
+        }
+      }
+      if fds[2].revents != 0 {
+        while let Ok(Some(_)) = self.sigchld.read_signal() {}
+      }
+      if fds[1].revents != 0 {
+        job.host_gone();
+      }
+      if fds[0].revents != 0 {
+        if matches!(self.conn.fill(), Ok(true)) {
+          while let Ok(Some(frame)) = self.conn.take_frame() {
+            match ToReaper::decode(&frame) {
+              Ok(ToReaper::Terminate { grace_ms }) => {
+                job.terminate(Duration::from_millis(grace_ms));
+              }
+              // A second job while one runs, or garbage: the addon is confused; stop it all.
+              _ => job.host_gone(),
+            }
+          }
+        } else {
+          job.host_gone();
+        }
+      }
+    }
+  }
+
+  /// Reaps every child that has exited; returns the leader's status if it was among them,
+  /// and whether no child at all is left.
+  fn reap(&self, job: &Job) -> (Option<ExitStatus>, bool) {
+    let mut leader = None;
+    loop {
+      match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+        Ok(WaitStatus::Exited(pid, code)) if pid == job.leader => {
+          leader = Some(ExitStatus::Exited(code));
+        }
+        Ok(WaitStatus::Signaled(pid, sig, _)) if pid == job.leader => {
+          leader = Some(ExitStatus::Signaled(sig as i32));
+        }
+        Ok(WaitStatus::StillAlive) => return (leader, false),
+        Ok(_) | Err(Errno::EINTR) => {}
+        // ECHILD: with the subreaper bit, the whole tree is gone.
+        Err(_) => return (leader, true),
+      }
+    }
+  }
+}
+
+struct Job {
+  leader: Pid,
+  /// The leader is the bwrap backend's outer bwrap: a graceful stop's SIGTERM goes to the
+  /// command and the rest of the tree, not to it (the SIGKILL goes to all).
+  spare_leader: bool,
+  /// When the leader has exited: the time the rest of the tree is killed.
+  drain_until: Option<Instant>,
+  drain: Duration,
+  /// When the tree is terminated, and with what grace, unless the leader exits first or the
+  /// addon asked already; taken once it has passed.
+  deadline: Option<(Instant, Duration)>,
+  kill: Option<Kill>,
+  tree: Tree,
+  /// The addon or the supervisor is gone: kill everything, then exit.
+  host_gone: bool,
+  /// The listener of the job's watch, answered here (see `shield::watch_program`).
+  watch: Option<Watch>,
+}
+
+impl Job {
+  /// When the deadline is still to be kept: the leader runs and nobody asked to terminate.
+  fn deadline_due(&self) -> Option<Instant> {
+    let (at, _) = self.deadline?;
+    (self.drain_until.is_none() && self.kill.is_none()).then_some(at)
+  }
+
+  /// Terminates the tree if its deadline has passed (once); true when it did.
+  fn deadline_passed(&mut self, now: Instant) -> bool {
+    if self.deadline_due().is_none_or(|at| now < at) {
+      return false;
+    }
+    let (_, grace) = self.deadline.take().expect("due");
+    self.terminate(grace);
+    true
+  }
+
+  fn leader_reaped(&mut self) {
+    if self.kill.is_none() {
+      self.drain_until = Some(Instant::now() + self.drain);
+    }
+  }
+
+  fn host_gone(&mut self) {
+    self.host_gone = true;
+    self.terminate(Duration::ZERO);
+  }
+
+  /// Starts termination, or brings its SIGKILL forward.
+  fn terminate(&mut self, grace: Duration) {
+    match &mut self.kill {
+      Some(kill) => kill.shorten(grace, &mut self.tree),
+      None => {
+        let except = self.spare_leader.then_some(self.leader.as_raw());
+        self.kill = Some(Kill::start(grace, &mut self.tree, except))
+      }
+    }
+  }
+}
+
+/// TERM -> grace -> KILL for the reaper's whole subtree.
+struct Kill {
+  kill_at: Instant,
+  killed: bool,
+  give_up_at: Option<Instant>,
+  next_check: Instant,
+  checks: u32,
+}
+
+const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
+
+impl Kill {
+  /// `except`: a pid the SIGTERM spares (see `Job::spare_leader`).
+  fn start(grace: Duration, tree: &mut Tree, except: Option<i32>) -> Kill {
+    let now = Instant::now();
+    let mut kill = Kill {
+      kill_at: now + grace,
+      killed: false,
+      give_up_at: None,
+      next_check: now + backoff(0),
+      checks: 0,
+    };
+    if grace.is_zero() {
+      kill.kill(tree);
+    } else {
+      match except {
+        Some(pid) => tree.signal_except(Signal::SIGTERM, NO_SPARE, pid),
+        None => tree.signal(Signal::SIGTERM, NO_SPARE),
+      };
+    }
+    kill
+  }
+
+  fn kill(&mut self, tree: &mut Tree) {
+    tree.signal(Signal::SIGKILL, NO_SPARE);
+    self.killed = true;
+    self.give_up_at = Some(Instant::now() + REAP_BOUND);
+  }
+
+  fn shorten(&mut self, grace: Duration, tree: &mut Tree) {
+    self.kill_at = self.kill_at.min(Instant::now() + grace);
+    if !self.killed && Instant::now() >= self.kill_at {
+      self.kill(tree);
+    }
+  }
+
+  fn tick(&mut self, now: Instant, tree: &mut Tree) {
+    if !self.killed {
+      if now >= self.kill_at {
+        self.kill(tree);
+      }
+      return;
+    }
+    if now >= self.next_check {
+      // Anything forked between the last scan and the kill: look again.
+      tree.signal(Signal::SIGKILL, NO_SPARE);
+      self.checks += 1;
+      self.next_check = now + backoff(self.checks);
+    }
+  }
+
+  fn next_wake(&self) -> Option<Instant> {
+    if self.killed {
+      earliest([Some(self.next_check), self.give_up_at])
+    } else {
+      Some(self.kill_at)
+    }
+  }
+}

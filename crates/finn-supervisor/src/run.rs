@@ -1,0 +1,1069 @@
+//! One job through a reaper, from the addon's side: the same inputs and `Finished` as
+//! [`finn_exec::run_blocking`], with the spawn, the waiting and the killing done by the
+//! job's reaper.
+//!
+//! The worker thread creates the pipes, sends `Run` with their write ends, and sleeps in
+//! `ppoll` on the read ends, the reaper's socket and its stop eventfd. It applies the output
+//! cap and the deadline and asks the reaper to terminate; the reaper reports the leader's exit
+//! and, once it has no child left, that the tree is gone. The reaper keeps the deadline too
+//! (see `ToReaper::Run::timeout`), and says so (`TimedOut`) when it was first.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::sys::signal::Signal;
+
+use super::client::{CheckoutError, NUDGE_EVERY, Reaper, Supervisor};
+use super::descendants;
+use super::protocol::{FromReaper, Timeout, ToReaper};
+use finn_exec::capture::{Capture, Pushed, Stream};
+use finn_exec::later::{Later, wake_for};
+use finn_exec::poll::{poll, watch};
+use finn_exec::spawn::classify_exec_error;
+use finn_exec::{
+  EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,
+};
+use finn_isolate::Plan;
+
+/// Why a job through the supervisor did not finish.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+  /// The command could not be started (a result for the caller: exit code 126/127).
+  #[error(transparent)]
+  Spawn(#[from] SpawnError),
+  /// The supervisor or the job's reaper failed or died: the job's tree is killed by whichever
+  /// of them is left, and the job rejects with `WORKER_CRASHED`.
+  #[error("{0}")]
+  Crashed(String),
+}
+
+const READ_CHUNK: usize = 32 * 1024;
+/// Reads per pipe per wake-up, so a flooding stream cannot starve the other checks.
+const READS_PER_WAKE: usize = 16;
+/// Reads of the final drain once the tree is gone: every writer is dead, so this only bounds
+/// a writer outside the tree that was handed the pipe.
+const FINAL_READS: usize = 1024;
+/// The same bound for a job finished on Node's thread (`stop: None` in [`resume`]): a writer
+/// outside the tree (another job's command handed the pipe) could otherwise keep Node's thread
+/// reading 32 MiB; this is 2 MiB, about a millisecond.
+const FINAL_READS_INLINE: usize = 64;
+/// Reapers that may turn out retired (or dead) under one job before it gives up. Each try
+/// takes another idle reaper, and a freshly forked one does not retire before its first job:
+/// this only bounds a supervisor that misbehaves.
+const MAX_RETIRED: usize = 64;
+
+/// Runs `spec` through one of `supervisor`'s reapers on the calling thread. `on_spawn` gets the
+/// reaper's pid once the command runs: every process of the job's tree is a descendant of it
+/// (see [`kill_trees_now`]). Once the leader exits, the rest of its tree is killed after
+/// `drain`.
+/// `later` is done once the job is on its way to a reaper if it is due by then (before the
+/// reaper has answered), else by its due time from the job's waits. The pool sends the
+/// previous jobs' replies there: the wake-up of Node's thread then overlaps with the reaper's
+/// start of this one instead of coming before it.
+#[allow(clippy::too_many_arguments)]
+pub fn run_blocking<R>(
+  supervisor: &Supervisor,
+  spec: &SpawnSpec,
+  isolation: Option<&Plan>,
+  limits: &Limits,
+  drain: Duration,
+  stop: &StopCell<R>,
+  later: &mut dyn Later,
+  on_spawn: impl FnOnce(i32),
+) -> Result<Finished<R>, RunError> {
+  let outgoing = Outgoing::new(spec, isolation, limits, drain, Duration::ZERO)?;
+  let (reaper, outgoing) = outgoing.send(supervisor, spec, isolation, later)?;
+  resume(
+    supervisor,
+    reaper,
+    outgoing,
+    spec,
+    isolation,
+    limits,
+    Some(stop),
+    later,
+    on_spawn,
+  )
+}
+
+/// A job's `Run` frame with the pipes it carries: built once, sent to one reaper (or, when a
+/// reaper turns out retired, to the next).
+pub struct Outgoing {
+  run: Vec<u8>,
+  /// The pipes' write ends, kept until a reaper has answered: a retired reaper closes its
+  /// socket with them unread, and the next one needs them again.
+  writes: Option<(OwnedFd, OwnedFd)>,
+  reads: (OwnedFd, OwnedFd),
+  started: Instant,
+  /// The last reaper it went to had closed before reading it (it retired): nothing started.
+  unread: bool,
+}
+
+impl Outgoing {
+  /// `linger`: how long the reaper polls for its next job after this one (see
+  /// `ToReaper::Run::linger_us`). The reaper gets the job's deadline and grace from `limits`.
+  pub fn new(
+    spec: &SpawnSpec,
+    isolation: Option<&Plan>,
+    limits: &Limits,
+    drain: Duration,
+    linger: Duration,
+  ) -> Result<Outgoing, RunError> {
+    let started = Instant::now();
+    let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+    let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+    // The write ends must block in the child: clear O_NONBLOCK on them (it is per open file).
+    for w in [&out_w, &err_w] {
+      nix::fcntl::fcntl(w, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+        .map_err(|e| SpawnError::Setup(e.into()))?;
+    }
+    Ok(Outgoing {
+      run: ToReaper::encode_run(
+        spec,
+        drain.as_millis() as u64,
+        linger.as_micros().min(u32::MAX as u128) as u32,
+        Timeout::of(limits.timeout, limits.kill_grace),
+        isolation,
+      ),
+      writes: Some((out_w, err_w)),
+      reads: (out_r, err_r),
+      started,
+      unread: false,
+    })
+  }
+
+  /// The size of the `Run` frame.
+  pub fn frame_len(&self) -> usize {
+    self.run.len()
+  }
+
+  /// The pipes' write ends, then the fds that passed the check (see `Plan::checked`).
+  fn fds(&self, isolation: Option<&Plan>) -> Vec<RawFd> {
+    let (out_w, err_w) = self.writes.as_ref().expect("kept until an answer");
+    let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
+    fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
+    fds
+  }
+
+  /// Sends the frame to `reaper`; false when it had closed (retired) before reading it.
+  fn send_to(&self, reaper: &Reaper, isolation: Option<&Plan>) -> io::Result<bool> {
+    match reaper.conn.send(&self.run, &self.fds(isolation)) {
+      // The reaper closed before reading the whole frame, so it cannot have started it.
+      Err(e) if e.raw_os_error() == Some(libc::EPIPE) => Ok(false),
+      Err(e) => Err(e),
+      Ok(()) => Ok(true),
+    }
+  }
+
+  /// Sends the job to a reaper (starting the supervisor or a reaper if needed), blocking,
+  /// and returns the reaper it went to (no reaper to be had for `spec` is its spawn failure).
+  /// `later` is done once it is on its way, if due by then.
+  pub fn send(
+    self,
+    supervisor: &Supervisor,
+    spec: &SpawnSpec,
+    isolation: Option<&Plan>,
+    later: &mut dyn Later,
+  ) -> Result<(Reaper, Outgoing), RunError> {
+    let reaper = supervisor
+      .checkout(supervisor.landlock_for(isolation.is_some()))
+      .map_err(|e| checkout_failed(e, spec))?;
+    match self.send_to(&reaper, isolation) {
+      Ok(sent) => {
+        later.run_if_due();
+        // Unread, it reads as the `Retired` it is: `resume` takes another reaper.
+        Ok((
+          reaper,
+          Outgoing {
+            unread: !sent,
+            ..self
+          },
+        ))
+      }
+      Err(e) => Err(crashed(&reaper, &e)),
+    }
+  }
+
+  /// Sends the job to an idle reaper without blocking (the frame must be small: an idle
+  /// reaper's socket is empty, so it never fills). `Err` gives the job back when no idle
+  /// reaper is at hand or the one taken had closed; nothing was started then.
+  pub fn send_to_idle(
+    self,
+    supervisor: &Supervisor,
+    isolation: Option<&Plan>,
+  ) -> Result<(Reaper, Outgoing), Outgoing> {
+    let Some(reaper) = supervisor.checkout_idle(supervisor.landlock_for(isolation.is_some()))
+    else {
+      return Err(self);
+    };
+    match self.send_to(&reaper, isolation) {
+      Ok(true) => Ok((reaper, self)),
+      _ => Err(self),
+    }
+  }
+}
+
+/// A checkout's failure as the job's: a reaper that could not be made is a spawn failure
+/// (exit code 126, the process limit named), a failed supervisor a crash.
+fn checkout_failed(e: CheckoutError, spec: &SpawnSpec) -> RunError {
+  match e {
+    CheckoutError::Failed(msg) => RunError::Crashed(msg),
+    CheckoutError::NoReaper(source) => classify_exec_error(spec, source).into(),
+  }
+}
+
+fn crashed(reaper: &Reaper, e: &dyn std::fmt::Display) -> RunError {
+  RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
+}
+
+/// What a reaper has answered so far, read without waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answered {
+  /// The whole end of the job is there: [`resume`] runs to the end without blocking.
+  Ended,
+  /// Only progress (the spawn, the leader's exit) or nothing yet.
+  Running,
+  /// Anything else: a retired or failed reaper, a spawn failure, garbage. [`resume`] deals
+  /// with it.
+  Other,
+}
+
+/// Reads what `reaper`'s socket has now, without waiting, and says how far its job got.
+pub fn answered_now(reaper: &mut Reaper) -> Answered {
+  if !matches!(reaper.conn.fill_now(), Ok(true)) {
+    return Answered::Other;
+  }
+  let mut answered = Answered::Running;
+  let peeked = reaper.conn.peek_frames(|frame| {
+    answered = match (answered, FromReaper::decode(frame)) {
+      (Answered::Other, _) => Answered::Other,
+      (_, Ok(FromReaper::TreeGone)) => Answered::Ended,
+      (a, Ok(FromReaper::Spawned { .. } | FromReaper::TimedOut | FromReaper::Exited(_))) => a,
+      _ => Answered::Other,
+    }
+  });
+  if peeked.is_err() {
+    return Answered::Other;
+  }
+  answered
+}
+
+/// The rest of [`run_blocking`] once the job is on its way to `reaper`: its first answer,
+/// the job's supervision until the tree is gone, and the final drain of the pipes. `stop` is
+/// `None` only when the reaper's whole answer is already read ([`Answered::Ended`]): nothing
+/// is waited for then, and no stop request could change the outcome. `later` is done from the
+/// waits once due (see [`run_blocking`]).
+#[allow(clippy::too_many_arguments)]
+pub fn resume<R>(
+  supervisor: &Supervisor,
+  mut reaper: Reaper,
+  mut outgoing: Outgoing,
+  spec: &SpawnSpec,
+  isolation: Option<&Plan>,
+  limits: &Limits,
+  stop: Option<&StopCell<R>>,
+  later: &mut dyn Later,
+  on_spawn: impl FnOnce(i32),
+) -> Result<Finished<R>, RunError> {
+  let stop_fd = match stop {
+    Some(stop) => Some(stop.attach().map_err(SpawnError::Setup)?),
+    None => None,
+  };
+  struct Detach<'a, R>(Option<&'a StopCell<R>>);
+  impl<R> Drop for Detach<'_, R> {
+    fn drop(&mut self) {
+      if let Some(stop) = self.0 {
+        stop.detach();
+      }
+    }
+  }
+  let _detach = Detach(stop);
+  let started = outgoing.started;
+  let deadline = limits.timeout.and_then(|t| started.checked_add(t));
+  let mut retired = 0;
+  // The addon killed the tree itself while its reaper did not answer (see `first_answer`).
+  let mut killed = false;
+  let first = loop {
+    let reply = if std::mem::take(&mut outgoing.unread) {
+      Ok(FromReaper::Retired)
+    } else {
+      first_answer(
+        supervisor,
+        &mut reaper,
+        deadline,
+        limits.kill_grace,
+        stop_fd,
+        &mut killed,
+        later,
+      )
+    };
+    match reply {
+      // An idle reaper retiring as the job came: the job was not started; take another.
+      Ok(FromReaper::Retired) if retired < MAX_RETIRED => {
+        retired += 1;
+        reaper = supervisor
+          .checkout(supervisor.landlock_for(isolation.is_some()))
+          .map_err(|e| checkout_failed(e, spec))?;
+        match outgoing.send_to(&reaper, isolation) {
+          Ok(true) => {}
+          Ok(false) => outgoing.unread = true,
+          Err(e) => return Err(crashed(&reaper, &e)),
+        }
+      }
+      Ok(msg) => break msg,
+      Err(e) => return Err(crashed(&reaper, &e)),
+    }
+  };
+  // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
+  drop(outgoing.writes.take());
+  let (out_r, err_r) = outgoing.reads;
+  match first {
+    FromReaper::Spawned { .. } => {}
+    FromReaper::SpawnFailed { errno } => {
+      supervisor.checkin(reaper);
+      return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
+    }
+    other => {
+      return Err(crashed(
+        &reaper,
+        &format!("unexpected {other:?} after {retired} retired reaper(s)"),
+      ));
+    }
+  }
+  on_spawn(reaper.pid);
+  let mut job = Job {
+    pipes: [(Some(out_r), Stream::Stdout), (Some(err_r), Stream::Stderr)],
+    capture: Capture::new(limits.max_output_bytes),
+    buf: Vec::new(),
+    status: None,
+    tree_gone: false,
+    retired: false,
+  };
+  let outcome = job.supervise(
+    supervisor,
+    &mut reaper,
+    limits,
+    (stop, stop_fd),
+    started,
+    killed,
+    later,
+  );
+  let ended_by = match outcome {
+    Ok(ended_by) => ended_by,
+    Err(e) => return Err(crashed(&reaper, &e)),
+  };
+  let mut survivors = Vec::new();
+  if job.tree_gone {
+    if !job.retired {
+      supervisor.checkin(reaper);
+    }
+  } else {
+    // Past the reap bound: list what is left, and let this reaper go (it keeps killing and
+    // exits; the supervisor inherits anything it leaves).
+    survivors = descendants::descendants(&finn_exec::tree::scan(), reaper.pid, &|_| false)
+      .iter()
+      .map(|p| p.pid)
+      .collect();
+    tracing::warn!(?survivors, "processes survived SIGKILL past the reap bound");
+  }
+  for (pipe, stream) in &mut job.pipes {
+    let final_reads = if stop.is_some() {
+      FINAL_READS
+    } else {
+      FINAL_READS_INLINE
+    };
+    for _ in 0..final_reads {
+      if pipe.is_none() || !drain_once(pipe, *stream, &mut job.capture, &mut job.buf) {
+        break;
+      }
+    }
+  }
+  let (stdout, stderr, truncated) = job.capture.finish();
+  Ok(Finished {
+    status: job.status,
+    stdout,
+    stderr,
+    truncated,
+    ended_by,
+    duration: started.elapsed(),
+    survivors,
+  })
+}
+
+/// SIGKILLs every process of the jobs run by the reapers `reaper_pids` now, and waits (up to
+/// [`EXIT_KILL_WAIT`]) until they are dead: for the host's exit, when nothing will be awaited
+/// any more. Without the wait, a victim not yet scheduled (SIGKILL pending, on a busy CPU)
+/// would still be running after Node has gone.
+pub fn kill_trees_now(reaper_pids: &[i32]) {
+  descendants::kill_and_wait(reaper_pids, Instant::now() + EXIT_KILL_WAIT);
+}
+
+/// How long the host's exit waits for the trees it SIGKILLed to be gone; bounds a process in
+/// uninterruptible sleep (the reapers still finish the job once the host is gone).
+pub const EXIT_KILL_WAIT: Duration = Duration::from_millis(200);
+
+/// The reaper's first answer to a `Run`. Past the job's deadline (or once a stop is asked)
+/// without one, the command may have stopped its reaper and the supervisor (it runs as their
+/// user, and SIGSTOP cannot be blocked): they are sent SIGCONT every [`NUDGE_EVERY`], and once
+/// the grace has passed too, the addon SIGKILLs the reaper's tree itself (and sets `killed`).
+/// Past that by [`REAP_BOUND`], the reaper counts as failed.
+fn first_answer(
+  supervisor: &Supervisor,
+  reaper: &mut Reaper,
+  deadline: Option<Instant>,
+  grace: Duration,
+  stop_fd: Option<RawFd>,
+  killed: &mut bool,
+  later: &mut dyn Later,
+) -> io::Result<FromReaper> {
+  let mut due = deadline;
+  let mut stop_pending = stop_fd.is_some();
+  loop {
+    if let Some(frame) = reaper.conn.take_frame()? {
+      return FromReaper::decode(&frame);
+    }
+    if reaper.conn.at_eof() {
+      return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
+    }
+    let now = Instant::now();
+    if let Some(at) = due
+      && now >= at
+    {
+      nudge(supervisor, reaper);
+      if now >= at + grace + FALLBACK_AFTER {
+        descendants::kill_now(reaper.pid, &|_| false);
+        *killed = true;
+      }
+      if now >= at + grace + REAP_BOUND {
+        return Err(io::Error::new(
+          io::ErrorKind::TimedOut,
+          "it stopped answering",
+        ));
+      }
+    }
+    let wake = due.map(|at| if now >= at { now + NUDGE_EVERY } else { at });
+    let mut fds = [
+      watch(Some(reaper.conn.raw())),
+      watch(stop_fd.filter(|_| stop_pending)),
+    ];
+    poll(&mut fds, wake_for(wake, later));
+    later.run_if_due();
+    if fds[0].revents != 0 {
+      reaper.conn.fill()?;
+    }
+    if fds[1].revents != 0 {
+      // Left for `supervise` to take; from now on it counts as a deadline (now: after the
+      // poll, not before it, or the grace would seem to have passed already).
+      stop_pending = false;
+      let asked = Instant::now();
+      due = Some(due.map_or(asked, |at| at.min(asked)));
+    }
+  }
+}
+
+/// SIGCONTs the job's reaper and the supervisor (harmless when they run). The command runs as
+/// their user and may have stopped them; the supervisor also continues a reaper it sees
+/// stopped, but not itself.
+fn nudge(supervisor: &Supervisor, reaper: &Reaper) {
+  let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(reaper.pid), Signal::SIGCONT);
+  supervisor.nudge();
+}
+
+/// How long after the SIGKILL was due the addon kills the reaper's tree itself, when the
+/// reaper has not reported it gone (it may be stopped again and again).
+const FALLBACK_AFTER: Duration = Duration::from_millis(100);
+
+struct Job {
+  pipes: [(Option<OwnedFd>, Stream); 2],
+  capture: Capture,
+  buf: Vec<u8>,
+  status: Option<ExitStatus>,
+  tree_gone: bool,
+  /// The reaper retired after the job (idle past its limit before we read the end).
+  retired: bool,
+}
+
+/// What the addon has asked the reaper for.
+struct Asked {
+  /// When SIGKILL is due (as asked), for the reap bound.
+  kill_at: Instant,
+}
+
+impl Job {
+  /// Until the tree is gone (or past the reap bound after a termination). `Err` when the
+  /// reaper failed. `killed`: the addon killed the tree before the reaper's first answer, past
+  /// the deadline or a stop request; the job ends by that, whatever the reaper reports after
+  /// (a tree killed so reads as the leader's exit by SIGKILL). `later` is done once due.
+  #[allow(clippy::too_many_arguments)]
+  fn supervise<R>(
+    &mut self,
+    supervisor: &Supervisor,
+    reaper: &mut Reaper,
+    limits: &Limits,
+    (stop, stop_fd): (Option<&StopCell<R>>, Option<RawFd>),
+    started: Instant,
+    killed: bool,
+    later: &mut dyn Later,
+  ) -> io::Result<EndedBy<R>> {
+    let deadline = limits.timeout.and_then(|t| started.checked_add(t));
+    let mut stop_pending = true;
+    let mut ended_by: Option<EndedBy<R>> = None;
+    if killed {
+      let request = match (stop, stop_fd) {
+        (Some(stop), Some(fd)) => stop.take(fd),
+        _ => None,
+      };
+      stop_pending = request.is_none();
+      ended_by = Some(request.map_or(EndedBy::Timeout, |r| EndedBy::Stopped(r.reason)));
+    }
+    let mut asked: Option<Asked> = None;
+    let terminate = |reaper: &mut Reaper, asked: &mut Option<Asked>, grace: Duration| {
+      let kill_at = Instant::now() + grace;
+      match asked {
+        Some(a) if a.kill_at <= kill_at => return Ok(()),
+        Some(a) => a.kill_at = kill_at,
+        None => *asked = Some(Asked { kill_at }),
+      }
+      let msg = ToReaper::Terminate {
+        grace_ms: grace.as_millis() as u64,
+      };
+      nudge(supervisor, reaper);
+      reaper.conn.send(&msg.encode(), &[])
+    };
+    loop {
+      while let Some(frame) = reaper.conn.take_frame()? {
+        match FromReaper::decode(&frame)? {
+          FromReaper::Exited(status) => self.status = Some(status),
+          // The reaper kept the deadline before the addon did (or while it could not).
+          FromReaper::TimedOut => {
+            ended_by.get_or_insert(EndedBy::Timeout);
+          }
+          FromReaper::TreeGone => self.tree_gone = true,
+          // The reaper went idle after this job and retired before the addon read the
+          // `TreeGone` in front of it: the job is over, and the reaper is not checked in.
+          FromReaper::Retired if self.tree_gone => self.retired = true,
+          other => {
+            return Err(io::Error::new(
+              io::ErrorKind::InvalidData,
+              format!("unexpected {other:?} while the job ran"),
+            ));
+          }
+        }
+      }
+      if self.tree_gone {
+        return Ok(ended_by.unwrap_or(EndedBy::Exit));
+      }
+      let now = Instant::now();
+      if let Some(a) = &asked
+        && now >= a.kill_at + FALLBACK_AFTER
+      {
+        // The reaper has not reported the tree gone: it may be stopped (again and again).
+        nudge(supervisor, reaper);
+        descendants::kill_now(reaper.pid, &|_| false);
+        if now >= a.kill_at + REAP_BOUND {
+          return Ok(ended_by.unwrap_or(EndedBy::Exit));
+        }
+      }
+      // The deadline counts until the leader exits; after that the drain bounds the rest.
+      let deadline = deadline.filter(|_| self.status.is_none() && asked.is_none());
+      if let Some(at) = deadline
+        && now >= at
+      {
+        ended_by = Some(EndedBy::Timeout);
+        terminate(reaper, &mut asked, limits.kill_grace)?;
+        continue;
+      }
+      let wake = match &asked {
+        Some(a) if now >= a.kill_at + FALLBACK_AFTER => Some(now + NUDGE_EVERY),
+        Some(a) => Some(a.kill_at + FALLBACK_AFTER),
+        None => deadline,
+      };
+      let mut fds = [
+        watch(self.pipes[0].0.as_ref().map(AsRawFd::as_raw_fd)),
+        watch(self.pipes[1].0.as_ref().map(AsRawFd::as_raw_fd)),
+        watch(Some(reaper.conn.raw())),
+        watch(stop_fd.filter(|_| stop_pending)),
+      ];
+      poll(&mut fds, wake_for(wake, later));
+      later.run_if_due();
+      for (slot, (pipe, stream)) in self.pipes.iter_mut().enumerate() {
+        if fds[slot].revents != 0
+          && drain(pipe, *stream, &mut self.capture, &mut self.buf)
+          && ended_by.is_none()
+        {
+          ended_by = Some(EndedBy::OutputLimit);
+          terminate(reaper, &mut asked, Duration::ZERO)?;
+        }
+      }
+      if fds[2].revents != 0 && !reaper.conn.fill()? {
+        return Err(io::Error::new(
+          io::ErrorKind::UnexpectedEof,
+          "it exited mid-job",
+        ));
+      }
+      if fds[3].revents != 0
+        && let (Some(stop), Some(fd)) = (stop, stop_fd)
+        && let Some(request) = stop.take(fd)
+      {
+        stop_pending = false;
+        if ended_by.is_none() {
+          ended_by = Some(EndedBy::Stopped(request.reason));
+        }
+        // Already terminating: this only brings the SIGKILL forward.
+        terminate(reaper, &mut asked, request.grace)?;
+      }
+    }
+  }
+}
+
+/// Reads what the pipe has now (a bounded number of reads); closes it at EOF or on an error.
+/// Returns true when this went over the output cap.
+fn drain(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> bool {
+  let mut overflowed = false;
+  for _ in 0..READS_PER_WAKE {
+    if pipe.is_none() {
+      break;
+    }
+    match read_once(pipe, stream, capture, buf) {
+      Some(o) => overflowed |= o,
+      None => break,
+    }
+  }
+  overflowed
+}
+
+/// One read for the final drain: false once nothing more is there.
+fn drain_once(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> bool {
+  read_once(pipe, stream, capture, buf).is_some()
+}
+
+/// One read into `capture`. `Some(overflowed)` after a read of data; `None` when the pipe
+/// had nothing (EAGAIN) or ended (then it is closed).
+fn read_once(
+  pipe: &mut Option<OwnedFd>,
+  stream: Stream,
+  capture: &mut Capture,
+  buf: &mut Vec<u8>,
+) -> Option<bool> {
+  let fd = pipe.as_ref()?;
+  if buf.capacity() < READ_CHUNK {
+    buf.reserve_exact(READ_CHUNK);
+  }
+  loop {
+    buf.clear();
+    let spare = buf.spare_capacity_mut();
+    // SAFETY: reads at most `spare.len()` bytes into the vector's spare capacity.
+    let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
+    if n > 0 {
+      // SAFETY: the kernel initialised the first `n` bytes.
+      unsafe { buf.set_len(n as usize) };
+      return Some(capture.push(stream, buf) == Pushed::Overflowed);
+    }
+    if n < 0 && Errno::last() == Errno::EINTR {
+      continue;
+    }
+    if n < 0 && Errno::last() == Errno::EAGAIN {
+      return None;
+    }
+    // EOF or a read error: this stream is done.
+    *pipe = None;
+    return None;
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use finn_exec::later::Nothing;
+
+  /// `supervise` without a stop cell, a kill before the first answer, or deferred work.
+  fn supervise_plain(
+    job: &mut Job,
+    sup: &Supervisor,
+    reaper: &mut Reaper,
+    limits: &Limits,
+    start: Instant,
+  ) -> io::Result<EndedBy<()>> {
+    job.supervise::<()>(
+      sup,
+      reaper,
+      limits,
+      (None, None),
+      start,
+      false,
+      &mut Nothing,
+    )
+  }
+  use crate::wire::{self, Conn};
+
+  /// What `answered_now` says after the reaper's side sent `frames` (and closed, if `close`).
+  fn answered_after(frames: &[&[u8]], close: bool) -> Answered {
+    let (ours, theirs) = wire::pair().unwrap();
+    let theirs = Conn::new(theirs);
+    if !frames.is_empty() {
+      theirs.send_all(frames).unwrap();
+    }
+    let _open = (!close).then_some(theirs);
+    answered_now(&mut Reaper::on(0, Conn::new(ours)))
+  }
+
+  /// Only a whole, well-formed end lets a job finish on Node's thread without waiting: any
+  /// other answer goes to a worker thread, where waiting is allowed. A `TreeGone` behind
+  /// something else (a retirement, a failed spawn, garbage) must not pass for an end: the
+  /// inline finish would then wait on Node's thread for a reaper that is not running the job.
+  #[test]
+  fn only_a_whole_end_reads_as_ended() {
+    let spawned = FromReaper::Spawned { pid: 7 }.encode();
+    let exited = FromReaper::Exited(ExitStatus::Exited(0)).encode();
+    let gone = FromReaper::TreeGone.encode();
+    let retired = FromReaper::Retired.encode();
+    let failed = FromReaper::SpawnFailed { errno: 2 }.encode();
+    let timed_out = FromReaper::TimedOut.encode();
+    let garbage = [0xEEu8, 1, 2];
+    let cases: [(&[&[u8]], bool, Answered); 11] = [
+      (&[], false, Answered::Running),
+      (&[&spawned], false, Answered::Running),
+      (&[&spawned, &exited], false, Answered::Running),
+      (&[&spawned, &timed_out], false, Answered::Running),
+      (
+        &[&spawned, &timed_out, &exited, &gone],
+        false,
+        Answered::Ended,
+      ),
+      (&[&spawned, &exited, &gone], false, Answered::Ended),
+      (&[&spawned, &exited, &gone], true, Answered::Ended),
+      (&[&retired, &gone], false, Answered::Other),
+      (&[&failed, &gone], false, Answered::Other),
+      (&[&spawned, &garbage, &gone], false, Answered::Other),
+      (&[], true, Answered::Other),
+    ];
+    for (i, (frames, close, want)) in cases.into_iter().enumerate() {
+      assert_eq!(answered_after(frames, close), want, "case {i}");
+    }
+  }
+
+  /// A process standing in for a reaper that never answers: a shell (`pid`) with one child
+  /// (`child`). Both are killed when it is dropped, however the test ends.
+  struct FakeReaper {
+    shell: std::process::Child,
+    pid: i32,
+    child: i32,
+  }
+
+  impl FakeReaper {
+    fn start() -> FakeReaper {
+      let (shell, child) = super::descendants::tests::shell("sleep 1000 & echo $!; wait");
+      let pid = shell.id() as i32;
+      FakeReaper { shell, pid, child }
+    }
+  }
+
+  impl Drop for FakeReaper {
+    fn drop(&mut self) {
+      let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child), Signal::SIGKILL);
+      let _ = self.shell.kill();
+      let _ = self.shell.wait();
+    }
+  }
+
+  /// A job being supervised with `stdout` as its only open pipe, a 1 KiB cap.
+  fn job_reading(stdout: Option<OwnedFd>) -> Job {
+    Job {
+      pipes: [(stdout, Stream::Stdout), (None, Stream::Stderr)],
+      capture: Capture::new(1024),
+      buf: Vec::new(),
+      status: None,
+      tree_gone: false,
+      retired: false,
+    }
+  }
+
+  /// A reaper that takes the job but never reports its tree gone (stopped again and again,
+  /// say): past the deadline it is asked to terminate; once the grace and [`FALLBACK_AFTER`]
+  /// have passed (not before) the addon SIGKILLs its tree itself; and the job ends as a
+  /// timeout at the grace plus [`REAP_BOUND`]. Takes about 10.5 s, the bound itself.
+  #[test]
+  fn a_job_whose_tree_is_never_reported_gone_is_killed_then_given_up() {
+    let reaper_process = FakeReaper::start();
+    let (fake, child) = (reaper_process.pid, reaper_process.child);
+    let (ours, theirs) = wire::pair().unwrap();
+    // Output during the grace wakes the addon between its planned wake-ups: the kill must
+    // still wait for the grace and FALLBACK_AFTER.
+    let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+    let (timeout, grace) = (Duration::from_millis(200), Duration::from_millis(300));
+    let start = Instant::now();
+    let supervising = std::thread::spawn(move || {
+      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+      let mut reaper = Reaper::on(fake, Conn::new(ours));
+      let mut job = job_reading(Some(out_r));
+      let limits = Limits {
+        timeout: Some(timeout),
+        max_output_bytes: 1024,
+        kill_grace: grace,
+      };
+      let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
+      (ended, start.elapsed(), job.tree_gone)
+    });
+    let kill_at = timeout + grace;
+    // Within the grace, after kill_at - FALLBACK_AFTER: a kill now would be early.
+    std::thread::sleep(
+      (start + kill_at - FALLBACK_AFTER / 5).saturating_duration_since(Instant::now()),
+    );
+    nix::unistd::write(&out_w, b"still here\n").unwrap();
+    let killed = dead_after(child, start, Duration::from_secs(5));
+    assert!(
+      killed >= kill_at + FALLBACK_AFTER
+        && killed < kill_at + FALLBACK_AFTER + Duration::from_millis(500),
+      "the tree was killed {killed:?} after the start"
+    );
+    let (ended, gave_up, tree_gone) = supervising.join().unwrap();
+    assert!(matches!(ended, Ok(EndedBy::Timeout)), "{ended:?}");
+    assert!(!tree_gone);
+    assert!(
+      gave_up >= kill_at + REAP_BOUND && gave_up < kill_at + REAP_BOUND + Duration::from_secs(2),
+      "gave up after {gave_up:?}"
+    );
+    // The reaper was asked to terminate with the job's grace.
+    let mut theirs = Conn::new(theirs);
+    let frame = theirs.recv().unwrap().expect("a Terminate");
+    assert!(matches!(
+      ToReaper::decode(&frame),
+      Ok(ToReaper::Terminate { grace_ms: 300 })
+    ));
+  }
+
+  /// A `Retired` is the end of a reaper only behind its job's `TreeGone`. Before it, the reaper
+  /// is confused (or the frames forged): the job fails at once as a crashed reaper, instead of
+  /// waiting for a `TreeGone` that will not come (with the guard gone, this waited for the
+  /// timeout, the grace and the 10 s reap bound, then settled as a timeout).
+  #[test]
+  fn a_retirement_in_the_middle_of_a_job_fails_it_at_once() {
+    let fake = FakeReaper::start();
+    let (ours, theirs) = wire::pair().unwrap();
+    let theirs = Conn::new(theirs);
+    theirs.send_all(&[&FromReaper::Retired.encode()]).unwrap();
+    let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+    let mut reaper = Reaper::on(fake.pid, Conn::new(ours));
+    let mut job = job_reading(None);
+    let limits = Limits {
+      timeout: Some(Duration::from_millis(200)),
+      max_output_bytes: 1024,
+      kill_grace: Duration::from_millis(100),
+    };
+    let start = Instant::now();
+    let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
+    let took = start.elapsed();
+    let err = ended.expect_err("a retirement before TreeGone");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    assert!(!job.retired && !job.tree_gone);
+  }
+
+  /// A job whose reaper kept the deadline (its `TimedOut` before the leader's end) is a
+  /// timeout, even when the addon's own deadline is far (it could not look in time); an
+  /// output cap hit first stays what ended it.
+  #[test]
+  fn a_deadline_kept_by_the_reaper_ends_the_job_as_a_timeout() {
+    let frames = [
+      FromReaper::TimedOut.encode(),
+      FromReaper::Exited(ExitStatus::Signaled(libc::SIGTERM)).encode(),
+      FromReaper::TreeGone.encode(),
+    ];
+    let limits = Limits {
+      timeout: Some(Duration::from_secs(60)),
+      max_output_bytes: 4,
+      kill_grace: Duration::ZERO,
+    };
+    let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+    for flood in [false, true] {
+      let (ours, theirs) = wire::pair().unwrap();
+      let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK).unwrap();
+      if flood {
+        nix::unistd::write(&out_w, b"more than four bytes").unwrap();
+      }
+      drop(out_w);
+      let mut job = job_reading(Some(out_r));
+      job.capture = Capture::new(4);
+      // Flooded, the reaper's frames come once the addon has asked it to terminate for the
+      // cap: the cap is seen before the `TimedOut`.
+      let mut theirs = Conn::new(theirs);
+      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let frames = frames.clone();
+      let sent = std::thread::spawn(move || {
+        if flood {
+          let asked = theirs.recv().unwrap().expect("a Terminate");
+          assert!(matches!(
+            ToReaper::decode(&asked),
+            Ok(ToReaper::Terminate { grace_ms: 0 })
+          ));
+        }
+        theirs
+          .send_all(&[&frames[0], &frames[1], &frames[2]])
+          .unwrap();
+        theirs
+      });
+      let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, Instant::now());
+      let want = if flood {
+        EndedBy::OutputLimit
+      } else {
+        EndedBy::Timeout
+      };
+      assert_eq!(ended.unwrap(), want);
+      assert_eq!(job.status, Some(ExitStatus::Signaled(libc::SIGTERM)));
+      drop(sent.join().unwrap());
+    }
+  }
+
+  /// The state letter of `pid` from /proc (`None`: gone).
+  fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+  }
+
+  /// Polls /proc until `pid` is dead (a zombie or gone); the time it took from `since`.
+  fn dead_after(pid: i32, since: Instant, bound: Duration) -> Duration {
+    while state(pid).is_some_and(|s| s != 'Z' && s != 'X') {
+      assert!(since.elapsed() < bound, "{pid} still alive after {bound:?}");
+      std::thread::sleep(Duration::from_millis(2));
+    }
+    since.elapsed()
+  }
+
+  /// A reaper that never answers its `Run` (here a stopped shell with a child, on a socket
+  /// nobody writes): past the deadline it is continued at once, its tree is SIGKILLed by the
+  /// addon once the grace and [`FALLBACK_AFTER`] have passed (not before: the reaper's own
+  /// TERM and grace come first when it answers), and the wait gives up only at the grace plus
+  /// [`REAP_BOUND`]. Takes about 10.5 s, the bound itself.
+  #[test]
+  fn a_reaper_that_never_answers_is_continued_then_its_tree_killed_then_given_up() {
+    let reaper_process = FakeReaper::start();
+    let (fake, child) = (reaper_process.pid, reaper_process.child);
+    let pid = nix::unistd::Pid::from_raw(fake);
+    nix::sys::signal::kill(pid, Signal::SIGSTOP).unwrap();
+    while state(fake) != Some('T') {
+      std::thread::sleep(Duration::from_millis(1));
+    }
+    let (ours, theirs) = wire::pair().unwrap();
+    let grace = Duration::from_millis(500);
+    let start = Instant::now();
+    let waiting = std::thread::spawn(move || {
+      // Never started: nudging it does nothing, the reaper gets the SIGCONTs.
+      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+      let mut reaper = Reaper::on(fake, Conn::new(ours));
+      let mut killed = false;
+      let answer = first_answer(
+        &sup,
+        &mut reaper,
+        Some(start),
+        grace,
+        None,
+        &mut killed,
+        &mut Nothing,
+      );
+      (answer, start.elapsed(), killed)
+    });
+    // Continued at the first look past the deadline (which is the start).
+    while state(fake) == Some('T') {
+      assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "never continued"
+      );
+      std::thread::sleep(Duration::from_millis(1));
+    }
+    let killed = dead_after(child, start, Duration::from_secs(3));
+    assert!(
+      killed >= grace + FALLBACK_AFTER
+        && killed < grace + FALLBACK_AFTER + Duration::from_millis(500),
+      "the tree was killed {killed:?} after the deadline"
+    );
+    let (answer, gave_up, killed_flag) = waiting.join().unwrap();
+    assert!(killed_flag, "the kill is reported to `supervise`");
+    let err = answer.expect_err("no answer can come");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+      gave_up >= grace + REAP_BOUND && gave_up < grace + REAP_BOUND + Duration::from_secs(2),
+      "gave up after {gave_up:?}"
+    );
+    drop(theirs);
+  }
+
+  /// A job whose tree the addon killed while the reaper had not answered (stopped, and stopped
+  /// again, by its command past the deadline) ends as what the kill was for: the reaper,
+  /// continued, then reports the leader dead by SIGKILL and the tree gone, which alone reads as
+  /// an exit. Past the deadline that is a timeout; after a stop request, that stop (before,
+  /// the job settled `Exit` with the SIGKILL's status: seen by
+  /// `a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_nothing`).
+  #[test]
+  fn a_tree_killed_before_the_first_answer_ends_the_job_as_its_timeout_or_stop() {
+    for (request, want) in [
+      (None, EndedBy::Timeout),
+      (Some("abort"), EndedBy::Stopped("abort")),
+    ] {
+      let (ours, theirs) = wire::pair().unwrap();
+      let frames = [
+        FromReaper::Exited(ExitStatus::Signaled(libc::SIGKILL)).encode(),
+        FromReaper::TreeGone.encode(),
+      ];
+      Conn::new(theirs)
+        .send_all(&[&frames[0], &frames[1]])
+        .unwrap();
+      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
+      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let cell = StopCell::new();
+      let fd = cell.attach().unwrap();
+      if let Some(reason) = request {
+        cell.request(finn_exec::Stop {
+          grace: Duration::ZERO,
+          reason,
+        });
+      }
+      let limits = Limits {
+        timeout: Some(Duration::from_millis(1)),
+        max_output_bytes: 1024,
+        kill_grace: Duration::ZERO,
+      };
+      let mut job = job_reading(None);
+      let ended = job.supervise(
+        &sup,
+        &mut reaper,
+        &limits,
+        (Some(&cell), Some(fd)),
+        Instant::now(),
+        true,
+        &mut Nothing,
+      );
+      assert_eq!(ended.unwrap(), want);
+      assert_eq!(job.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
+      // Not killed by the addon, the same frames are the leader's own end.
+      let (ours, theirs) = wire::pair().unwrap();
+      Conn::new(theirs)
+        .send_all(&[&frames[0], &frames[1]])
+        .unwrap();
+      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let ended = supervise_plain(
+        &mut job_reading(None),
+        &sup,
+        &mut reaper,
+        &limits,
+        Instant::now(),
+      );
+      assert_eq!(ended.unwrap(), EndedBy::Exit);
+      cell.detach();
+    }
+  }
+}
