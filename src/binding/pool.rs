@@ -18,7 +18,9 @@ use super::spec;
 use crate::core::limits::{
   MAX_DURATION_MS, MAX_INTERACTIVE_WORKERS, MAX_QUEUE_DEPTH, MAX_TIMEOUT_MS,
 };
-use crate::core::pool::{self, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
+use crate::core::pool::{
+  self, BinaryProblem, Crashed, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode,
+};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
 /// turns into a PoolError.
@@ -242,14 +244,19 @@ fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> 
     {
       return Ok(None);
     }
-    return Err(PoolError::Crashed("no supervisor binary was given".into()));
+    return Err(PoolError::Crashed(Crashed::NoSupervisorBinary));
   };
-  let bad = |why: String| PoolError::Crashed(format!("supervisor binary {path}: {why}"));
-  let meta = std::fs::metadata(&path).map_err(|e| bad(e.to_string()))?;
-  let c = std::ffi::CString::new(path.as_str()).map_err(|_| bad("NUL in the path".into()))?;
+  let bad = |problem| {
+    PoolError::Crashed(Crashed::SupervisorBinary {
+      path: path.clone().into(),
+      problem,
+    })
+  };
+  let meta = std::fs::metadata(&path).map_err(|e| bad(BinaryProblem::Unreadable(e.into())))?;
+  let c = std::ffi::CString::new(path.as_str()).map_err(|_| bad(BinaryProblem::Nul))?;
   // SAFETY: `c` is a valid NUL-terminated string.
   if !meta.is_file() || unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
-    return Err(bad("not an executable file".into()));
+    return Err(bad(BinaryProblem::NotExecutable));
   }
   Ok(Some(path.into()))
 }

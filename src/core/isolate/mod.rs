@@ -20,7 +20,8 @@ pub use bwrap::{
   Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,
 };
 pub use cgroup::CgroupEvents;
-pub use error::IsolationError;
+pub use child::ChildFailed;
+pub use error::{IsolationError, Layer, LayerFailed, PrepareError};
 pub use landlock::{fence_tracing, scope_signals};
 pub use options::{
   Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::error::Layer;
+
 /// What this host allows, as seen by this process (uid and capabilities included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
@@ -329,10 +331,10 @@ pub fn doctor(p: &Probe) -> Doctor {
       },
     })
   };
-  add("rlimits", true, None, None);
-  add("privileges", true, None, None);
+  add(Layer::Rlimits.as_str(), true, None, None);
+  add(Layer::Privileges.as_str(), true, None, None);
   add(
-    "cgroup",
+    Layer::Cgroup.as_str(),
     p.cgroup.is_some(),
     p.cgroup_reason.clone(),
     Some(
@@ -341,7 +343,7 @@ pub fn doctor(p: &Probe) -> Doctor {
     ),
   );
   add(
-    "landlock",
+    Layer::Landlock.as_str(),
     p.landlock.is_some(),
     Some(match p.landlock_kernel {
       Some(k) => format!("capped to 0 by {LANDLOCK_ABI_MAX_VAR} (the kernel has ABI {k})"),
@@ -362,7 +364,7 @@ pub fn doctor(p: &Probe) -> Doctor {
     );
   }
   add(
-    "seccomp",
+    Layer::Seccomp.as_str(),
     p.seccomp,
     Some("the kernel has no seccomp filter mode".into()),
     Some("CONFIG_SECCOMP_FILTER=y"),
@@ -380,10 +382,15 @@ pub fn doctor(p: &Probe) -> Doctor {
      --security-opt seccomp=<profile>); or run the supervisor as root",
   );
   let ns = p.sys_admin || p.userns;
-  add("userns", p.userns, p.userns_reason.clone(), ns_remedy);
-  add("netns", ns, ns_reason(), ns_remedy);
-  add("mountns", ns, ns_reason(), ns_remedy);
-  add("pidns", ns, ns_reason(), ns_remedy);
+  add(
+    Layer::Userns.as_str(),
+    p.userns,
+    p.userns_reason.clone(),
+    ns_remedy,
+  );
+  add(Layer::Netns.as_str(), ns, ns_reason(), ns_remedy);
+  add(Layer::Mountns.as_str(), ns, ns_reason(), ns_remedy);
+  add(Layer::Pidns.as_str(), ns, ns_reason(), ns_remedy);
   layers.push(super::bwrap::doctor_layer(p));
   Doctor {
     backend: super::bwrap::auto_backend(p),

@@ -6,11 +6,13 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use super::config::JobSpec;
-use super::error::PoolError;
+use super::error::{PoolError, Unavailable};
 use super::state::{Inner, StopReason};
 use crate::core::exec::later::Later;
 use crate::core::exec::{self, EndedBy, Limits, SpawnSpec, StopCell};
-use crate::core::isolate::{IsolationError, IsolationOptions, IsolationReport, Mode, Plan, probe};
+use crate::core::isolate::{
+  IsolationError, IsolationOptions, IsolationReport, LayerFailed, Mode, Plan, probe,
+};
 use crate::core::supervisor;
 
 /// The job's options (or the pool's default) resolved against this host and the job's cwd.
@@ -24,13 +26,16 @@ fn resolve_isolation(
     return Ok(None);
   };
   if !has_supervisor {
-    return Err(PoolError::IsolationUnavailable(
-      "isolation is applied by the supervisor's reaper, and this pool runs without one".into(),
-    ));
+    return Err(PoolError::IsolationUnavailable(Unavailable::NoSupervisor));
   }
   Plan::resolve(opts, Path::new(cwd), &probe().capped(landlock_abi_max)).map_err(|e| match e {
     IsolationError::Options(e) => PoolError::InvalidSpec(format!("spec.{e}")),
-    other => PoolError::IsolationUnavailable(other.to_string()),
+    IsolationError::Unavailable(missing) => {
+      PoolError::IsolationUnavailable(Unavailable::Missing(missing))
+    }
+    IsolationError::Prepare { layer, source } => {
+      PoolError::IsolationUnavailable(Unavailable::Layer(LayerFailed::prepared(layer, &source)))
+    }
   })
 }
 
@@ -296,9 +301,13 @@ pub(super) fn conclude(
     Err(supervisor::RunError::Spawn(e)) => {
       return spawn_failure(e, prepared.limits.max_output_bytes, prepared.started);
     }
-    Err(supervisor::RunError::Crashed(msg)) => {
-      tracing::error!(%msg, "the job's supervisor failed");
-      return (Err(PoolError::Crashed(msg)), Tally::Failed);
+    Err(supervisor::RunError::Isolation(failed)) => {
+      let e = PoolError::IsolationUnavailable(Unavailable::Layer(failed));
+      return (Err(e), Tally::Failed);
+    }
+    Err(supervisor::RunError::Crashed(crash)) => {
+      tracing::error!(%crash, "the job's supervisor failed");
+      return (Err(PoolError::Crashed(crash.into())), Tally::Failed);
     }
   };
   if !finished.survivors.is_empty() {

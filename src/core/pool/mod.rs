@@ -19,7 +19,7 @@ pub mod worker;
 
 pub use crate::core::exec::TRUNCATION_MARKER;
 pub use config::{JobSpec, Lane, PoolConfig, RawJob};
-pub use error::{PoolError, PoolErrorCode};
+pub use error::{BinaryProblem, Crashed, NoThread, PoolError, PoolErrorCode, Unavailable};
 pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
 pub use job::{ExecResult, JobOutcome};
 pub use pool::{Completion, ExitHandle, Pool, Submitted};
