@@ -349,7 +349,7 @@ impl NativeWorkerPool {
       crate::core::policy::host_git::set_launcher(path.clone());
     }
     config.landlock_abi_max = crate::core::isolate::landlock_abi_max()
-      .map_err(|e| pool_error(env, &PoolError::InvalidSpec(e)))?;
+      .map_err(|e| pool_error(env, &PoolError::InvalidSpec(e.to_string())))?;
     let runtime = jobs_runtime().map_err(|e| {
       let message = format!("could not start the job runtime: {e}");
       coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)

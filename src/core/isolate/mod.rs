@@ -30,7 +30,7 @@ pub use options::{
 pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
 pub use probe::{
-  CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
-  landlock_abi_max, probe,
+  AbiMaxError, CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe,
+  doctor, landlock_abi_max, probe,
 };
 pub use seccomp::{guard_helpers, seccomp_instructions};

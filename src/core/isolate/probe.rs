@@ -56,23 +56,31 @@ pub const LANDLOCK_ABI_MAX_VAR: &str = "FINN_SANDBOX_LANDLOCK_ABI_MAX";
 /// The cap set by [`LANDLOCK_ABI_MAX_VAR`] (`None`: unset or empty). A value that is not a whole
 /// number fails: a cap that silently does nothing would hide the very layers a run means to
 /// leave out.
-pub fn landlock_abi_max() -> Result<Option<i32>, String> {
+pub fn landlock_abi_max() -> Result<Option<i32>, AbiMaxError> {
   let Some(raw) = std::env::var_os(LANDLOCK_ABI_MAX_VAR) else {
     return Ok(None);
   };
   parse_abi_max(&raw.to_string_lossy())
 }
 
-fn parse_abi_max(raw: &str) -> Result<Option<i32>, String> {
+/// [`LANDLOCK_ABI_MAX_VAR`] set to something other than a whole number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+  "{LANDLOCK_ABI_MAX_VAR} must be a landlock ABI version, a whole number from 0 (no landlock) \
+   up, not {raw:?}"
+)]
+pub struct AbiMaxError {
+  /// The variable's value.
+  pub raw: String,
+}
+
+fn parse_abi_max(raw: &str) -> Result<Option<i32>, AbiMaxError> {
   if raw.is_empty() {
     return Ok(None);
   }
   match raw.parse::<u16>() {
     Ok(n) => Ok(Some(i32::from(n))),
-    Err(_) => Err(format!(
-      "{LANDLOCK_ABI_MAX_VAR} must be a landlock ABI version, a whole number from 0 (no landlock) \
-       up, not {raw:?}"
-    )),
+    Err(_) => Err(AbiMaxError { raw: raw.into() }),
   }
 }
 
@@ -410,7 +418,8 @@ mod tests {
     assert_eq!(parse_abi_max("5"), Ok(Some(5)));
     for bad in ["x", "-1", "1.5", " 3", "99999999"] {
       let e = parse_abi_max(bad).unwrap_err();
-      assert!(e.contains(LANDLOCK_ABI_MAX_VAR), "{e}");
+      assert_eq!(e.raw, bad);
+      assert!(e.to_string().contains(LANDLOCK_ABI_MAX_VAR), "{e}");
     }
   }
 

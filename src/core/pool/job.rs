@@ -1,7 +1,7 @@
 //! The job mapping: a [`JobSpec`] to the runner's limits and spawn spec, the jail check on its
 //! working directory, and the run's outcome to the pool's result and tally.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
@@ -62,18 +62,35 @@ pub(super) enum Tally {
 
 const JAIL_REJECTION: &str = "Working directory validation failed";
 
+/// Why a working directory was rejected: for the log only (the caller sees
+/// [`JAIL_REJECTION`]).
+#[derive(Debug, thiserror::Error)]
+enum JailCheck {
+  #[error("{field} {path}: {source}")]
+  Unresolved {
+    field: &'static str,
+    path: String,
+    source: std::io::Error,
+  },
+  #[error("cwd {} is outside jailRoot {}", cwd.display(), root.display())]
+  Outside { cwd: PathBuf, root: PathBuf },
+}
+
 /// `cwd` must resolve inside `root` (compared by path components, after realpath).
-fn cwd_inside_jail(cwd: &str, root: &str) -> Result<(), String> {
-  let root = std::fs::canonicalize(root).map_err(|e| format!("jailRoot {root}: {e}"))?;
-  let real = std::fs::canonicalize(cwd).map_err(|e| format!("cwd {cwd}: {e}"))?;
-  if Path::new(&real).starts_with(&root) {
+fn cwd_inside_jail(cwd: &str, root: &str) -> Result<(), JailCheck> {
+  let resolve = |field, path: &str| {
+    std::fs::canonicalize(path).map_err(|source| JailCheck::Unresolved {
+      field,
+      path: path.into(),
+      source,
+    })
+  };
+  let root = resolve("jailRoot", root)?;
+  let real = resolve("cwd", cwd)?;
+  if real.starts_with(&root) {
     Ok(())
   } else {
-    Err(format!(
-      "cwd {} is outside jailRoot {}",
-      real.display(),
-      root.display()
-    ))
+    Err(JailCheck::Outside { cwd: real, root })
   }
 }
 
