@@ -178,7 +178,7 @@ export declare const PoolErrorCode: {
   readonly ABORTED: 'ABORTED'
   /** The spec or an argument is invalid; the message names the field. */
   readonly INVALID_SPEC: 'INVALID_SPEC'
-  /** Required isolation cannot be applied on this host; the message names the layers and why. */
+  /** Required isolation cannot be applied on this host, or a layer failed to set up for this job (the command did not run); the message names the layers and why. */
   readonly ISOLATION_UNAVAILABLE: 'ISOLATION_UNAVAILABLE'
 }
 export type PoolErrorCode = (typeof PoolErrorCode)[keyof typeof PoolErrorCode]

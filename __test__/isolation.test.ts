@@ -143,6 +143,19 @@ test('a pool-wide default applies to jobs without their own isolation', async ()
   }
 })
 
+test('a layer that fails in the command\'s process rejects ISOLATION_UNAVAILABLE naming the layer and the errno, and runs nothing', async () => {
+  const d = dirs()
+  // Above any kernel's fs.nr_open: setrlimit(RLIMIT_NOFILE) fails with EPERM in the child, even
+  // for root.
+  const e = await rejectionOf(bash('touch ran', d.jail, { mode: 'auto', limits: { maxOpenFiles: 2 ** 32 } }), PoolError)
+  expect(e.code, e.message).toBe('ISOLATION_UNAVAILABLE')
+  expect(e.message).toMatch(/\brlimits\b/)
+  expect(e.message).toContain('EPERM')
+  expect(existsSync(join(d.jail, 'ran'))).toBe(false)
+  // The pool goes on: the next isolated job runs.
+  expect(await bash('echo ok', d.jail, AUTO)).toMatchObject({ exitCode: 0, stdout: 'ok\n' })
+})
+
 test('required isolation that cannot apply rejects with ISOLATION_UNAVAILABLE; bad options name the field', async () => {
   const d = dirs()
   const e = await rejectionOf(

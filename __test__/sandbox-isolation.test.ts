@@ -584,6 +584,19 @@ describe('configuration and executors', () => {
     expect(existsSync(marker)).toBe(ns)
   })
 
+  test('a layer that fails in the command\'s process refuses the command: ISOLATION_UNAVAILABLE naming the layer, audited', async () => {
+    // Above any kernel's fs.nr_open: setrlimit(RLIMIT_NOFILE) fails with EPERM in the child.
+    const { sandbox, jail, auditLog } = nodeSandbox({ limits: { maxOpenFiles: 2 ** 32 } })
+    const marker = join(jail, 'ran')
+    const run = sandbox.execute(`node ${script(jail, 'r.js', `require('fs').writeFileSync(${JSON.stringify(marker)}, '')\n`)}`)
+    const err = await rejectionOf(run, PoolError)
+    expect(err.code, err.message).toBe('ISOLATION_UNAVAILABLE')
+    expect(err.message).toMatch(/\brlimits\b/)
+    expect(err.message).toContain('EPERM')
+    expect(audit(auditLog).at(-1)).toMatchObject({ action: 'allow', reason: 'execution_failed: ISOLATION_UNAVAILABLE' })
+    expect(existsSync(marker)).toBe(false)
+  })
+
   test('required isolation refuses a JS executor at construction, and accepts the pool', () => {
     expect(() => nodeSandbox({ required: true }, { exec: async () => ({}) })).toThrow(
       'config.isolation.required: a JS executor cannot be made to apply isolation',

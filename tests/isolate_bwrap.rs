@@ -15,7 +15,9 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use finn_sandbox::core::isolate::{Isolated, IsolationOptions, Plan, prepare_job, probe};
+use finn_sandbox::core::isolate::{
+  Isolated, IsolationError, IsolationOptions, Plan, prepare_job, probe,
+};
 use serde_json::{Value, json};
 
 mod common;
@@ -165,12 +167,12 @@ fn mode_bwrap_refuses_where_it_cannot_run() {
   match (&probe().bwrap, probe().sys_admin || probe().userns) {
     (None, _) => {
       let e = r.unwrap_err();
-      assert_eq!(e.code(), "ISOLATION_UNAVAILABLE");
+      assert!(matches!(e, IsolationError::Unavailable(_)), "{e}");
       assert!(e.to_string().contains("bubblewrap is not installed"), "{e}");
     }
     (Some(_), false) => {
       let e = r.unwrap_err();
-      assert_eq!(e.code(), "ISOLATION_UNAVAILABLE");
+      assert!(matches!(e, IsolationError::Unavailable(_)), "{e}");
       assert!(e.to_string().contains("user namespace"), "{e}");
     }
     (Some(path), true) => {

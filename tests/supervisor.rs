@@ -899,7 +899,9 @@ fn a_reaper_or_supervisor_killed_mid_job_crashes_the_job_kills_its_tree_and_the_
     )
     .unwrap();
     match handle.join().unwrap() {
-      Err(RunError::Crashed(msg)) => assert!(msg.contains("reaper"), "{msg}"),
+      Err(RunError::Crashed(crash)) => {
+        assert!(crash.to_string().contains("reaper"), "{crash}")
+      }
       other => panic!("{victim}: {other:?}"),
     }
     assert_eq!(
@@ -946,8 +948,18 @@ fn dropping_the_handle_ends_the_supervisor_and_its_idle_reapers() {
 fn a_missing_supervisor_binary_is_named_in_the_error() {
   let sup = Arc::new(Supervisor::new("/nonexistent/finn-supervisor".into()));
   match run(&sup, sh("true"), limits(5000, 100)) {
-    Err(RunError::Crashed(msg)) => {
-      assert!(msg.contains("/nonexistent/finn-supervisor"), "{msg}");
+    Err(RunError::Crashed(crash)) => {
+      let supervisor::Crash::Start { program, source } = &crash else {
+        panic!("{crash:?}")
+      };
+      assert_eq!(program, &PathBuf::from("/nonexistent/finn-supervisor"));
+      assert_eq!(source.get().raw_os_error(), Some(libc::ENOENT));
+      assert!(
+        crash
+          .to_string()
+          .contains("cannot start the supervisor /nonexistent/finn-supervisor"),
+        "{crash}"
+      );
     }
     other => panic!("{other:?}"),
   }
@@ -1898,4 +1910,53 @@ fn taking_or_returning_an_idle_reaper_never_waits_for_a_request_in_flight() {
   let asked = asking.join().unwrap();
   assert!(taken.as_ref().is_ok_and(|r| r.is_some()), "{taken:?}");
   assert!(asked.is_ok(), "{asked:?}");
+}
+
+/// An isolation layer that fails in the command's process (here rlimits: RLIMIT_NOFILE above any
+/// kernel's `fs.nr_open` is EPERM, even for root) rejects the job `ISOLATION_UNAVAILABLE` naming
+/// the layer and the errno; the command never runs, and the pool runs the next job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layer_that_fails_in_the_child_rejects_the_job_naming_the_layer() {
+  use finn_sandbox::core::isolate::IsolationOptions;
+  use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
+  if direct() {
+    return;
+  }
+  let config = PoolConfig {
+    supervisor: Some(env!("CARGO_BIN_EXE_finn-supervisor").into()),
+    ..PoolConfig::default()
+  };
+  let pool = Pool::new(config, tokio::runtime::Handle::current());
+  let dir = tempfile::tempdir().unwrap();
+  let cwd = dir.path().canonicalize().unwrap();
+  let job = |limits: serde_json::Value| {
+    let isolation = IsolationOptions::from_json(serde_json::json!({
+      "mode": "auto",
+      "limits": limits,
+    }))
+    .unwrap();
+    JobSpec::new(RawJob {
+      binary_path: "/bin/sh".into(),
+      args: vec!["-c".into(), "touch ran; echo ok".into()],
+      cwd: cwd.to_str().unwrap().into(),
+      env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+      timeout_ms: Some(10_000),
+      isolation: Some(isolation),
+      ..RawJob::default()
+    })
+    .unwrap()
+  };
+  let failing = pool
+    .submit(job(serde_json::json!({"maxOpenFiles": 1u64 << 32})))
+    .unwrap();
+  let err = failing.result.await.unwrap().unwrap_err();
+  assert_eq!(err.code(), "ISOLATION_UNAVAILABLE", "{err}");
+  let message = err.to_string();
+  assert!(message.contains("rlimits"), "{message}");
+  assert!(message.contains("EPERM"), "{message}");
+  assert!(!cwd.join("ran").exists());
+  let next = pool.submit(job(serde_json::json!({}))).unwrap();
+  let done = next.result.await.unwrap().unwrap();
+  assert_eq!((done.exit_code, done.stdout.as_str()), (0, "ok\n"));
+  pool.shutdown().await;
 }

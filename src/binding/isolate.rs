@@ -71,7 +71,7 @@ pub fn probe_isolation_json() -> napi::Result<String> {
 
 /// The probe with `FINN_SANDBOX_LANDLOCK_ABI_MAX` applied; a bad value is an error naming it.
 fn capped_probe() -> napi::Result<isolate::Probe> {
-  let max = isolate::landlock_abi_max().map_err(napi::Error::from_reason)?;
+  let max = isolate::landlock_abi_max().map_err(|e| napi::Error::from_reason(e.to_string()))?;
   Ok(isolate::probe().capped(max))
 }
 

@@ -16,7 +16,10 @@ use super::event_loop::LoopHost;
 use super::sandbox::SandboxResult;
 use super::spec;
 use finn_job::limits::{MAX_DURATION_MS, MAX_INTERACTIVE_WORKERS, MAX_QUEUE_DEPTH, MAX_TIMEOUT_MS};
-use finn_pool::{self as pool, JobOutcome, JobSpec, Pool, PoolConfig, PoolError, PoolErrorCode};
+use finn_pool::{
+  self as pool, BinaryProblem, Crashed, JobOutcome, JobSpec, Pool, PoolConfig, PoolError,
+  PoolErrorCode,
+};
 
 /// A settled job as the pool's JS callback receives it: a result, or the error `index.js`
 /// turns into a PoolError.
@@ -240,14 +243,19 @@ fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> 
     {
       return Ok(None);
     }
-    return Err(PoolError::Crashed("no supervisor binary was given".into()));
+    return Err(PoolError::Crashed(Crashed::NoSupervisorBinary));
   };
-  let bad = |why: String| PoolError::Crashed(format!("supervisor binary {path}: {why}"));
-  let meta = std::fs::metadata(&path).map_err(|e| bad(e.to_string()))?;
-  let c = std::ffi::CString::new(path.as_str()).map_err(|_| bad("NUL in the path".into()))?;
+  let bad = |problem| {
+    PoolError::Crashed(Crashed::SupervisorBinary {
+      path: path.clone().into(),
+      problem,
+    })
+  };
+  let meta = std::fs::metadata(&path).map_err(|e| bad(BinaryProblem::Unreadable(e.into())))?;
+  let c = std::ffi::CString::new(path.as_str()).map_err(|_| bad(BinaryProblem::Nul))?;
   // SAFETY: `c` is a valid NUL-terminated string.
   if !meta.is_file() || unsafe { libc::access(c.as_ptr(), libc::X_OK) } != 0 {
-    return Err(bad("not an executable file".into()));
+    return Err(bad(BinaryProblem::NotExecutable));
   }
   Ok(Some(path.into()))
 }
@@ -339,8 +347,8 @@ impl NativeWorkerPool {
       // The repository check's host gits start through it, so Node's death ends them too.
       finn_policy::host_git::set_launcher(path.clone());
     }
-    config.landlock_abi_max =
-      finn_isolate::landlock_abi_max().map_err(|e| pool_error(env, &PoolError::InvalidSpec(e)))?;
+    config.landlock_abi_max = finn_isolate::landlock_abi_max()
+      .map_err(|e| pool_error(env, &PoolError::InvalidSpec(e.to_string())))?;
     let runtime = jobs_runtime().map_err(|e| {
       let message = format!("could not start the job runtime: {e}");
       coded(env, PoolErrorCode::WorkerCrashed.as_str(), message)

@@ -35,8 +35,9 @@ use std::sync::Arc;
 
 use nix::errno::Errno;
 
-use super::child::{cloexec_from_3, join_cgroup};
-use super::error::IsolationError;
+use super::child::{ChildFailed, cloexec_from_3, join_cgroup, set_rlimits};
+use super::error::{IsolationError, Layer, LayerFailed, PrepareError};
+use super::mounts::MountPlanError;
 use super::plan::{Layers, Plan};
 use super::prepare::{IsolationReport, Prepared, prepare};
 use super::probe::{LayerReport, Probe};
@@ -197,7 +198,7 @@ pub(super) fn doctor_layer(probe: &Probe) -> LayerReport {
     }
   });
   LayerReport {
-    name: "bwrap",
+    name: Layer::Bwrap.as_str(),
     available: why.is_none(),
     reason: why,
     remedy,
@@ -390,22 +391,26 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
       // As native: refused rather than an IPC namespace (`--unshare-ipc` costs ~2.6 ms).
       deny_ipc: true,
     })
-    .map_err(|e| IsolationError::prepare("seccomp", e))?;
+    .map_err(|e| IsolationError::prepare(Layer::Seccomp, e))?;
     programs
       .iter()
       .map(|p| memfd_with(&bpf_bytes(p)))
       .collect::<Result<Vec<_>, _>>()
-      .map_err(|e| IsolationError::prepare("seccomp", e))?
+      .map_err(|e| IsolationError::prepare(Layer::Seccomp, e))?
   } else {
     Vec::new()
   };
   let mut binds = Binds::default();
-  let mut args =
-    args(plan, &seccomp_fds, &mut binds).map_err(|e| IsolationError::prepare("mountns", e))?;
+  let mut args = args(plan, &seccomp_fds, &mut binds).map_err(|e| match e {
+    ArgsError::ProtectSymlink(path) => {
+      IsolationError::prepare(Layer::Mountns, MountPlanError::ProtectSymlink(path))
+    }
+    ArgsError::Open(e) => IsolationError::prepare(Layer::Mountns, e),
+  })?;
   let verify_cwd = match &plan.checked.cwd {
     Some(fd) => {
       let st = nix::sys::stat::fstat(fd.as_ref())
-        .map_err(|e| IsolationError::prepare("mountns", std::io::Error::from(e)))?;
+        .map_err(|e| IsolationError::prepare(Layer::Mountns, std::io::Error::from(e)))?;
       Some(s(&format!("cwd={}:{}", st.st_dev, st.st_ino)))
     }
     None => None,
@@ -413,12 +418,9 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
   let verifier = if binds.verify.is_empty() && verify_cwd.is_none() {
     None
   } else {
-    let exe = VERIFIER.get().ok_or_else(|| {
-      IsolationError::prepare(
-        "mountns",
-        "no bind verifier (finn-supervisor) to check the working directory and the protect binds inside the sandbox",
-      )
-    })?;
+    let exe = VERIFIER
+      .get()
+      .ok_or_else(|| IsolationError::prepare(Layer::Mountns, PrepareError::NoBindVerifier))?;
     // Visible inside the sandbox whatever `readable` says.
     push(&mut args, "--ro-bind", &[exe, exe]);
     Some(c(exe))
@@ -473,35 +475,27 @@ impl Isolated {
 
   /// Applies the backend's child side. Call it only in a freshly forked, single-threaded child,
   /// right before exec. Async-signal-safe.
-  pub fn apply_in_child(&self) -> Result<(), Errno> {
+  pub fn apply_in_child(&self) -> Result<(), ChildFailed> {
     match self {
       Isolated::Native(p) => p.apply_in_child(),
-      Isolated::Bwrap(b) => b.apply_in_child(),
+      Isolated::Bwrap(b) => b.apply_in_child().map_err(ChildFailed::Layer),
     }
   }
 }
 
 impl Bwrapped {
-  fn apply_in_child(&self) -> Result<(), Errno> {
+  fn apply_in_child(&self) -> Result<(), LayerFailed> {
+    let failed = |layer| move |errno| LayerFailed::new(layer, errno);
     // The cgroup and the rlimits, as the native child applies them: they bound bwrap and
     // everything it starts. Not `Prepared::apply_in_child`: it also drops capabilities, which
     // bwrap run as root needs for its mounts (it drops them itself before the exec).
     if let Some(cg) = &self.base.cgroup {
       for procs in cg.procs_files() {
-        join_cgroup(procs)?;
+        join_cgroup(procs).map_err(failed(Layer::Cgroup))?;
       }
     }
-    for &(res, value) in &self.base.rlimits {
-      let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-      };
-      // SAFETY: `lim` is a valid rlimit on our stack.
-      if unsafe { libc::setrlimit(res, &lim) } != 0 {
-        return Err(Errno::last());
-      }
-    }
-    cloexec_from_3()?;
+    set_rlimits(&self.base.rlimits).map_err(failed(Layer::Rlimits))?;
+    cloexec_from_3().map_err(failed(Layer::Privileges))?;
     for fd in self
       .seccomp_fds
       .iter()
@@ -510,11 +504,11 @@ impl Bwrapped {
       // SAFETY: F_SETFD on an fd we own: bwrap must inherit it to read the filter, or to
       // bind the checked object.
       if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
-        return Err(Errno::last());
+        return Err(LayerFailed::new(Layer::Bwrap, Errno::last()));
       }
     }
     for (root, rel, dev, ino) in &self.binds.nested {
-      let fd = super::mounts::open_beneath_raw(*root, rel)?;
+      let fd = super::mounts::open_beneath_raw(*root, rel).map_err(failed(Layer::Mountns))?;
       // SAFETY: fstat into a stat buffer on our stack, then close the fd we opened.
       let same = unsafe {
         let mut st: libc::stat = std::mem::zeroed();
@@ -523,13 +517,13 @@ impl Bwrapped {
         r == 0 && st.st_dev == *dev && st.st_ino == *ino
       };
       if !same {
-        return Err(Errno::ESTALE);
+        return Err(LayerFailed::new(Layer::Mountns, Errno::ESTALE));
       }
     }
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only. bwrap sets it too; set here, exec'ing
     // bwrap itself cannot gain privileges (file capabilities) either.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-      return Err(Errno::last());
+      return Err(LayerFailed::new(Layer::Privileges, Errno::last()));
     }
     Ok(())
   }
@@ -884,7 +878,7 @@ mod tests {
       &host(true, true, false, true, true),
     )
     .unwrap_err();
-    assert_eq!(e.code(), "ISOLATION_UNAVAILABLE");
+    assert!(matches!(e, IsolationError::Unavailable(_)), "{e}");
     assert!(e.to_string().contains("bubblewrap is not installed"), "{e}");
     assert!(e.to_string().contains("apt-get install bubblewrap"), "{e}");
     let e = resolve(
@@ -892,7 +886,7 @@ mod tests {
       &host(true, true, true, false, false),
     )
     .unwrap_err();
-    assert_eq!(e.code(), "ISOLATION_UNAVAILABLE");
+    assert!(matches!(e, IsolationError::Unavailable(_)), "{e}");
     assert!(e.to_string().contains("user namespace"), "{e}");
     // Without seccomp, mode bwrap is strict like native.
     let e = resolve(
@@ -906,7 +900,7 @@ mod tests {
       &host(true, true, true, true, true),
     )
     .unwrap_err();
-    assert_eq!(e.code(), "INVALID_SPEC");
+    assert!(matches!(e, IsolationError::Options(_)), "{e}");
     assert!(e.to_string().contains("namespaces.mount"), "{e}");
   }
 

@@ -9,6 +9,7 @@ use std::ffi::CStr;
 
 use nix::errno::Errno;
 
+use super::error::{Layer, LayerFailed};
 use super::mounts;
 use super::prepare::Prepared;
 
@@ -18,65 +19,114 @@ fn check(r: libc::c_long) -> Result<(), Errno> {
 
 impl Prepared {
   /// Applies every prepared layer to the calling process. Call it only in a freshly forked,
-  /// single-threaded child, right before exec.
-  pub fn apply_in_child(&self) -> Result<(), Errno> {
+  /// single-threaded child, right before exec. A failure names its layer (for the job's
+  /// `ISOLATION_UNAVAILABLE`); the working directory's `fchdir` is the start's own step, and
+  /// fails as `Layer`-less [`ChildFailed::Start`].
+  pub fn apply_in_child(&self) -> Result<(), ChildFailed> {
     if let Some(fd) = &self.cwd_fd {
       use std::os::fd::AsRawFd;
       // Before `unshare`: the new mount namespace takes the cwd over into its copy of the
       // mounts (entered after it, an fd of the old namespace would bypass the binds below).
       // SAFETY: fchdir on an fd owned by `self`.
-      check(unsafe { libc::fchdir(fd.as_raw_fd()) }.into())?;
+      check(unsafe { libc::fchdir(fd.as_raw_fd()) }.into()).map_err(ChildFailed::Start)?;
     }
+    self.apply_layers().map_err(ChildFailed::Layer)
+  }
+
+  fn apply_layers(&self) -> Result<(), LayerFailed> {
+    let failed = |layer| move |errno| LayerFailed::new(layer, errno);
     if let Some(cg) = &self.cgroup {
       for procs in cg.procs_files() {
-        join_cgroup(procs)?;
+        join_cgroup(procs).map_err(failed(Layer::Cgroup))?;
       }
     }
-    for &(res, value) in &self.rlimits {
-      let lim = libc::rlimit {
-        rlim_cur: value,
-        rlim_max: value,
-      };
-      // SAFETY: `lim` is a valid rlimit on our stack.
-      check(unsafe { libc::setrlimit(res, &lim) }.into())?;
-    }
-    if self.unshare_flags != 0 {
-      // SAFETY: unshare takes flags only.
-      check(unsafe { libc::unshare(self.unshare_flags) }.into())?;
+    set_rlimits(&self.rlimits).map_err(failed(Layer::Rlimits))?;
+    // One namespace per call, so that a refusal names its namespace; the user namespace first,
+    // so the others belong to it, as when one call makes them all.
+    for (flag, layer) in NAMESPACES {
+      if self.unshare_flags & flag != 0 {
+        // SAFETY: unshare takes flags only.
+        check(unsafe { libc::unshare(flag) }.into()).map_err(failed(layer))?;
+      }
     }
     if let Some((uid_map, gid_map)) = &self.id_maps {
       // Without CAP_SYS_ADMIN: the namespaces were made inside a fresh user namespace, where we
       // hold every capability until they are dropped below. Map our own ids to themselves;
       // setgroups must be denied before an unprivileged gid_map is accepted.
-      write_file(c"/proc/self/setgroups", c"deny")?;
-      write_file(c"/proc/self/uid_map", uid_map)?;
-      write_file(c"/proc/self/gid_map", gid_map)?;
+      write_file(c"/proc/self/setgroups", c"deny").map_err(failed(Layer::Userns))?;
+      write_file(c"/proc/self/uid_map", uid_map).map_err(failed(Layer::Userns))?;
+      write_file(c"/proc/self/gid_map", gid_map).map_err(failed(Layer::Userns))?;
     }
-    mounts::apply(&self.mounts)?;
+    mounts::apply(&self.mounts).map_err(failed(Layer::Mountns))?;
     if self.pidns {
-      enter_pid_namespace()?;
+      enter_pid_namespace().map_err(failed(Layer::Pidns))?;
     }
-    cloexec_from_3()?;
-    drop_capabilities(self.drop_bounding, self.cap_last_cap)?;
+    cloexec_from_3().map_err(failed(Layer::Privileges))?;
+    drop_capabilities(self.drop_bounding, self.cap_last_cap).map_err(failed(Layer::Privileges))?;
     // SAFETY: PR_SET_NO_NEW_PRIVS takes integers only.
-    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())?;
+    check(unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) }.into())
+      .map_err(failed(Layer::Privileges))?;
     if let Some(fd) = &self.landlock_fd {
       use std::os::fd::AsRawFd;
       // SAFETY: the fd is a landlock ruleset owned by `self`; flags 0.
-      check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) })?;
+      check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) })
+        .map_err(failed(Layer::Landlock))?;
     }
     for prog in &self.seccomp {
       // apply_filter builds its `sock_fprog` on the stack and makes two syscalls; its error
       // carries an io::Error from errno, which does not allocate.
-      seccompiler::apply_filter(prog).map_err(|e| match e {
-        seccompiler::Error::Prctl(io) | seccompiler::Error::Seccomp(io) => {
-          Errno::from_raw(io.raw_os_error().unwrap_or(libc::EINVAL))
-        }
-        _ => Errno::EINVAL,
-      })?;
+      seccompiler::apply_filter(prog)
+        .map_err(|e| match e {
+          seccompiler::Error::Prctl(io) | seccompiler::Error::Seccomp(io) => {
+            Errno::from_raw(io.raw_os_error().unwrap_or(libc::EINVAL))
+          }
+          _ => Errno::EINVAL,
+        })
+        .map_err(failed(Layer::Seccomp))?;
     }
     Ok(())
   }
+}
+
+/// The namespaces a job may get, in the order one `unshare` with all their flags makes them,
+/// and their layers.
+const NAMESPACES: [(libc::c_int, Layer); 4] = [
+  (libc::CLONE_NEWUSER, Layer::Userns),
+  (libc::CLONE_NEWNS, Layer::Mountns),
+  (libc::CLONE_NEWPID, Layer::Pidns),
+  (libc::CLONE_NEWNET, Layer::Netns),
+];
+
+/// Why the child side of isolation stopped before exec.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ChildFailed {
+  /// A step of the start itself (entering the working directory): a spawn failure.
+  Start(Errno),
+  Layer(LayerFailed),
+}
+
+impl From<ChildFailed> for std::io::Error {
+  fn from(e: ChildFailed) -> Self {
+    match e {
+      ChildFailed::Start(errno) => errno.into(),
+      ChildFailed::Layer(layer) => layer.into(),
+    }
+  }
+}
+
+/// Sets each limit as both soft and hard.
+pub(super) fn set_rlimits(
+  rlimits: &[(libc::__rlimit_resource_t, libc::rlim_t)],
+) -> Result<(), Errno> {
+  for &(res, value) in rlimits {
+    let lim = libc::rlimit {
+      rlim_cur: value,
+      rlim_max: value,
+    };
+    // SAFETY: `lim` is a valid rlimit on our stack.
+    check(unsafe { libc::setrlimit(res, &lim) }.into())?;
+  }
+  Ok(())
 }
 
 /// After `unshare(CLONE_NEWPID)` only children land in the new namespace: fork once more. The

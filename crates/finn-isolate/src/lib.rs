@@ -19,7 +19,8 @@ pub use bwrap::{
   Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,
 };
 pub use cgroup::CgroupEvents;
-pub use error::IsolationError;
+pub use child::ChildFailed;
+pub use error::{IsolationError, Layer, LayerFailed, PrepareError};
 pub use finn_job::isolation::{
   Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,
   OptionsError, Readable, default_deny_read,
@@ -28,7 +29,7 @@ pub use landlock::{fence_tracing, scope_signals};
 pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
 pub use probe::{
-  CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
-  landlock_abi_max, probe,
+  AbiMaxError, CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe,
+  doctor, landlock_abi_max, probe,
 };
 pub use seccomp::{guard_helpers, seccomp_instructions};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use seccompiler::BpfProgram;
 
 use super::cgroup::{CgroupEvents, JobCgroup};
-use super::error::IsolationError;
+use super::error::{IsolationError, Layer};
 use super::landlock::{self as ll, FsRules};
 use super::mounts::{self, MountOp};
 use super::plan::Plan;
@@ -96,7 +96,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   let cgroup = if plan.layers.cgroup {
     let name = uuid::Uuid::new_v4().simple().to_string();
     let cg = JobCgroup::create(&name, l.max_processes, Some(l.max_memory_bytes))
-      .map_err(|e| IsolationError::prepare("cgroup", e))?;
+      .map_err(|e| IsolationError::prepare(Layer::Cgroup, e))?;
     Some(cg)
   } else {
     // Without a memory cgroup, bound each process's address space instead.
@@ -126,7 +126,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       &plan.protect,
       &plan.deny_read,
     )
-    .map_err(|e| IsolationError::prepare("mountns", e))?
+    .map_err(|e| IsolationError::prepare(Layer::Mountns, e))?
   } else {
     Vec::new()
   };
@@ -160,7 +160,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       deny_unix: plan.deny_unix,
       abi: plan.landlock_abi,
     })
-    .map_err(|e| IsolationError::prepare("landlock", e))?;
+    .map_err(|e| IsolationError::prepare(Layer::Landlock, e))?;
     Some(fd)
   } else {
     None
@@ -174,7 +174,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       // tests/isolate_cost.rs), more than all the other layers together.
       deny_ipc: true,
     })
-    .map_err(|e| IsolationError::prepare("seccomp", e))?
+    .map_err(|e| IsolationError::prepare(Layer::Seccomp, e))?
   } else {
     Vec::new()
   };

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use super::error::Layer;
+
 /// What this host allows, as seen by this process (uid and capabilities included).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
@@ -54,23 +56,31 @@ pub const LANDLOCK_ABI_MAX_VAR: &str = "FINN_SANDBOX_LANDLOCK_ABI_MAX";
 /// The cap set by [`LANDLOCK_ABI_MAX_VAR`] (`None`: unset or empty). A value that is not a whole
 /// number fails: a cap that silently does nothing would hide the very layers a run means to
 /// leave out.
-pub fn landlock_abi_max() -> Result<Option<i32>, String> {
+pub fn landlock_abi_max() -> Result<Option<i32>, AbiMaxError> {
   let Some(raw) = std::env::var_os(LANDLOCK_ABI_MAX_VAR) else {
     return Ok(None);
   };
   parse_abi_max(&raw.to_string_lossy())
 }
 
-fn parse_abi_max(raw: &str) -> Result<Option<i32>, String> {
+/// [`LANDLOCK_ABI_MAX_VAR`] set to something other than a whole number.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+  "{LANDLOCK_ABI_MAX_VAR} must be a landlock ABI version, a whole number from 0 (no landlock) \
+   up, not {raw:?}"
+)]
+pub struct AbiMaxError {
+  /// The variable's value.
+  pub raw: String,
+}
+
+fn parse_abi_max(raw: &str) -> Result<Option<i32>, AbiMaxError> {
   if raw.is_empty() {
     return Ok(None);
   }
   match raw.parse::<u16>() {
     Ok(n) => Ok(Some(i32::from(n))),
-    Err(_) => Err(format!(
-      "{LANDLOCK_ABI_MAX_VAR} must be a landlock ABI version, a whole number from 0 (no landlock) \
-       up, not {raw:?}"
-    )),
+    Err(_) => Err(AbiMaxError { raw: raw.into() }),
   }
 }
 
@@ -329,10 +339,10 @@ pub fn doctor(p: &Probe) -> Doctor {
       },
     })
   };
-  add("rlimits", true, None, None);
-  add("privileges", true, None, None);
+  add(Layer::Rlimits.as_str(), true, None, None);
+  add(Layer::Privileges.as_str(), true, None, None);
   add(
-    "cgroup",
+    Layer::Cgroup.as_str(),
     p.cgroup.is_some(),
     p.cgroup_reason.clone(),
     Some(
@@ -341,7 +351,7 @@ pub fn doctor(p: &Probe) -> Doctor {
     ),
   );
   add(
-    "landlock",
+    Layer::Landlock.as_str(),
     p.landlock.is_some(),
     Some(match p.landlock_kernel {
       Some(k) => format!("capped to 0 by {LANDLOCK_ABI_MAX_VAR} (the kernel has ABI {k})"),
@@ -362,7 +372,7 @@ pub fn doctor(p: &Probe) -> Doctor {
     );
   }
   add(
-    "seccomp",
+    Layer::Seccomp.as_str(),
     p.seccomp,
     Some("the kernel has no seccomp filter mode".into()),
     Some("CONFIG_SECCOMP_FILTER=y"),
@@ -380,10 +390,15 @@ pub fn doctor(p: &Probe) -> Doctor {
      --security-opt seccomp=<profile>); or run the supervisor as root",
   );
   let ns = p.sys_admin || p.userns;
-  add("userns", p.userns, p.userns_reason.clone(), ns_remedy);
-  add("netns", ns, ns_reason(), ns_remedy);
-  add("mountns", ns, ns_reason(), ns_remedy);
-  add("pidns", ns, ns_reason(), ns_remedy);
+  add(
+    Layer::Userns.as_str(),
+    p.userns,
+    p.userns_reason.clone(),
+    ns_remedy,
+  );
+  add(Layer::Netns.as_str(), ns, ns_reason(), ns_remedy);
+  add(Layer::Mountns.as_str(), ns, ns_reason(), ns_remedy);
+  add(Layer::Pidns.as_str(), ns, ns_reason(), ns_remedy);
   layers.push(super::bwrap::doctor_layer(p));
   Doctor {
     backend: super::bwrap::auto_backend(p),
@@ -403,7 +418,8 @@ mod tests {
     assert_eq!(parse_abi_max("5"), Ok(Some(5)));
     for bad in ["x", "-1", "1.5", " 3", "99999999"] {
       let e = parse_abi_max(bad).unwrap_err();
-      assert!(e.contains(LANDLOCK_ABI_MAX_VAR), "{e}");
+      assert_eq!(e.raw, bad);
+      assert!(e.to_string().contains(LANDLOCK_ABI_MAX_VAR), "{e}");
     }
   }
 

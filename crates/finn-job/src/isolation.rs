@@ -202,10 +202,6 @@ impl OptionsError {
       reason: reason.into(),
     }
   }
-
-  pub fn code(&self) -> &'static str {
-    "INVALID_SPEC"
-  }
 }
 
 impl IsolationOptions {

@@ -1,6 +1,10 @@
 //! Why the pool rejected a job. Messages are loa-finn's, which its callers and tests match.
 
+use nix::errno::Errno;
+
 use super::config::Lane;
+use finn_isolate::LayerFailed;
+use finn_supervisor::{Crash, IoCause};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PoolError {
@@ -17,15 +21,91 @@ pub enum PoolError {
   #[error("The operation was aborted")]
   Aborted,
   #[error("Worker crashed: {0}")]
-  Crashed(String),
+  Crashed(Crashed),
   /// No thread could be started to run the job (retry with backoff, as for a full queue).
   #[error("No worker thread could be started: {0}")]
-  NoWorker(String),
+  NoWorker(NoThread),
+  /// The message names the field (`spec.cwd`, `config.isolation.limits.cpuSeconds`).
   #[error("{0}")]
   InvalidSpec(String),
-  /// Isolation was required (or `mode: "native"` asked for) and a layer cannot apply here.
+  #[error(transparent)]
+  IsolationUnavailable(Unavailable),
+}
+
+/// An internal failure: the job rejects `WORKER_CRASHED`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Crashed {
+  /// The job's task ended without a result (a panic in the addon).
+  #[error("the job's task panicked")]
+  Panicked,
+  #[error(transparent)]
+  Supervisor(#[from] Crash),
+  #[error("no supervisor binary was given")]
+  NoSupervisorBinary,
+  #[error("supervisor binary {}: {problem}", path.display())]
+  SupervisorBinary {
+    path: std::path::PathBuf,
+    problem: BinaryProblem,
+  },
+}
+
+/// What is wrong with the supervisor binary the pool was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BinaryProblem {
   #[error("{0}")]
-  IsolationUnavailable(String),
+  Unreadable(IoCause),
+  #[error("NUL in the path")]
+  Nul,
+  #[error("not an executable file")]
+  NotExecutable,
+}
+
+/// Why no thread could be started for a job: the errno tokio's panic names, if it names one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoThread {
+  pub errno: Option<Errno>,
+}
+
+impl NoThread {
+  /// From the text of tokio's "OS can't spawn worker thread: ... (os error N)" panic.
+  pub fn from_panic(text: &str) -> NoThread {
+    let errno = text
+      .rsplit_once("(os error ")
+      .and_then(|(_, n)| n.strip_suffix(')'))
+      .and_then(|n| n.parse().ok())
+      .map(Errno::from_raw);
+    NoThread { errno }
+  }
+}
+
+impl std::fmt::Display for NoThread {
+  fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match self.errno {
+      None => f.write_str("could not start a worker thread"),
+      Some(errno) => {
+        write!(f, "{}", std::io::Error::from(errno))?;
+        // The errno does not say which limit.
+        if errno == Errno::EAGAIN {
+          f.write_str(" (process limit reached: RLIMIT_NPROC or the pids cgroup's pids.max)")?;
+        }
+        Ok(())
+      }
+    }
+  }
+}
+
+/// Isolation that cannot be applied: the job did not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unavailable {
+  #[error("isolation is applied by the supervisor's reaper, and this pool runs without one")]
+  NoSupervisor,
+  /// Layers required (or implied by `mode: "native"` or `"bwrap"`) that this host lacks, as
+  /// `doctor()` names them.
+  #[error("isolation unavailable: {}", .0.join("; "))]
+  Missing(Vec<String>),
+  /// A layer failed to set up for this job.
+  #[error(transparent)]
+  Layer(LayerFailed),
 }
 
 impl PoolError {
@@ -65,7 +145,8 @@ pub enum PoolErrorCode {
   Aborted,
   /// The spec or an argument is invalid; the message names the field.
   InvalidSpec,
-  /// Required isolation cannot be applied on this host; the message names the layers and why.
+  /// Required isolation cannot be applied on this host, or a layer failed to set up for this job
+  /// (the command did not run); the message names the layers and why.
   IsolationUnavailable,
 }
 
@@ -98,5 +179,58 @@ impl PoolErrorCode {
 impl finn_job::RunError for PoolError {
   fn audit_code(&self) -> String {
     self.code().into()
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn no_thread_reads_the_errno_of_tokios_panic_and_names_the_limit() {
+    let eagain = NoThread::from_panic(
+      "OS can't spawn worker thread: Resource temporarily unavailable (os error 11)",
+    );
+    assert_eq!(eagain.errno, Some(Errno::EAGAIN));
+    let text = PoolError::NoWorker(eagain).to_string();
+    assert_eq!(
+      text,
+      "No worker thread could be started: Resource temporarily unavailable (os error 11) \
+       (process limit reached: RLIMIT_NPROC or the pids cgroup's pids.max)"
+    );
+    let nomem = NoThread::from_panic("OS can't spawn worker thread: x (os error 12)");
+    assert_eq!(nomem.to_string(), "Cannot allocate memory (os error 12)");
+    let other = NoThread::from_panic("something else");
+    assert_eq!(other.errno, None);
+    assert_eq!(other.to_string(), "could not start a worker thread");
+  }
+
+  #[test]
+  fn every_error_has_its_code() {
+    let layer = LayerFailed::new(finn_isolate::Layer::Landlock, Errno::EPERM);
+    for (e, code) in [
+      (
+        PoolError::Crashed(Crashed::Panicked),
+        PoolErrorCode::WorkerCrashed,
+      ),
+      (
+        PoolError::NoWorker(NoThread { errno: None }),
+        PoolErrorCode::WorkerUnavailable,
+      ),
+      (
+        PoolError::IsolationUnavailable(Unavailable::Layer(layer.clone())),
+        PoolErrorCode::IsolationUnavailable,
+      ),
+      (
+        PoolError::IsolationUnavailable(Unavailable::NoSupervisor),
+        PoolErrorCode::IsolationUnavailable,
+      ),
+    ] {
+      assert_eq!(e.error_code(), code, "{e}");
+    }
+    assert_eq!(
+      PoolError::IsolationUnavailable(Unavailable::Layer(layer.clone())).to_string(),
+      layer.to_string()
+    );
   }
 }

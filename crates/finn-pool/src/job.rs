@@ -1,16 +1,18 @@
 //! The job mapping: a [`JobSpec`] to the runner's limits and spawn spec, the jail check on its
 //! working directory, and the run's outcome to the pool's result and tally.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
 use super::config::JobSpec;
-use super::error::PoolError;
+use super::error::{PoolError, Unavailable};
 use super::state::{Inner, StopReason};
 use finn_exec::later::Later;
 use finn_exec::{self as exec, EndedBy, Limits, SpawnSpec, StopCell};
-use finn_isolate::{IsolationError, IsolationOptions, IsolationReport, Mode, Plan, probe};
+use finn_isolate::{
+  IsolationError, IsolationOptions, IsolationReport, LayerFailed, Mode, Plan, probe,
+};
 use finn_supervisor as supervisor;
 
 /// The job's options (or the pool's default) resolved against this host and the job's cwd.
@@ -24,13 +26,16 @@ fn resolve_isolation(
     return Ok(None);
   };
   if !has_supervisor {
-    return Err(PoolError::IsolationUnavailable(
-      "isolation is applied by the supervisor's reaper, and this pool runs without one".into(),
-    ));
+    return Err(PoolError::IsolationUnavailable(Unavailable::NoSupervisor));
   }
   Plan::resolve(opts, Path::new(cwd), &probe().capped(landlock_abi_max)).map_err(|e| match e {
     IsolationError::Options(e) => PoolError::InvalidSpec(format!("spec.{e}")),
-    other => PoolError::IsolationUnavailable(other.to_string()),
+    IsolationError::Unavailable(missing) => {
+      PoolError::IsolationUnavailable(Unavailable::Missing(missing))
+    }
+    IsolationError::Prepare { layer, source } => {
+      PoolError::IsolationUnavailable(Unavailable::Layer(LayerFailed::prepared(layer, &source)))
+    }
   })
 }
 
@@ -57,18 +62,35 @@ pub(super) enum Tally {
 
 const JAIL_REJECTION: &str = "Working directory validation failed";
 
+/// Why a working directory was rejected: for the log only (the caller sees
+/// [`JAIL_REJECTION`]).
+#[derive(Debug, thiserror::Error)]
+enum JailCheck {
+  #[error("{field} {path}: {source}")]
+  Unresolved {
+    field: &'static str,
+    path: String,
+    source: std::io::Error,
+  },
+  #[error("cwd {} is outside jailRoot {}", cwd.display(), root.display())]
+  Outside { cwd: PathBuf, root: PathBuf },
+}
+
 /// `cwd` must resolve inside `root` (compared by path components, after realpath).
-fn cwd_inside_jail(cwd: &str, root: &str) -> Result<(), String> {
-  let root = std::fs::canonicalize(root).map_err(|e| format!("jailRoot {root}: {e}"))?;
-  let real = std::fs::canonicalize(cwd).map_err(|e| format!("cwd {cwd}: {e}"))?;
-  if Path::new(&real).starts_with(&root) {
+fn cwd_inside_jail(cwd: &str, root: &str) -> Result<(), JailCheck> {
+  let resolve = |field, path: &str| {
+    std::fs::canonicalize(path).map_err(|source| JailCheck::Unresolved {
+      field,
+      path: path.into(),
+      source,
+    })
+  };
+  let root = resolve("jailRoot", root)?;
+  let real = resolve("cwd", cwd)?;
+  if real.starts_with(&root) {
     Ok(())
   } else {
-    Err(format!(
-      "cwd {} is outside jailRoot {}",
-      real.display(),
-      root.display()
-    ))
+    Err(JailCheck::Outside { cwd: real, root })
   }
 }
 
@@ -296,9 +318,13 @@ pub(super) fn conclude(
     Err(supervisor::RunError::Spawn(e)) => {
       return spawn_failure(e, prepared.limits.max_output_bytes, prepared.started);
     }
-    Err(supervisor::RunError::Crashed(msg)) => {
-      tracing::error!(%msg, "the job's supervisor failed");
-      return (Err(PoolError::Crashed(msg)), Tally::Failed);
+    Err(supervisor::RunError::Isolation(failed)) => {
+      let e = PoolError::IsolationUnavailable(Unavailable::Layer(failed));
+      return (Err(e), Tally::Failed);
+    }
+    Err(supervisor::RunError::Crashed(crash)) => {
+      tracing::error!(%crash, "the job's supervisor failed");
+      return (Err(PoolError::Crashed(crash.into())), Tally::Failed);
     }
   };
   if !finished.survivors.is_empty() {

@@ -14,7 +14,7 @@ mod test_hooks;
 pub mod worker;
 
 pub use config::{JobSpec, PoolConfig};
-pub use error::{PoolError, PoolErrorCode};
+pub use error::{BinaryProblem, Crashed, NoThread, PoolError, PoolErrorCode, Unavailable};
 pub use finn_job::{Lane, RawJob, TRUNCATION_MARKER};
 pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
 pub use job::{ExecResult, JobOutcome};

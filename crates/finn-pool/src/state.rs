@@ -10,7 +10,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use super::config::{JobSpec, Lane, PoolConfig};
-use super::error::PoolError;
+use super::error::{Crashed, NoThread, PoolError};
 use super::job::{JobOutcome, Tally};
 use super::lane::LaneQueue;
 use super::pool::Completion;
@@ -37,10 +37,7 @@ impl Reply {
 impl Drop for Reply {
   fn drop(&mut self) {
     if let Some(done) = self.done.take() {
-      done(
-        self.id,
-        Err(PoolError::Crashed("the job's task panicked".into())),
-      );
+      done(self.id, Err(PoolError::Crashed(Crashed::Panicked)));
     }
   }
 }
@@ -268,19 +265,14 @@ impl Inner {
   }
 }
 
-/// The text of tokio's "OS can't spawn worker thread" panic, with the resource named when the
-/// errno does not say it (EAGAIN: a process or thread limit).
-fn thread_error(panic: &(dyn std::any::Any + Send)) -> String {
+/// The errno of tokio's "OS can't spawn worker thread" panic.
+fn thread_error(panic: &(dyn std::any::Any + Send)) -> NoThread {
   let text = panic
     .downcast_ref::<String>()
     .map(String::as_str)
     .or_else(|| panic.downcast_ref::<&str>().copied())
-    .unwrap_or("could not start a worker thread");
-  if text.contains("(os error 11)") {
-    format!("{text} (process limit reached: RLIMIT_NPROC or the pids cgroup's pids.max)")
-  } else {
-    text.to_owned()
-  }
+    .unwrap_or_default();
+  NoThread::from_panic(text)
 }
 
 /// A parked worker thread, as the pool sees it.

@@ -15,6 +15,7 @@ use nix::unistd::Pid;
 
 use finn_exec::SpawnSpec;
 use finn_exec::spawn::posix_spawn;
+use finn_isolate::{ChildFailed, Layer, LayerFailed};
 
 /// Starts `spec` with `stdout`/`stderr` as its output; returns its pid or the errno.
 pub fn start(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> Result<Pid, Errno> {
@@ -22,9 +23,27 @@ pub fn start(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> Result<Pid, Errn
 }
 
 /// A step run in the forked child just before `execve`. It runs in a copy of the reaper (a
-/// small single-threaded process), so it may allocate; an error aborts the start and its
-/// errno is reported as the spawn failure.
-pub type PreExec<'a> = &'a dyn Fn() -> Result<(), Errno>;
+/// small single-threaded process), so it may allocate; an error aborts the start and comes back
+/// from [`start_with`]: an isolation layer's as [`StartError::Layer`], any other as the spawn's
+/// errno.
+pub type PreExec<'a> = &'a dyn Fn() -> Result<(), ChildFailed>;
+
+/// Why a command did not start.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+  /// The start itself failed (fork, the child's setup, `execve`): the errno.
+  #[error("{0}")]
+  Spawn(Errno),
+  /// An isolation layer failed in the child.
+  #[error(transparent)]
+  Layer(LayerFailed),
+}
+
+impl From<Errno> for StartError {
+  fn from(errno: Errno) -> Self {
+    StartError::Spawn(errno)
+  }
+}
 
 /// Like [`start`], with `pre_exec` run in the child after its setup and before `execve`.
 pub fn start_with(
@@ -32,7 +51,7 @@ pub fn start_with(
   stdout: RawFd,
   stderr: RawFd,
   pre_exec: PreExec,
-) -> Result<Pid, Errno> {
+) -> Result<Pid, StartError> {
   start_watched(spec, stdout, stderr, pre_exec, None).map(|(pid, _)| pid)
 }
 
@@ -44,7 +63,7 @@ pub fn start_watched(
   stderr: RawFd,
   pre_exec: PreExec,
   watch: Option<&[libc::sock_filter]>,
-) -> Result<(Pid, Option<OwnedFd>), Errno> {
+) -> Result<(Pid, Option<OwnedFd>), StartError> {
   use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
   // Everything the child needs is built before the fork.
   let mut argv: Vec<*const libc::c_char> = spec.argv.iter().map(|a| a.as_ptr()).collect();
@@ -82,10 +101,10 @@ pub fn start_watched(
       loop {
         match read_report(&report_r) {
           Ok(Report::Listener(fd)) => listener = Some(fd),
-          Ok(Report::Failed(errno)) => {
+          Ok(Report::Failed(failed)) => {
             // The child failed before exec and has exited: reap it here, it never ran the job.
             let _ = nix::sys::wait::waitpid(child, None);
-            return Err(errno);
+            return Err(failed);
           }
           Ok(Report::Exec) | Err(_) => return Ok((child, listener)),
         }
@@ -97,14 +116,34 @@ pub fn start_watched(
 enum Report {
   /// EOF: the child exec'd.
   Exec,
-  Failed(Errno),
+  Failed(StartError),
   Listener(OwnedFd),
+}
+
+/// The child's report of a failure: the layer's id (0: not a layer, the start itself), then
+/// the errno.
+const FAILURE_BYTES: usize = 5;
+
+fn encode_failure(layer: Option<Layer>, errno: Errno) -> [u8; FAILURE_BYTES] {
+  let mut bytes = [0u8; FAILURE_BYTES];
+  bytes[0] = layer.map_or(0, Layer::id);
+  bytes[1..].copy_from_slice(&(errno as i32).to_ne_bytes());
+  bytes
+}
+
+/// A report of `FAILURE_BYTES`; an unknown layer id is reported as a failed start.
+fn decode_failure(bytes: [u8; FAILURE_BYTES]) -> StartError {
+  let errno = Errno::from_raw(i32::from_ne_bytes([bytes[1], bytes[2], bytes[3], bytes[4]]));
+  match Layer::from_id(bytes[0]) {
+    Some(layer) => StartError::Layer(LayerFailed::new(layer, errno)),
+    None => StartError::Spawn(errno),
+  }
 }
 
 fn read_report(socket: &OwnedFd) -> nix::Result<Report> {
   use nix::sys::socket::{ControlMessageOwned, MsgFlags, recvmsg};
   use std::os::fd::{AsRawFd, FromRawFd};
-  let mut buf = [0u8; 4];
+  let mut buf = [0u8; FAILURE_BYTES];
   let mut cmsg = nix::cmsg_space!([RawFd; 1]);
   loop {
     let mut iov = [std::io::IoSliceMut::new(&mut buf)];
@@ -126,7 +165,7 @@ fn read_report(socket: &OwnedFd) -> nix::Result<Report> {
       }
     }
     return Ok(match msg.bytes {
-      4 => Report::Failed(Errno::from_raw(i32::from_ne_bytes(buf))),
+      FAILURE_BYTES => Report::Failed(decode_failure(buf)),
       _ => Report::Exec,
     });
   }
@@ -148,15 +187,16 @@ fn exec_child(
   pre_exec: PreExec,
   watch: Option<&[libc::sock_filter]>,
 ) -> ! {
-  let fail = |errno: Errno| -> ! {
-    let bytes = (errno as i32).to_ne_bytes();
-    // SAFETY: writes 4 bytes from a stack array to our own pipe, then exits without running
+  let report_failure = |layer: Option<Layer>, errno: Errno| -> ! {
+    let bytes = encode_failure(layer, errno);
+    // SAFETY: writes the bytes of a stack array to our own socket, then exits without running
     // the parent's atexit handlers or destructors.
     unsafe {
-      libc::write(report, bytes.as_ptr().cast(), 4);
+      libc::write(report, bytes.as_ptr().cast(), bytes.len());
       libc::_exit(127)
     }
   };
+  let fail = |errno: Errno| -> ! { report_failure(None, errno) };
   // SAFETY: plain syscalls on this process's own state and descriptors; every pointer is
   // valid and NUL-terminated (argv and envp end with a null pointer).
   unsafe {
@@ -214,8 +254,10 @@ fn exec_child(
         Err(e) => fail(Errno::from_raw(e.raw_os_error().unwrap_or(libc::EPERM))),
       }
     }
-    if let Err(errno) = pre_exec() {
-      fail(errno);
+    match pre_exec() {
+      Ok(()) => {}
+      Err(ChildFailed::Start(errno)) => fail(errno),
+      Err(ChildFailed::Layer(failed)) => report_failure(Some(failed.layer), failed.errno),
     }
     libc::execve(spec.program.as_ptr(), argv.as_ptr(), envp.as_ptr());
     fail(Errno::last())
@@ -238,7 +280,9 @@ mod tests {
     }
   }
 
-  fn output(start: impl FnOnce(RawFd) -> Result<Pid, Errno>) -> (Result<i32, Errno>, String) {
+  fn output(
+    start: impl FnOnce(RawFd) -> Result<Pid, StartError>,
+  ) -> (Result<i32, StartError>, String) {
     let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
     let started = start(w.as_raw_fd());
     drop(w);
@@ -254,8 +298,10 @@ mod tests {
   #[test]
   fn the_pre_exec_step_runs_in_the_child_before_exec() {
     // The hook lowers RLIMIT_NOFILE in the child only; the command sees the lowered limit.
-    let lower =
-      || nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 17, 17);
+    let lower = || {
+      nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, 17, 17)
+        .map_err(ChildFailed::Start)
+    };
     let s = spec("ulimit -n; echo $$ $PPID; pwd");
     let (status, out) = output(|w| start_with(&s, w, w, &lower));
     assert_eq!(status, Ok(0));
@@ -263,18 +309,45 @@ mod tests {
     assert_eq!(lines[0], "17");
     assert_eq!(lines[2], "/tmp");
     // Without the hook, the limit is the parent's.
-    let (_, plain) = output(|w| start(&s, w, w));
+    let (_, plain) = output(|w| start(&s, w, w).map_err(StartError::Spawn));
     assert_ne!(plain.lines().next(), Some("17"));
   }
 
   #[test]
   fn failures_before_and_at_exec_are_reported_as_errnos() {
-    let refuse = || Err(Errno::EPERM);
+    let refuse = || Err(ChildFailed::Start(Errno::EPERM));
     let (status, _) = output(|w| start_with(&spec("true"), w, w, &refuse));
-    assert_eq!(status, Err(Errno::EPERM));
+    assert_eq!(status, Err(StartError::Spawn(Errno::EPERM)));
     let mut missing = spec("true");
     missing.program = CString::new("/nonexistent/x").unwrap();
     let (status, _) = output(|w| start_with(&missing, w, w, &|| Ok(())));
-    assert_eq!(status, Err(Errno::ENOENT));
+    assert_eq!(status, Err(StartError::Spawn(Errno::ENOENT)));
+  }
+
+  #[test]
+  fn a_layer_that_fails_in_the_child_is_reported_with_its_errno() {
+    for layer in finn_isolate::Layer::ALL {
+      let refuse = move || Err(ChildFailed::Layer(LayerFailed::new(layer, Errno::EACCES)));
+      let (status, _) = output(|w| start_with(&spec("true"), w, w, &refuse));
+      assert_eq!(
+        status,
+        Err(StartError::Layer(LayerFailed::new(layer, Errno::EACCES)))
+      );
+    }
+  }
+
+  #[test]
+  fn a_failure_report_round_trips_and_an_unknown_layer_is_a_failed_start() {
+    for layer in [None, Some(Layer::Seccomp)] {
+      let back = decode_failure(encode_failure(layer, Errno::ENOMEM));
+      let expected = match layer {
+        Some(layer) => StartError::Layer(LayerFailed::new(layer, Errno::ENOMEM)),
+        None => StartError::Spawn(Errno::ENOMEM),
+      };
+      assert_eq!(back, expected);
+    }
+    let mut unknown = encode_failure(None, Errno::EIO);
+    unknown[0] = 250;
+    assert_eq!(decode_failure(unknown), StartError::Spawn(Errno::EIO));
   }
 }

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use super::error::{Crash, Fault};
 use super::protocol::{FromSupervisor, ToSupervisor};
 use super::server::{ADDON_FD, DEFAULT_REAPER_IDLE, REAPER_IDLE_ARG};
 use super::wire::{self, Conn};
@@ -153,10 +154,10 @@ impl Supervisor {
           if e.raw_os_error() == Some(libc::EAGAIN) {
             return CheckoutError::NoReaper(e);
           }
-          CheckoutError::Failed(format!(
-            "cannot start the supervisor {}: {e}",
-            self.program.display()
-          ))
+          CheckoutError::Failed(Crash::Start {
+            program: self.program.clone(),
+            source: e.into(),
+          })
         })?);
         state.generation += 1;
       }
@@ -172,15 +173,13 @@ impl Supervisor {
         landlock,
       }),
       Ok(Err(e)) => Err(CheckoutError::NoReaper(e)),
-      Err(e) => {
+      Err(fault) => {
         let mut state = self.lock();
         // Unless another job's request found it out first and a new one runs already.
         if state.generation == generation {
           stop(&mut state);
         }
-        Err(CheckoutError::Failed(format!(
-          "the supervisor (pid {pid}) failed: {e}"
-        )))
+        Err(CheckoutError::Failed(Crash::Supervisor { pid, fault }))
       }
     }
   }
@@ -327,7 +326,7 @@ fn take_idle(state: &mut State, landlock: u8) -> Option<Reaper> {
 pub enum CheckoutError {
   /// The supervisor could not be started, or failed (it is let go: the next job starts
   /// another).
-  Failed(String),
+  Failed(Crash),
   /// The supervisor is fine but could not make a reaper (a process limit, which another job's
   /// command may have filled): this job cannot start, as when a spawn fails.
   NoReaper(io::Error),
@@ -335,7 +334,7 @@ pub enum CheckoutError {
 
 /// Asks for a new reaper: the outer error is the supervisor's failure, the inner one its
 /// refusal (see [`CheckoutError`]).
-fn new_reaper(link: &Link, landlock: u8) -> io::Result<io::Result<(i32, Conn)>> {
+fn new_reaper(link: &Link, landlock: u8) -> Result<io::Result<(i32, Conn)>, Fault> {
   let mut conn = link.conn.lock().unwrap_or_else(|e| e.into_inner());
   conn.send(&ToSupervisor::NewReaper { landlock }.encode(), &[])?;
   // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
@@ -350,15 +349,12 @@ fn new_reaper(link: &Link, landlock: u8) -> io::Result<io::Result<(i32, Conn)>> 
     if fds[0].revents == 0 {
       pidfd::send_signal(&link.pidfd, Signal::SIGCONT);
       if asked.elapsed() >= NEW_REAPER_BOUND {
-        return Err(io::Error::new(
-          io::ErrorKind::TimedOut,
-          "it did not answer a request for a reaper",
-        ));
+        return Err(Fault::NoAnswer);
       }
       continue;
     }
     if !conn.fill()? {
-      return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
+      return Err(Fault::Exited);
     }
   };
   let pid = match FromSupervisor::decode(&frame)? {
@@ -367,9 +363,7 @@ fn new_reaper(link: &Link, landlock: u8) -> io::Result<io::Result<(i32, Conn)>> 
       return Ok(Err(io::Error::from_raw_os_error(errno)));
     }
   };
-  let fd = conn
-    .take_fd()
-    .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no socket came with the reaper"))?;
+  let fd = conn.take_fd().ok_or(Fault::NoSocket)?;
   Ok(Ok((pid, Conn::new(fd))))
 }
 

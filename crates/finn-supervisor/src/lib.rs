@@ -7,6 +7,7 @@ pub mod child;
 pub mod client;
 pub mod descendants;
 pub mod entry;
+pub mod error;
 pub mod protocol;
 pub mod reaper;
 pub mod run;
@@ -15,4 +16,5 @@ pub mod shield;
 pub mod wire;
 
 pub use client::Supervisor;
+pub use error::{Crash, Fault, IoCause};
 pub use run::{RunError, kill_trees_now, run_blocking};

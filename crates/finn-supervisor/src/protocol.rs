@@ -5,7 +5,8 @@
 //! or [`FromSupervisor::ReaperFailed`] when no reaper could be made (a process limit a job's
 //! command filled).
 //! Addon -> reaper: [`ToReaper::Run`] (stdout and stderr write ends attached), then any number
-//! of [`ToReaper::Terminate`]. Reaper -> addon, per job: `Spawned` or `SpawnFailed`; then
+//! of [`ToReaper::Terminate`]. Reaper -> addon, per job: `Spawned`, `SpawnFailed` or
+//! `PrepareFailed` (an isolation layer could not be set up; nothing ran); after `Spawned`,
 //! `Exited` once the leader is reaped and `TreeGone` once the reaper has no child left, with
 //! `TimedOut` before them when the reaper stopped the job at its own deadline.
 //! `Spawned` waits up to 1 ms to go out in the same write as those two (a short command then
@@ -16,7 +17,7 @@ use std::io;
 
 use super::wire::{Reader, Writer};
 use finn_exec::{ExitStatus, SpawnSpec};
-use finn_isolate::Plan;
+use finn_isolate::{Layer, LayerFailed, Plan};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ToSupervisor {
@@ -100,10 +101,13 @@ pub enum FromReaper {
   Spawned {
     pid: i32,
   },
-  /// The errno of `posix_spawn` (or of what ran before `exec`).
+  /// The errno of `posix_spawn` (or of the child's own setup before `exec`).
   SpawnFailed {
     errno: i32,
   },
+  /// An isolation layer could not be set up, in the reaper before the fork or in the child
+  /// before `exec`: the command did not run.
+  PrepareFailed(LayerFailed),
   Exited(ExitStatus),
   /// The job's deadline passed with its leader running: the reaper is terminating the tree
   /// (sent after `Spawned`, before `Exited`).
@@ -127,6 +131,7 @@ const TREE_GONE: u8 = 9;
 const RETIRED: u8 = 10;
 const REAPER_FAILED: u8 = 11;
 const TIMED_OUT: u8 = 12;
+const PREPARE_FAILED: u8 = 13;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -345,6 +350,14 @@ impl FromReaper {
     match self {
       FromReaper::Spawned { pid } => w.u8(SPAWNED).i32(*pid),
       FromReaper::SpawnFailed { errno } => w.u8(SPAWN_FAILED).i32(*errno),
+      FromReaper::PrepareFailed(f) => {
+        use std::os::unix::ffi::OsStrExt;
+        let path = f.path.as_ref().map(|p| p.as_os_str().as_bytes());
+        w.u8(PREPARE_FAILED)
+          .u8(f.layer.id())
+          .i32(f.errno as i32)
+          .bytes(path.unwrap_or_default())
+      }
       FromReaper::Exited(ExitStatus::Exited(code)) => w.u8(EXITED).i32(*code),
       FromReaper::Exited(ExitStatus::Signaled(sig)) => w.u8(SIGNALED).i32(*sig),
       FromReaper::TimedOut => w.u8(TIMED_OUT),
@@ -359,6 +372,20 @@ impl FromReaper {
     let msg = match r.u8()? {
       SPAWNED => FromReaper::Spawned { pid: r.i32()? },
       SPAWN_FAILED => FromReaper::SpawnFailed { errno: r.i32()? },
+      PREPARE_FAILED => {
+        use std::os::unix::ffi::OsStrExt;
+        let layer = r.u8()?;
+        let layer = Layer::from_id(layer).ok_or_else(|| {
+          io::Error::new(io::ErrorKind::InvalidData, format!("unknown layer {layer}"))
+        })?;
+        let errno = nix::errno::Errno::from_raw(r.i32()?);
+        let path = r.bytes()?;
+        FromReaper::PrepareFailed(LayerFailed {
+          layer,
+          errno,
+          path: (!path.is_empty()).then(|| std::ffi::OsStr::from_bytes(path).into()),
+        })
+      }
       EXITED => FromReaper::Exited(ExitStatus::Exited(r.i32()?)),
       SIGNALED => FromReaper::Exited(ExitStatus::Signaled(r.i32()?)),
       TIMED_OUT => FromReaper::TimedOut,
@@ -429,6 +456,12 @@ mod tests {
     for msg in [
       FromReaper::Spawned { pid: 42 },
       FromReaper::SpawnFailed { errno: 2 },
+      FromReaper::PrepareFailed(LayerFailed::new(Layer::Landlock, nix::errno::Errno::EPERM)),
+      FromReaper::PrepareFailed(LayerFailed {
+        layer: Layer::Cgroup,
+        errno: nix::errno::Errno::EACCES,
+        path: Some("/sys/fs/cgroup/pids/finn-sandbox/job".into()),
+      }),
       FromReaper::Exited(ExitStatus::Exited(3)),
       FromReaper::Exited(ExitStatus::Signaled(9)),
       FromReaper::TimedOut,
@@ -454,6 +487,11 @@ mod tests {
     assert!(FromReaper::decode(&[]).is_err());
     assert!(FromReaper::decode(&[99]).is_err());
     assert!(FromReaper::decode(&[TREE_GONE, 0]).is_err());
+    // A failed layer: an id no layer has, and one cut before its errno.
+    let mut w = Writer::default();
+    w.u8(PREPARE_FAILED).u8(0).i32(1).bytes(b"");
+    assert!(FromReaper::decode(&w.0).is_err());
+    assert!(FromReaper::decode(&[PREPARE_FAILED, Layer::Seccomp.id(), 1]).is_err());
     // A huge argv count with nothing behind it.
     let mut w = Writer::default();
     w.u8(RUN)

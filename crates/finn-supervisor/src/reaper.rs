@@ -19,7 +19,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
-use super::child;
+use super::child::{self, StartError};
 use super::descendants::Tree;
 use super::protocol::{FromReaper, Timeout, ToReaper};
 use super::shield::{Guard, Watch};
@@ -239,10 +239,15 @@ impl Reaper {
     let mut prepared = match isolation.as_deref().map(prepare_job).transpose() {
       Ok(p) => p,
       Err(e) => {
-        eprintln!("finn-supervisor: {e}");
         // Closed before the reply, as after a job that ran.
         drop(isolation);
-        return self.send(FromReaper::SpawnFailed { errno: libc::EPERM });
+        return self.send(match e.layer_failed() {
+          Some(failed) => FromReaper::PrepareFailed(failed),
+          // `Options` and `Unavailable` come from resolving a plan, which the addon did.
+          None => FromReaper::SpawnFailed {
+            errno: libc::EINVAL,
+          },
+        });
       }
     };
     // The bwrap backend execs bwrap, which runs the command.
@@ -264,16 +269,21 @@ impl Reaper {
     let started = match (&prepared, watched) {
       (Some(p), _) => child::start_watched(spec, o, e, &|| p.apply_in_child(), watched),
       (None, Some(_)) => child::start_watched(spec, o, e, &|| Ok(()), watched),
-      (None, None) => child::start(spec, o, e).map(|pid| (pid, None)),
+      (None, None) => child::start(spec, o, e)
+        .map(|pid| (pid, None))
+        .map_err(StartError::Spawn),
     };
     // The child has its own copies; ours would keep the addon from ever seeing EOF.
     drop((out, err));
     let (leader, listener) = match started {
       Ok(started) => started,
-      Err(errno) => {
+      Err(e) => {
         drop((prepared, isolation));
-        return self.send(FromReaper::SpawnFailed {
-          errno: errno as i32,
+        return self.send(match e {
+          StartError::Spawn(errno) => FromReaper::SpawnFailed {
+            errno: errno as i32,
+          },
+          StartError::Layer(failed) => FromReaper::PrepareFailed(failed),
         });
       }
     };

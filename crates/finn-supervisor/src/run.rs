@@ -18,6 +18,7 @@ use nix::sys::signal::Signal;
 
 use super::client::{CheckoutError, NUDGE_EVERY, Reaper, Supervisor};
 use super::descendants;
+use super::error::Crash;
 use super::protocol::{FromReaper, Timeout, ToReaper};
 use finn_exec::capture::{Capture, Pushed, Stream};
 use finn_exec::later::{Later, wake_for};
@@ -26,7 +27,7 @@ use finn_exec::spawn::classify_exec_error;
 use finn_exec::{
   EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,
 };
-use finn_isolate::Plan;
+use finn_isolate::{LayerFailed, Plan};
 
 /// Why a job through the supervisor did not finish.
 #[derive(Debug, thiserror::Error)]
@@ -34,10 +35,14 @@ pub enum RunError {
   /// The command could not be started (a result for the caller: exit code 126/127).
   #[error(transparent)]
   Spawn(#[from] SpawnError),
+  /// An isolation layer could not be set up: the command did not run, and the job rejects
+  /// with `ISOLATION_UNAVAILABLE`.
+  #[error(transparent)]
+  Isolation(LayerFailed),
   /// The supervisor or the job's reaper failed or died: the job's tree is killed by whichever
   /// of them is left, and the job rejects with `WORKER_CRASHED`.
-  #[error("{0}")]
-  Crashed(String),
+  #[error(transparent)]
+  Crashed(Crash),
 }
 
 const READ_CHUNK: usize = 32 * 1024;
@@ -185,7 +190,7 @@ impl Outgoing {
           },
         ))
       }
-      Err(e) => Err(crashed(&reaper, &e)),
+      Err(e) => Err(crashed(&reaper, e)),
     }
   }
 
@@ -212,13 +217,16 @@ impl Outgoing {
 /// (exit code 126, the process limit named), a failed supervisor a crash.
 fn checkout_failed(e: CheckoutError, spec: &SpawnSpec) -> RunError {
   match e {
-    CheckoutError::Failed(msg) => RunError::Crashed(msg),
+    CheckoutError::Failed(crash) => RunError::Crashed(crash),
     CheckoutError::NoReaper(source) => classify_exec_error(spec, source).into(),
   }
 }
 
-fn crashed(reaper: &Reaper, e: &dyn std::fmt::Display) -> RunError {
-  RunError::Crashed(format!("the job's reaper (pid {}) failed: {e}", reaper.pid))
+fn crashed(reaper: &Reaper, e: io::Error) -> RunError {
+  RunError::Crashed(Crash::Reaper {
+    pid: reaper.pid,
+    source: e.into(),
+  })
 }
 
 /// What a reaper has answered so far, read without waiting.
@@ -312,11 +320,11 @@ pub fn resume<R>(
         match outgoing.send_to(&reaper, isolation) {
           Ok(true) => {}
           Ok(false) => outgoing.unread = true,
-          Err(e) => return Err(crashed(&reaper, &e)),
+          Err(e) => return Err(crashed(&reaper, e)),
         }
       }
       Ok(msg) => break msg,
-      Err(e) => return Err(crashed(&reaper, &e)),
+      Err(e) => return Err(crashed(&reaper, e)),
     }
   };
   // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
@@ -328,11 +336,16 @@ pub fn resume<R>(
       supervisor.checkin(reaper);
       return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
     }
+    FromReaper::PrepareFailed(failed) => {
+      supervisor.checkin(reaper);
+      return Err(RunError::Isolation(failed));
+    }
     other => {
-      return Err(crashed(
-        &reaper,
-        &format!("unexpected {other:?} after {retired} retired reaper(s)"),
-      ));
+      return Err(RunError::Crashed(Crash::Unexpected {
+        pid: reaper.pid,
+        message: other,
+        retired,
+      }));
     }
   }
   on_spawn(reaper.pid);
@@ -355,7 +368,7 @@ pub fn resume<R>(
   );
   let ended_by = match outcome {
     Ok(ended_by) => ended_by,
-    Err(e) => return Err(crashed(&reaper, &e)),
+    Err(e) => return Err(crashed(&reaper, e)),
   };
   let mut survivors = Vec::new();
   if job.tree_gone {
