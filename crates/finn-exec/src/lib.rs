@@ -3,6 +3,7 @@
 
 pub mod capture;
 pub mod later;
+pub mod lifecycle;
 pub mod outcome;
 pub mod pidfd;
 pub mod poll;

@@ -11,7 +11,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 /// A caller's request to stop a running child.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Stop<R> {
   /// Time between SIGTERM and SIGKILL; zero kills at once.
   pub grace: Duration,
