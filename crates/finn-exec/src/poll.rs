@@ -2,7 +2,7 @@
 //! in the supervisor's addon side) and the supervisor's single-threaded processes.
 
 use std::os::fd::RawFd;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// A pollfd watching `fd` for input (`None`: an unused slot, ignored by the kernel).
 pub fn watch(fd: Option<RawFd>) -> libc::pollfd {
@@ -38,9 +38,4 @@ pub fn poll(fds: &mut [libc::pollfd], until: Option<Instant>) {
 /// The earliest of some optional instants.
 pub fn earliest(times: impl IntoIterator<Item = Option<Instant>>) -> Option<Instant> {
   times.into_iter().flatten().min()
-}
-
-/// Backoff between checks of a dying tree: 1 ms, doubling up to 16 ms.
-pub fn backoff(checks: u32) -> Duration {
-  Duration::from_millis(1 << checks.min(4))
 }

@@ -3,11 +3,14 @@
 //!
 //! It is a child subreaper, so every process the job leaves behind (double-forked, `setsid`,
 //! anything) becomes its child: `waitpid(-1)` failing with ECHILD means the whole tree is gone.
-//! When the leader exits, the rest of the tree gets `drain_ms` to finish, then is killed. When
-//! the addon asks (timeout, abort, output cap), the tree is frozen, sent SIGTERM, resumed, and
-//! SIGKILLed after the grace. The job's deadline is kept here too, whether or not the addon
-//! asks: the addon's side of a job sent inline is Node's thread, which JS can keep busy. When the addon's socket closes (Node died) or the supervisor dies
-//! (the lifeline pipe hangs up), the tree is SIGKILLed and the reaper exits.
+//! The job's life is the owner's [`Lifecycle`] (`core/exec/lifecycle.rs`): when the leader
+//! exits, the rest of the tree gets `drain_ms` to finish, then is killed; when the addon asks
+//! (timeout, abort, output cap), the tree is frozen, sent SIGTERM, resumed, and SIGKILLed after
+//! the grace. The job's deadline is kept here too, whether or not the addon asks: the addon's
+//! side of a job sent inline is Node's thread, which JS can keep busy. When the addon's socket
+//! closes (Node died) or the supervisor dies (the lifeline pipe hangs up), the tree is
+//! SIGKILLed and the reaper exits. The loop in `run` only turns the socket, the lifeline,
+//! SIGCHLD and the machine's wake-up time into events, and signals the tree as it is told.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -24,8 +27,9 @@ use super::descendants::Tree;
 use super::protocol::{FromReaper, Timeout, ToReaper};
 use super::shield::{Guard, Watch};
 use super::wire::Conn;
-use finn_exec::poll::{backoff, earliest, poll, watch};
-use finn_exec::{ExitStatus, REAP_BOUND, SpawnSpec};
+use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
+use finn_exec::poll::{earliest, poll, watch};
+use finn_exec::{ExitStatus, SpawnSpec, Stop};
 use finn_isolate::{Checked, Plan, prepare_job};
 
 /// Why the reaper must exit.
@@ -287,13 +291,14 @@ impl Reaper {
         });
       }
     };
+    let mut life = Lifecycle::<()>::owner(
+      deadline.map(|(at, _)| at),
+      deadline.map_or(Duration::ZERO, |(_, grace)| grace),
+      Some(drain),
+    );
     let mut job = Job {
       leader,
       spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
-      drain_until: None,
-      drain,
-      deadline,
-      kill: None,
       tree: Tree::new(self.me),
       host_gone: false,
       watch: listener.map(|l| Watch::new(l, self.me)),
@@ -309,12 +314,19 @@ impl Reaper {
         drop(isolation.take());
       }
       let now = Instant::now();
-      let timed_out = leader_status.is_none() && !gone && job.deadline_passed(now);
+      if leader_status.is_some() {
+        life.on(Event::LeaderExited, now);
+      }
+      if gone {
+        life.on(Event::TreeGone, now);
+      }
+      let due = life.on(Event::Tick, now);
+      let timed_out = due.iter().any(|a| a == Action::ReportTimedOut);
       // Both in one write when they come together (a command without background children):
       // the addon then wakes once.
       let mut report: Vec<Vec<u8>> = Vec::new();
-      if let Some(due) = spawned_due
-        && (leader_status.is_some() || gone || timed_out || now >= due)
+      if let Some(at) = spawned_due
+        && (leader_status.is_some() || gone || timed_out || now >= at)
       {
         spawned_due = None;
         report.push(
@@ -328,7 +340,6 @@ impl Reaper {
         report.push(FromReaper::TimedOut.encode());
       }
       if let Some(status) = leader_status {
-        job.leader_reaped();
         report.push(FromReaper::Exited(status).encode());
       }
       if gone {
@@ -337,28 +348,17 @@ impl Reaper {
       if !report.is_empty() && !job.host_gone {
         let frames: Vec<&[u8]> = report.iter().map(Vec::as_slice).collect();
         if self.conn.send_all(&frames).is_err() {
-          job.host_gone();
+          job.host_gone(&mut life);
         }
       }
-      if gone {
-        return if job.host_gone { Err(Gone) } else { Ok(()) };
+      job.carry_out(due);
+      match life.settled() {
+        Some(End::TreeGone) => return if job.host_gone { Err(Gone) } else { Ok(()) },
+        // Unkillable (uninterruptible sleep): leave it to the supervisor, which inherits it.
+        Some(_) => return Err(Gone),
+        None => {}
       }
-      if job.drain_until.is_some_and(|at| now >= at) && job.kill.is_none() {
-        job.terminate(Duration::ZERO);
-      }
-      if let Some(kill) = &mut job.kill {
-        if kill.give_up_at.is_some_and(|at| now >= at) {
-          // Unkillable (uninterruptible sleep): leave it to the supervisor, which inherits it.
-          return Err(Gone);
-        }
-        kill.tick(now, &mut job.tree);
-      }
-      let wake = earliest([
-        spawned_due,
-        job.deadline_due(),
-        job.drain_until.filter(|_| job.kill.is_none()),
-        job.kill.as_ref().and_then(Kill::next_wake),
-      ]);
+      let wake = earliest([spawned_due, life.next_wake(now)]);
       let mut fds = [
         watch((!job.host_gone).then(|| self.conn.raw())),
         watch(Some(self.lifeline.as_raw_fd())),
@@ -381,21 +381,26 @@ impl Reaper {
         while let Ok(Some(_)) = self.sigchld.read_signal() {}
       }
       if fds[1].revents != 0 {
-        job.host_gone();
+        job.host_gone(&mut life);
       }
       if fds[0].revents != 0 {
         if matches!(self.conn.fill(), Ok(true)) {
           while let Ok(Some(frame)) = self.conn.take_frame() {
             match ToReaper::decode(&frame) {
               Ok(ToReaper::Terminate { grace_ms }) => {
-                job.terminate(Duration::from_millis(grace_ms));
+                let stop = Stop {
+                  grace: Duration::from_millis(grace_ms),
+                  reason: (),
+                };
+                let asked = life.on(Event::Stop(stop), Instant::now());
+                job.carry_out(asked);
               }
               // A second job while one runs, or garbage: the addon is confused; stop it all.
-              _ => job.host_gone(),
+              _ => job.host_gone(&mut life),
             }
           }
         } else {
-          job.host_gone();
+          job.host_gone(&mut life);
         }
       }
     }
@@ -422,18 +427,12 @@ impl Reaper {
   }
 }
 
+/// What the reaper holds for the job it runs; its life is a [`Lifecycle`] in `run`.
 struct Job {
   leader: Pid,
   /// The leader is the bwrap backend's outer bwrap: a graceful stop's SIGTERM goes to the
   /// command and the rest of the tree, not to it (the SIGKILL goes to all).
   spare_leader: bool,
-  /// When the leader has exited: the time the rest of the tree is killed.
-  drain_until: Option<Instant>,
-  drain: Duration,
-  /// When the tree is terminated, and with what grace, unless the leader exits first or the
-  /// addon asked already; taken once it has passed.
-  deadline: Option<(Instant, Duration)>,
-  kill: Option<Kill>,
   tree: Tree,
   /// The addon or the supervisor is gone: kill everything, then exit.
   host_gone: bool,
@@ -441,112 +440,38 @@ struct Job {
   watch: Option<Watch>,
 }
 
-impl Job {
-  /// When the deadline is still to be kept: the leader runs and nobody asked to terminate.
-  fn deadline_due(&self) -> Option<Instant> {
-    let (at, _) = self.deadline?;
-    (self.drain_until.is_none() && self.kill.is_none()).then_some(at)
-  }
-
-  /// Terminates the tree if its deadline has passed (once); true when it did.
-  fn deadline_passed(&mut self, now: Instant) -> bool {
-    if self.deadline_due().is_none_or(|at| now < at) {
-      return false;
-    }
-    let (_, grace) = self.deadline.take().expect("due");
-    self.terminate(grace);
-    true
-  }
-
-  fn leader_reaped(&mut self) {
-    if self.kill.is_none() {
-      self.drain_until = Some(Instant::now() + self.drain);
-    }
-  }
-
-  fn host_gone(&mut self) {
-    self.host_gone = true;
-    self.terminate(Duration::ZERO);
-  }
-
-  /// Starts termination, or brings its SIGKILL forward.
-  fn terminate(&mut self, grace: Duration) {
-    match &mut self.kill {
-      Some(kill) => kill.shorten(grace, &mut self.tree),
-      None => {
-        let except = self.spare_leader.then_some(self.leader.as_raw());
-        self.kill = Some(Kill::start(grace, &mut self.tree, except))
-      }
-    }
-  }
-}
-
-/// TERM -> grace -> KILL for the reaper's whole subtree.
-struct Kill {
-  kill_at: Instant,
-  killed: bool,
-  give_up_at: Option<Instant>,
-  next_check: Instant,
-  checks: u32,
-}
-
 const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
 
-impl Kill {
-  /// `except`: a pid the SIGTERM spares (see `Job::spare_leader`).
-  fn start(grace: Duration, tree: &mut Tree, except: Option<i32>) -> Kill {
-    let now = Instant::now();
-    let mut kill = Kill {
-      kill_at: now + grace,
-      killed: false,
-      give_up_at: None,
-      next_check: now + backoff(0),
-      checks: 0,
+impl Job {
+  fn host_gone(&mut self, life: &mut Lifecycle<()>) {
+    self.host_gone = true;
+    let stop = Stop {
+      grace: Duration::ZERO,
+      reason: (),
     };
-    if grace.is_zero() {
-      kill.kill(tree);
-    } else {
-      match except {
-        Some(pid) => tree.signal_except(Signal::SIGTERM, NO_SPARE, pid),
-        None => tree.signal(Signal::SIGTERM, NO_SPARE),
-      };
-    }
-    kill
+    let now_due = life.on(Event::Stop(stop), Instant::now());
+    self.carry_out(now_due);
   }
 
-  fn kill(&mut self, tree: &mut Tree) {
-    tree.signal(Signal::SIGKILL, NO_SPARE);
-    self.killed = true;
-    self.give_up_at = Some(Instant::now() + REAP_BOUND);
-  }
-
-  fn shorten(&mut self, grace: Duration, tree: &mut Tree) {
-    self.kill_at = self.kill_at.min(Instant::now() + grace);
-    if !self.killed && Instant::now() >= self.kill_at {
-      self.kill(tree);
-    }
-  }
-
-  fn tick(&mut self, now: Instant, tree: &mut Tree) {
-    if !self.killed {
-      if now >= self.kill_at {
-        self.kill(tree);
+  /// Signals the tree as the job's machine asks (the report is sent by `run`).
+  fn carry_out(&mut self, actions: Actions) {
+    for action in actions.iter() {
+      match action {
+        Action::SignalTerm if self.spare_leader => {
+          self
+            .tree
+            .signal_except(Signal::SIGTERM, NO_SPARE, self.leader.as_raw());
+        }
+        Action::SignalTerm => {
+          self.tree.signal(Signal::SIGTERM, NO_SPARE);
+        }
+        Action::SignalKill => {
+          self.tree.signal(Signal::SIGKILL, NO_SPARE);
+        }
+        // The owner's machine asks for none of the watcher's actions.
+        Action::ReportTimedOut | Action::Nudge | Action::AskTerminate { .. } | Action::KillTree => {
+        }
       }
-      return;
-    }
-    if now >= self.next_check {
-      // Anything forked between the last scan and the kill: look again.
-      tree.signal(Signal::SIGKILL, NO_SPARE);
-      self.checks += 1;
-      self.next_check = now + backoff(self.checks);
-    }
-  }
-
-  fn next_wake(&self) -> Option<Instant> {
-    if self.killed {
-      earliest([Some(self.next_check), self.give_up_at])
-    } else {
-      Some(self.kill_at)
     }
   }
 }

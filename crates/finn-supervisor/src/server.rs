@@ -25,7 +25,8 @@ use super::protocol::{FromSupervisor, ToSupervisor};
 use super::reaper;
 use super::shield::{self, Guard};
 use super::wire::{self, Conn};
-use finn_exec::poll::{backoff, poll, watch};
+use finn_exec::lifecycle::backoff;
+use finn_exec::poll::{poll, watch};
 
 /// The descriptor on which the supervisor finds its socket to the addon.
 pub const ADDON_FD: RawFd = 3;
