@@ -1,12 +1,67 @@
-//! finn-exec against real processes.
+//! A command's start, capture and end against real processes, through the path that ships: a
+//! reaper of the supervisor (`finn_supervisor::run_blocking`), which starts the command with
+//! `posix_spawn` and ends its tree as `finn_exec::lifecycle` says.
 
 use std::ffi::CString;
 use std::future::pending;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use finn_sandbox::core::exec::later::Nothing;
 use finn_sandbox::core::exec::{
-  EndedBy, ExitStatus, Limits, SpawnSpec, Stop, TRUNCATION_MARKER, run,
+  EndedBy, ExitStatus, Finished, Limits, SpawnError, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
 };
+use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
+
+/// One supervisor for the tests of this file (its reapers run one job each at a time).
+fn sup() -> &'static Supervisor {
+  static SUPERVISOR: OnceLock<Supervisor> = OnceLock::new();
+  SUPERVISOR.get_or_init(|| Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor"))))
+}
+
+/// Runs `spec` through a reaper on tokio's blocking pool; `stop` resolving asks for termination.
+async fn run<R: Send + 'static>(
+  spec: &SpawnSpec,
+  limits: &Limits,
+  stop: impl Future<Output = Stop<R>>,
+  on_spawn: impl FnOnce(i32) + Send + 'static,
+) -> Result<Finished<R>, SpawnError> {
+  let cell = Arc::new(StopCell::new());
+  let runner = Arc::clone(&cell);
+  let (spec, limits) = (spec.clone(), limits.clone());
+  let mut worker = pin!(tokio::task::spawn_blocking(move || {
+    let drain = Duration::from_millis(100);
+    supervisor::run_blocking(
+      sup(),
+      &spec,
+      None,
+      &limits,
+      drain,
+      &runner,
+      &mut Nothing,
+      on_spawn,
+    )
+  }));
+  let mut stop = pin!(stop);
+  let mut stop_pending = true;
+  loop {
+    tokio::select! {
+      done = &mut worker => {
+        return match done.unwrap() {
+          Ok(finished) => Ok(finished),
+          Err(RunError::Spawn(e)) => Err(e),
+          Err(e) => panic!("{e}"),
+        };
+      }
+      request = &mut stop, if stop_pending => {
+        stop_pending = false;
+        cell.request(request);
+      }
+    }
+  }
+}
 
 fn spec(program: &str, args: &[&str]) -> SpawnSpec {
   let c = |s: &str| CString::new(s).unwrap();

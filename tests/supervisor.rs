@@ -2,9 +2,9 @@
 //! escape. Survivors are found by scanning every /proc/<pid>/cmdline for a token unique to the
 //! test, not by recorded pids.
 //!
-//! `FINN_TEST_DIRECT=1` runs the same bodies through the old direct path (`exec::run_blocking`,
-//! process groups and a /proc walk from the caller): the containment tests then fail, which
-//! is how they were shown to test something.
+//! `FINN_TEST_DIRECT=1` (with `--features test-hooks`) runs the same bodies through the direct
+//! path, a test fixture (`exec::direct`: process groups and a /proc walk from the caller): the
+//! containment tests then fail, which is how they were shown to test something.
 
 use std::ffi::CString;
 use std::path::PathBuf;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use finn_sandbox::core::exec::{
-  self, EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
+  EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
 };
 use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
 
@@ -110,7 +110,7 @@ fn run_on_thread(
   let sup = Arc::clone(sup);
   let handle = std::thread::spawn(move || {
     if direct() {
-      exec::run_blocking(&spec, &limits, &runner, |_| ()).map_err(RunError::Spawn)
+      run_direct(&spec, &limits, &runner)
     } else {
       supervisor::run_blocking(
         &sup,
@@ -125,6 +125,17 @@ fn run_on_thread(
     }
   });
   (cell, handle)
+}
+
+#[cfg(feature = "test-hooks")]
+fn run_direct(spec: &SpawnSpec, limits: &Limits, stop: &StopCell<&'static str>) -> Outcome {
+  finn_sandbox::core::exec::direct::run_blocking(spec, limits, stop, |_| ())
+    .map_err(RunError::Spawn)
+}
+
+#[cfg(not(feature = "test-hooks"))]
+fn run_direct(_: &SpawnSpec, _: &Limits, _: &StopCell<&'static str>) -> Outcome {
+  panic!("FINN_TEST_DIRECT=1 needs --features test-hooks: the direct path is a fixture of it")
 }
 
 fn run(sup: &Arc<Supervisor>, spec: SpawnSpec, limits: Limits) -> Outcome {

@@ -57,6 +57,17 @@ pub const FALLBACK_AFTER: Duration = Duration::from_millis(100);
 /// stopped, and kills the owner's tree again once its own fallback has started.
 pub const NUDGE_EVERY: Duration = Duration::from_millis(50);
 
+/// The terms a job runs under.
+#[derive(Debug, Clone)]
+pub struct Limits {
+  /// Counted from the job's start. `None`: no timeout.
+  pub timeout: Option<Duration>,
+  /// Cap on stdout+stderr bytes, marker included.
+  pub max_output_bytes: usize,
+  /// SIGTERM-to-SIGKILL grace after a timeout.
+  pub kill_grace: Duration,
+}
+
 /// Backoff between the owner's checks of a killed tree: 1 ms, doubling up to 16 ms.
 pub fn backoff(checks: u32) -> Duration {
   Duration::from_millis(1 << checks.min(4))

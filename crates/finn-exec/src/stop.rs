@@ -64,9 +64,10 @@ impl<R> StopCell<R> {
     }
   }
 
-  /// Registers the calling thread's eventfd for the length of a run; returns it, or why it
-  /// could not be created. A request made before the run started leaves it readable.
-  pub fn attach(&self) -> io::Result<RawFd> {
+  /// Registers the calling thread's eventfd for the length of a run, until the returned guard
+  /// is dropped; or says why the eventfd could not be created. A request made before the run
+  /// started leaves it readable.
+  pub fn attach(&self) -> io::Result<Attached<'_, R>> {
     let fd = thread_waker()?;
     drain(fd);
     let mut state = self.lock();
@@ -74,17 +75,38 @@ impl<R> StopCell<R> {
     if state.request.is_some() {
       wake(fd);
     }
-    Ok(fd)
+    Ok(Attached { cell: self, fd })
   }
 
-  pub fn detach(&self) {
+  fn detach(&self) {
     self.lock().waker = None;
   }
+}
 
-  /// The request, once (the eventfd is drained with it).
-  pub fn take(&self, fd: RawFd) -> Option<Stop<R>> {
-    drain(fd);
-    self.lock().request.take()
+/// A run's registration in a [`StopCell`]: detached when dropped, however the run ends (a panic
+/// included), since a cell must never keep the descriptor of a thread that may exit.
+pub struct Attached<'a, R> {
+  cell: &'a StopCell<R>,
+  fd: RawFd,
+}
+
+impl<R> Attached<'_, R> {
+  /// The eventfd that turns readable when a request comes.
+  pub fn fd(&self) -> RawFd {
+    self.fd
+  }
+
+  /// The request, once (the eventfd is drained with it). After it the eventfd stays quiet: only
+  /// the first request wakes.
+  pub fn take(&self) -> Option<Stop<R>> {
+    drain(self.fd);
+    self.cell.lock().request.take()
+  }
+}
+
+impl<R> Drop for Attached<'_, R> {
+  fn drop(&mut self) {
+    self.cell.detach();
   }
 }
 
@@ -148,27 +170,28 @@ mod tests {
   fn a_request_made_before_the_run_attached_still_wakes_it() {
     let cell = StopCell::new();
     cell.request(stop("early"));
-    let fd = cell.attach().unwrap();
+    let attached = cell.attach().unwrap();
+    let fd = attached.fd();
     assert!(readable(fd));
-    assert_eq!(cell.take(fd).map(|s| s.reason), Some("early"));
+    assert_eq!(attached.take().map(|s| s.reason), Some("early"));
     assert!(!readable(fd));
-    cell.detach();
   }
 
   #[test]
   fn a_request_wakes_an_attached_run_and_the_first_one_wins() {
     let cell = StopCell::new();
-    let fd = cell.attach().unwrap();
+    let attached = cell.attach().unwrap();
+    let fd = attached.fd();
     assert!(!readable(fd));
     cell.request(stop("first"));
     cell.request(stop("second"));
     assert!(readable(fd));
-    assert_eq!(cell.take(fd).map(|s| s.reason), Some("first"));
+    assert_eq!(attached.take().map(|s| s.reason), Some("first"));
     // Taken: a later request is still ignored (one stop per run).
     cell.request(stop("after"));
     assert!(!readable(fd));
-    assert!(cell.take(fd).is_none());
-    cell.detach();
+    assert!(attached.take().is_none());
+    drop(attached);
     // Detached: a late request no longer writes to this thread's eventfd.
     cell.request(stop("late"));
     assert!(!readable(fd));

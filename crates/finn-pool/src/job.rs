@@ -249,12 +249,24 @@ pub(super) fn execute(
       later,
       |pid| register(inner, leader, pid),
     ),
-    // The direct path's waits do not watch `later`: it is done in full once the child runs.
-    None => exec::run_blocking(&prepared.spec, &prepared.limits, stop, |pid| {
+    // The direct path (a test fixture) does not watch `later`: it is done in full once the
+    // child runs.
+    #[cfg(feature = "test-hooks")]
+    None => exec::direct::run_blocking(&prepared.spec, &prepared.limits, stop, |pid| {
       register(inner, leader, pid);
       later.run();
     })
     .map_err(Into::into),
+    // Only a build with the test hooks runs a job without the supervisor.
+    #[cfg(not(feature = "test-hooks"))]
+    None => Err(supervisor::RunError::Crashed(supervisor::Crash::Start {
+      program: PathBuf::from("finn-supervisor"),
+      source: std::io::Error::new(
+        std::io::ErrorKind::NotFound,
+        "no supervisor binary was given",
+      )
+      .into(),
+    })),
   };
   conclude(prepared, ran)
 }

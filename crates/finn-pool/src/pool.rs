@@ -48,7 +48,7 @@ impl Drop for Owners {
 }
 
 impl Pool {
-  /// Each running job occupies a thread of `runtime`'s blocking pool (see `exec::run`), so
+  /// Each running job occupies a thread of `runtime`'s blocking pool (see `supervisor::run_blocking`), so
   /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
     let supervisor = config

@@ -21,6 +21,7 @@ use super::error::{Crash, Fault};
 use super::protocol::{FromSupervisor, ToSupervisor};
 use super::server::{ADDON_FD, DEFAULT_REAPER_IDLE, REAPER_IDLE_ARG};
 use super::wire::{self, Conn};
+use finn_exec::lifecycle::NUDGE_EVERY;
 use finn_exec::pidfd;
 
 /// A job reaper leased for one job.
@@ -367,9 +368,6 @@ fn new_reaper(link: &Link, landlock: u8) -> Result<io::Result<(i32, Conn)>, Faul
   Ok(Ok((pid, Conn::new(fd))))
 }
 
-/// How often a wait for a helper that gets no answer sends it SIGCONT (a job's command may
-/// have stopped it): a request for a reaper here, a job past its deadline in `run.rs`.
-pub(crate) const NUDGE_EVERY: Duration = Duration::from_millis(50);
 /// How long a request for a reaper waits for the supervisor's answer.
 const NEW_REAPER_BOUND: Duration = Duration::from_secs(10);
 

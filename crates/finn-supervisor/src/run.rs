@@ -1,32 +1,33 @@
-//! One job through a reaper, from the addon's side: the same inputs and `Finished` as
-//! [`finn_exec::run_blocking`], with the spawn, the waiting and the killing done by the
-//! job's reaper.
+//! One job through a reaper, from the addon's side: a spec and its limits in, a `Finished` out,
+//! with the spawn, the waiting and the killing done by the job's reaper.
 //!
 //! The worker thread creates the pipes, sends `Run` with their write ends, and sleeps in
-//! `ppoll` on the read ends, the reaper's socket and its stop eventfd. It applies the output
-//! cap and the deadline and asks the reaper to terminate; the reaper reports the leader's exit
-//! and, once it has no child left, that the tree is gone. The reaper keeps the deadline too
-//! (see `ToReaper::Run::timeout`), and says so (`TimedOut`) when it was first.
+//! `ppoll` on the read ends, the reaper's socket and its stop eventfd. Its loops drive the
+//! watcher's [`Lifecycle`] (`core/exec/lifecycle.rs`): they turn the reaper's frames, the
+//! output cap, a stop request and the machine's wake-up time into events, and carry out what
+//! it asks (a `Terminate` to the reaper; SIGCONT and the addon's own kill for a reaper that does
+//! not answer). The reaper reports the leader's exit and, once it has no child left, that the
+//! tree is gone. It keeps the deadline too (see `ToReaper::Run::timeout`), and says so
+//! (`TimedOut`) when it was first.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
-use nix::errno::Errno;
 use nix::fcntl::OFlag;
 use nix::sys::signal::Signal;
 
-use super::client::{CheckoutError, NUDGE_EVERY, Reaper, Supervisor};
+use super::client::{CheckoutError, Reaper, Supervisor};
 use super::descendants;
 use super::error::Crash;
 use super::protocol::{FromReaper, Timeout, ToReaper};
-use finn_exec::capture::{Capture, Pushed, Stream};
 use finn_exec::later::{Later, wake_for};
+use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
+use finn_exec::pipes::Pipes;
 use finn_exec::poll::{poll, watch};
 use finn_exec::spawn::classify_exec_error;
-use finn_exec::{
-  EndedBy, ExitStatus, Finished, Limits, REAP_BOUND, SpawnError, SpawnSpec, StopCell,
-};
+use finn_exec::stop::Attached;
+use finn_exec::{ExitStatus, Finished, Limits, SpawnError, SpawnSpec, StopCell};
 use finn_isolate::{LayerFailed, Plan};
 
 /// Why a job through the supervisor did not finish.
@@ -45,9 +46,6 @@ pub enum RunError {
   Crashed(Crash),
 }
 
-const READ_CHUNK: usize = 32 * 1024;
-/// Reads per pipe per wake-up, so a flooding stream cannot starve the other checks.
-const READS_PER_WAKE: usize = 16;
 /// Reads of the final drain once the tree is gone: every writer is dead, so this only bounds
 /// a writer outside the tree that was handed the pipe.
 const FINAL_READS: usize = 1024;
@@ -278,37 +276,19 @@ pub fn resume<R>(
   later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
-  let stop_fd = match stop {
-    Some(stop) => Some(stop.attach().map_err(SpawnError::Setup)?),
-    None => None,
-  };
-  struct Detach<'a, R>(Option<&'a StopCell<R>>);
-  impl<R> Drop for Detach<'_, R> {
-    fn drop(&mut self) {
-      if let Some(stop) = self.0 {
-        stop.detach();
-      }
-    }
-  }
-  let _detach = Detach(stop);
+  let stop = stop
+    .map(StopCell::attach)
+    .transpose()
+    .map_err(SpawnError::Setup)?;
   let started = outgoing.started;
   let deadline = limits.timeout.and_then(|t| started.checked_add(t));
+  let mut life = Lifecycle::watcher(deadline, limits.kill_grace);
   let mut retired = 0;
-  // The addon killed the tree itself while its reaper did not answer (see `first_answer`).
-  let mut killed = false;
   let first = loop {
     let reply = if std::mem::take(&mut outgoing.unread) {
       Ok(FromReaper::Retired)
     } else {
-      first_answer(
-        supervisor,
-        &mut reaper,
-        deadline,
-        limits.kill_grace,
-        stop_fd,
-        &mut killed,
-        later,
-      )
+      first_answer(supervisor, &mut reaper, &mut life, stop.as_ref(), later)
     };
     match reply {
       // An idle reaper retiring as the job came: the job was not started; take another.
@@ -322,6 +302,7 @@ pub fn resume<R>(
           Ok(false) => outgoing.unread = true,
           Err(e) => return Err(crashed(&reaper, e)),
         }
+        life.on(Event::Resent, Instant::now());
       }
       Ok(msg) => break msg,
       Err(e) => return Err(crashed(&reaper, e)),
@@ -331,7 +312,9 @@ pub fn resume<R>(
   drop(outgoing.writes.take());
   let (out_r, err_r) = outgoing.reads;
   match first {
-    FromReaper::Spawned { .. } => {}
+    FromReaper::Spawned { .. } => {
+      life.on(Event::Spawned, Instant::now());
+    }
     FromReaper::SpawnFailed { errno } => {
       supervisor.checkin(reaper);
       return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
@@ -350,28 +333,15 @@ pub fn resume<R>(
   }
   on_spawn(reaper.pid);
   let mut job = Job {
-    pipes: [(Some(out_r), Stream::Stdout), (Some(err_r), Stream::Stderr)],
-    capture: Capture::new(limits.max_output_bytes),
-    buf: Vec::new(),
+    pipes: Pipes::new(Some(out_r), Some(err_r), limits.max_output_bytes),
     status: None,
-    tree_gone: false,
     retired: false,
   };
-  let outcome = job.supervise(
-    supervisor,
-    &mut reaper,
-    limits,
-    (stop, stop_fd),
-    started,
-    killed,
-    later,
-  );
-  let ended_by = match outcome {
-    Ok(ended_by) => ended_by,
-    Err(e) => return Err(crashed(&reaper, e)),
-  };
+  if let Err(e) = job.supervise(supervisor, &mut reaper, &mut life, stop.as_ref(), later) {
+    return Err(crashed(&reaper, e));
+  }
   let mut survivors = Vec::new();
-  if job.tree_gone {
+  if life.settled() == Some(End::TreeGone) {
     if !job.retired {
       supervisor.checkin(reaper);
     }
@@ -384,25 +354,18 @@ pub fn resume<R>(
       .collect();
     tracing::warn!(?survivors, "processes survived SIGKILL past the reap bound");
   }
-  for (pipe, stream) in &mut job.pipes {
-    let final_reads = if stop.is_some() {
-      FINAL_READS
-    } else {
-      FINAL_READS_INLINE
-    };
-    for _ in 0..final_reads {
-      if pipe.is_none() || !drain_once(pipe, *stream, &mut job.capture, &mut job.buf) {
-        break;
-      }
-    }
-  }
-  let (stdout, stderr, truncated) = job.capture.finish();
+  job.pipes.drain_final(if stop.is_some() {
+    FINAL_READS
+  } else {
+    FINAL_READS_INLINE
+  });
+  let (stdout, stderr, truncated) = job.pipes.finish();
   Ok(Finished {
     status: job.status,
     stdout,
     stderr,
     truncated,
-    ended_by,
+    ended_by: life.take_ended_by(),
     duration: started.elapsed(),
     survivors,
   })
@@ -422,20 +385,18 @@ pub const EXIT_KILL_WAIT: Duration = Duration::from_millis(200);
 
 /// The reaper's first answer to a `Run`. Past the job's deadline (or once a stop is asked)
 /// without one, the command may have stopped its reaper and the supervisor (it runs as their
-/// user, and SIGSTOP cannot be blocked): they are sent SIGCONT every [`NUDGE_EVERY`], and once
-/// the grace has passed too, the addon SIGKILLs the reaper's tree itself (and sets `killed`).
-/// Past that by [`REAP_BOUND`], the reaper counts as failed.
-fn first_answer(
+/// user, and SIGSTOP cannot be blocked): the watcher's [`Lifecycle`] has them sent SIGCONT every
+/// `NUDGE_EVERY`, and once the grace and `FALLBACK_AFTER` have passed too, has the addon kill
+/// the reaper's tree itself (the machine remembers it: the job then ends as what the kill was
+/// for). Past the grace by `REAP_BOUND`, the reaper counts as failed. A stop request is
+/// taken here and kept by the machine until the job runs.
+fn first_answer<R>(
   supervisor: &Supervisor,
   reaper: &mut Reaper,
-  deadline: Option<Instant>,
-  grace: Duration,
-  stop_fd: Option<RawFd>,
-  killed: &mut bool,
+  life: &mut Lifecycle<R>,
+  stop: Option<&Attached<R>>,
   later: &mut dyn Later,
 ) -> io::Result<FromReaper> {
-  let mut due = deadline;
-  let mut stop_pending = stop_fd.is_some();
   loop {
     if let Some(frame) = reaper.conn.take_frame()? {
       return FromReaper::decode(&frame);
@@ -444,37 +405,29 @@ fn first_answer(
       return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "it exited"));
     }
     let now = Instant::now();
-    if let Some(at) = due
-      && now >= at
-    {
-      nudge(supervisor, reaper);
-      if now >= at + grace + FALLBACK_AFTER {
-        descendants::kill_now(reaper.pid, &|_| false);
-        *killed = true;
-      }
-      if now >= at + grace + REAP_BOUND {
-        return Err(io::Error::new(
-          io::ErrorKind::TimedOut,
-          "it stopped answering",
-        ));
-      }
+    let due = life.on(Event::Tick, now);
+    carry_out(supervisor, reaper, due)?;
+    if life.settled() == Some(End::Unanswered) {
+      return Err(io::Error::new(
+        io::ErrorKind::TimedOut,
+        "it stopped answering",
+      ));
     }
-    let wake = due.map(|at| if now >= at { now + NUDGE_EVERY } else { at });
     let mut fds = [
       watch(Some(reaper.conn.raw())),
-      watch(stop_fd.filter(|_| stop_pending)),
+      watch(stop.map(Attached::fd)),
     ];
-    poll(&mut fds, wake_for(wake, later));
+    poll(&mut fds, wake_for(life.next_wake(now), later));
     later.run_if_due();
     if fds[0].revents != 0 {
       reaper.conn.fill()?;
     }
-    if fds[1].revents != 0 {
-      // Left for `supervise` to take; from now on it counts as a deadline (now: after the
-      // poll, not before it, or the grace would seem to have passed already).
-      stop_pending = false;
-      let asked = Instant::now();
-      due = Some(due.map_or(asked, |at| at.min(asked)));
+    if fds[1].revents != 0
+      && let Some(request) = stop.and_then(Attached::take)
+    {
+      // Its time is now, after the poll (not before it, or the grace would seem to have
+      // passed already).
+      life.on(Event::Stop(request), Instant::now());
     }
   }
 }
@@ -487,79 +440,62 @@ fn nudge(supervisor: &Supervisor, reaper: &Reaper) {
   supervisor.nudge();
 }
 
-/// How long after the SIGKILL was due the addon kills the reaper's tree itself, when the
-/// reaper has not reported it gone (it may be stopped again and again).
-const FALLBACK_AFTER: Duration = Duration::from_millis(100);
+/// Does what the watcher's machine asks of the addon's side.
+fn carry_out(supervisor: &Supervisor, reaper: &mut Reaper, actions: Actions) -> io::Result<()> {
+  for action in actions.iter() {
+    match action {
+      Action::Nudge => nudge(supervisor, reaper),
+      Action::AskTerminate { grace } => {
+        nudge(supervisor, reaper);
+        let msg = ToReaper::Terminate {
+          grace_ms: grace.as_millis() as u64,
+        };
+        reaper.conn.send(&msg.encode(), &[])?;
+      }
+      Action::KillTree => descendants::kill_now(reaper.pid, &|_| false),
+      // The reaper's own: it signals its tree and reports its timeout.
+      Action::SignalTerm | Action::SignalKill | Action::ReportTimedOut => {}
+    }
+  }
+  Ok(())
+}
 
 struct Job {
-  pipes: [(Option<OwnedFd>, Stream); 2],
-  capture: Capture,
-  buf: Vec<u8>,
+  pipes: Pipes,
   status: Option<ExitStatus>,
-  tree_gone: bool,
   /// The reaper retired after the job (idle past its limit before we read the end).
   retired: bool,
 }
 
-/// What the addon has asked the reaper for.
-struct Asked {
-  /// When SIGKILL is due (as asked), for the reap bound.
-  kill_at: Instant,
-}
-
 impl Job {
-  /// Until the tree is gone (or past the reap bound after a termination). `Err` when the
-  /// reaper failed. `killed`: the addon killed the tree before the reaper's first answer, past
-  /// the deadline or a stop request; the job ends by that, whatever the reaper reports after
-  /// (a tree killed so reads as the leader's exit by SIGKILL). `later` is done once due.
-  #[allow(clippy::too_many_arguments)]
+  /// Until the tree is gone (or past the reap bound after a termination), as `life` says.
+  /// `Err` when the reaper failed. `later` is done once due.
   fn supervise<R>(
     &mut self,
     supervisor: &Supervisor,
     reaper: &mut Reaper,
-    limits: &Limits,
-    (stop, stop_fd): (Option<&StopCell<R>>, Option<RawFd>),
-    started: Instant,
-    killed: bool,
+    life: &mut Lifecycle<R>,
+    stop: Option<&Attached<R>>,
     later: &mut dyn Later,
-  ) -> io::Result<EndedBy<R>> {
-    let deadline = limits.timeout.and_then(|t| started.checked_add(t));
-    let mut stop_pending = true;
-    let mut ended_by: Option<EndedBy<R>> = None;
-    if killed {
-      let request = match (stop, stop_fd) {
-        (Some(stop), Some(fd)) => stop.take(fd),
-        _ => None,
-      };
-      stop_pending = request.is_none();
-      ended_by = Some(request.map_or(EndedBy::Timeout, |r| EndedBy::Stopped(r.reason)));
-    }
-    let mut asked: Option<Asked> = None;
-    let terminate = |reaper: &mut Reaper, asked: &mut Option<Asked>, grace: Duration| {
-      let kill_at = Instant::now() + grace;
-      match asked {
-        Some(a) if a.kill_at <= kill_at => return Ok(()),
-        Some(a) => a.kill_at = kill_at,
-        None => *asked = Some(Asked { kill_at }),
-      }
-      let msg = ToReaper::Terminate {
-        grace_ms: grace.as_millis() as u64,
-      };
-      nudge(supervisor, reaper);
-      reaper.conn.send(&msg.encode(), &[])
-    };
+  ) -> io::Result<()> {
     loop {
+      let now = Instant::now();
       while let Some(frame) = reaper.conn.take_frame()? {
         match FromReaper::decode(&frame)? {
-          FromReaper::Exited(status) => self.status = Some(status),
+          FromReaper::Exited(status) => {
+            self.status = Some(status);
+            life.on(Event::LeaderExited, now);
+          }
           // The reaper kept the deadline before the addon did (or while it could not).
           FromReaper::TimedOut => {
-            ended_by.get_or_insert(EndedBy::Timeout);
+            life.on(Event::OwnerTimedOut, now);
           }
-          FromReaper::TreeGone => self.tree_gone = true,
+          FromReaper::TreeGone => {
+            life.on(Event::TreeGone, now);
+          }
           // The reaper went idle after this job and retired before the addon read the
           // `TreeGone` in front of it: the job is over, and the reaper is not checked in.
-          FromReaper::Retired if self.tree_gone => self.retired = true,
+          FromReaper::Retired if life.settled() == Some(End::TreeGone) => self.retired = true,
           other => {
             return Err(io::Error::new(
               io::ErrorKind::InvalidData,
@@ -568,49 +504,27 @@ impl Job {
           }
         }
       }
-      if self.tree_gone {
-        return Ok(ended_by.unwrap_or(EndedBy::Exit));
+      if life.settled().is_some() {
+        return Ok(());
       }
       let now = Instant::now();
-      if let Some(a) = &asked
-        && now >= a.kill_at + FALLBACK_AFTER
-      {
-        // The reaper has not reported the tree gone: it may be stopped (again and again).
-        nudge(supervisor, reaper);
-        descendants::kill_now(reaper.pid, &|_| false);
-        if now >= a.kill_at + REAP_BOUND {
-          return Ok(ended_by.unwrap_or(EndedBy::Exit));
-        }
+      let due = life.on(Event::Tick, now);
+      carry_out(supervisor, reaper, due)?;
+      if life.settled().is_some() {
+        return Ok(());
       }
-      // The deadline counts until the leader exits; after that the drain bounds the rest.
-      let deadline = deadline.filter(|_| self.status.is_none() && asked.is_none());
-      if let Some(at) = deadline
-        && now >= at
-      {
-        ended_by = Some(EndedBy::Timeout);
-        terminate(reaper, &mut asked, limits.kill_grace)?;
-        continue;
-      }
-      let wake = match &asked {
-        Some(a) if now >= a.kill_at + FALLBACK_AFTER => Some(now + NUDGE_EVERY),
-        Some(a) => Some(a.kill_at + FALLBACK_AFTER),
-        None => deadline,
-      };
       let mut fds = [
-        watch(self.pipes[0].0.as_ref().map(AsRawFd::as_raw_fd)),
-        watch(self.pipes[1].0.as_ref().map(AsRawFd::as_raw_fd)),
+        watch(self.pipes.fd(0)),
+        watch(self.pipes.fd(1)),
         watch(Some(reaper.conn.raw())),
-        watch(stop_fd.filter(|_| stop_pending)),
+        watch(stop.map(Attached::fd)),
       ];
-      poll(&mut fds, wake_for(wake, later));
+      poll(&mut fds, wake_for(life.next_wake(now), later));
       later.run_if_due();
-      for (slot, (pipe, stream)) in self.pipes.iter_mut().enumerate() {
-        if fds[slot].revents != 0
-          && drain(pipe, *stream, &mut self.capture, &mut self.buf)
-          && ended_by.is_none()
-        {
-          ended_by = Some(EndedBy::OutputLimit);
-          terminate(reaper, &mut asked, Duration::ZERO)?;
+      for (slot, ready) in fds[..2].iter().enumerate() {
+        if ready.revents != 0 && self.pipes.drain(slot) {
+          let over = life.on(Event::OutputOverCap, Instant::now());
+          carry_out(supervisor, reaper, over)?;
         }
       }
       if fds[2].revents != 0 && !reaper.conn.fill()? {
@@ -620,82 +534,12 @@ impl Job {
         ));
       }
       if fds[3].revents != 0
-        && let (Some(stop), Some(fd)) = (stop, stop_fd)
-        && let Some(request) = stop.take(fd)
+        && let Some(request) = stop.and_then(Attached::take)
       {
-        stop_pending = false;
-        if ended_by.is_none() {
-          ended_by = Some(EndedBy::Stopped(request.reason));
-        }
-        // Already terminating: this only brings the SIGKILL forward.
-        terminate(reaper, &mut asked, request.grace)?;
+        let asked = life.on(Event::Stop(request), Instant::now());
+        carry_out(supervisor, reaper, asked)?;
       }
     }
-  }
-}
-
-/// Reads what the pipe has now (a bounded number of reads); closes it at EOF or on an error.
-/// Returns true when this went over the output cap.
-fn drain(
-  pipe: &mut Option<OwnedFd>,
-  stream: Stream,
-  capture: &mut Capture,
-  buf: &mut Vec<u8>,
-) -> bool {
-  let mut overflowed = false;
-  for _ in 0..READS_PER_WAKE {
-    if pipe.is_none() {
-      break;
-    }
-    match read_once(pipe, stream, capture, buf) {
-      Some(o) => overflowed |= o,
-      None => break,
-    }
-  }
-  overflowed
-}
-
-/// One read for the final drain: false once nothing more is there.
-fn drain_once(
-  pipe: &mut Option<OwnedFd>,
-  stream: Stream,
-  capture: &mut Capture,
-  buf: &mut Vec<u8>,
-) -> bool {
-  read_once(pipe, stream, capture, buf).is_some()
-}
-
-/// One read into `capture`. `Some(overflowed)` after a read of data; `None` when the pipe
-/// had nothing (EAGAIN) or ended (then it is closed).
-fn read_once(
-  pipe: &mut Option<OwnedFd>,
-  stream: Stream,
-  capture: &mut Capture,
-  buf: &mut Vec<u8>,
-) -> Option<bool> {
-  let fd = pipe.as_ref()?;
-  if buf.capacity() < READ_CHUNK {
-    buf.reserve_exact(READ_CHUNK);
-  }
-  loop {
-    buf.clear();
-    let spare = buf.spare_capacity_mut();
-    // SAFETY: reads at most `spare.len()` bytes into the vector's spare capacity.
-    let n = unsafe { libc::read(fd.as_raw_fd(), spare.as_mut_ptr().cast(), spare.len()) };
-    if n > 0 {
-      // SAFETY: the kernel initialised the first `n` bytes.
-      unsafe { buf.set_len(n as usize) };
-      return Some(capture.push(stream, buf) == Pushed::Overflowed);
-    }
-    if n < 0 && Errno::last() == Errno::EINTR {
-      continue;
-    }
-    if n < 0 && Errno::last() == Errno::EAGAIN {
-      return None;
-    }
-    // EOF or a read error: this stream is done.
-    *pipe = None;
-    return None;
   }
 }
 
@@ -703,24 +547,26 @@ fn read_once(
 mod tests {
   use super::*;
   use finn_exec::later::Nothing;
+  use finn_exec::lifecycle::{FALLBACK_AFTER, Phase, REAP_BOUND};
 
-  /// `supervise` without a stop cell, a kill before the first answer, or deferred work.
+  use finn_exec::{EndedBy, Stop};
+
+  /// `supervise` of a job its reaper has answered, started at `start`, without a stop cell or
+  /// deferred work: how it ended, and whether its tree was reported gone.
   fn supervise_plain(
     job: &mut Job,
     sup: &Supervisor,
     reaper: &mut Reaper,
     limits: &Limits,
     start: Instant,
-  ) -> io::Result<EndedBy<()>> {
-    job.supervise::<()>(
-      sup,
-      reaper,
-      limits,
-      (None, None),
-      start,
-      false,
-      &mut Nothing,
-    )
+  ) -> (io::Result<EndedBy<()>>, bool) {
+    let deadline = limits.timeout.and_then(|t| start.checked_add(t));
+    let mut life = Lifecycle::watcher(deadline, limits.kill_grace);
+    life.on(Event::Spawned, Instant::now());
+    let ended = job
+      .supervise::<()>(sup, reaper, &mut life, None, &mut Nothing)
+      .map(|()| life.take_ended_by());
+    (ended, life.settled() == Some(End::TreeGone))
   }
   use crate::wire::{self, Conn};
 
@@ -794,14 +640,11 @@ mod tests {
     }
   }
 
-  /// A job being supervised with `stdout` as its only open pipe, a 1 KiB cap.
-  fn job_reading(stdout: Option<OwnedFd>) -> Job {
+  /// A job being supervised with `stdout` as its only open pipe, under a cap of `cap` bytes.
+  fn job_reading(stdout: Option<OwnedFd>, cap: usize) -> Job {
     Job {
-      pipes: [(stdout, Stream::Stdout), (None, Stream::Stderr)],
-      capture: Capture::new(1024),
-      buf: Vec::new(),
+      pipes: Pipes::new(stdout, None, cap),
       status: None,
-      tree_gone: false,
       retired: false,
     }
   }
@@ -823,14 +666,14 @@ mod tests {
     let supervising = std::thread::spawn(move || {
       let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
       let mut reaper = Reaper::on(fake, Conn::new(ours));
-      let mut job = job_reading(Some(out_r));
+      let mut job = job_reading(Some(out_r), 1024);
       let limits = Limits {
         timeout: Some(timeout),
         max_output_bytes: 1024,
         kill_grace: grace,
       };
-      let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
-      (ended, start.elapsed(), job.tree_gone)
+      let (ended, tree_gone) = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
+      (ended, start.elapsed(), tree_gone)
     });
     let kill_at = timeout + grace;
     // Within the grace, after kill_at - FALLBACK_AFTER: a kill now would be early.
@@ -872,19 +715,19 @@ mod tests {
     theirs.send_all(&[&FromReaper::Retired.encode()]).unwrap();
     let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
     let mut reaper = Reaper::on(fake.pid, Conn::new(ours));
-    let mut job = job_reading(None);
+    let mut job = job_reading(None, 1024);
     let limits = Limits {
       timeout: Some(Duration::from_millis(200)),
       max_output_bytes: 1024,
       kill_grace: Duration::from_millis(100),
     };
     let start = Instant::now();
-    let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
+    let (ended, tree_gone) = supervise_plain(&mut job, &sup, &mut reaper, &limits, start);
     let took = start.elapsed();
     let err = ended.expect_err("a retirement before TreeGone");
     assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
     assert!(took < Duration::from_secs(2), "{took:?}");
-    assert!(!job.retired && !job.tree_gone);
+    assert!(!job.retired && !tree_gone);
   }
 
   /// A job whose reaper kept the deadline (its `TimedOut` before the leader's end) is a
@@ -910,8 +753,7 @@ mod tests {
         nix::unistd::write(&out_w, b"more than four bytes").unwrap();
       }
       drop(out_w);
-      let mut job = job_reading(Some(out_r));
-      job.capture = Capture::new(4);
+      let mut job = job_reading(Some(out_r), 4);
       // Flooded, the reaper's frames come once the addon has asked it to terminate for the
       // cap: the cap is seen before the `TimedOut`.
       let mut theirs = Conn::new(theirs);
@@ -930,7 +772,7 @@ mod tests {
           .unwrap();
         theirs
       });
-      let ended = supervise_plain(&mut job, &sup, &mut reaper, &limits, Instant::now());
+      let (ended, _) = supervise_plain(&mut job, &sup, &mut reaper, &limits, Instant::now());
       let want = if flood {
         EndedBy::OutputLimit
       } else {
@@ -978,17 +820,9 @@ mod tests {
       // Never started: nudging it does nothing, the reaper gets the SIGCONTs.
       let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
       let mut reaper = Reaper::on(fake, Conn::new(ours));
-      let mut killed = false;
-      let answer = first_answer(
-        &sup,
-        &mut reaper,
-        Some(start),
-        grace,
-        None,
-        &mut killed,
-        &mut Nothing,
-      );
-      (answer, start.elapsed(), killed)
+      let mut life = Lifecycle::<()>::watcher(Some(start), grace);
+      let answer = first_answer(&sup, &mut reaper, &mut life, None, &mut Nothing);
+      (answer, start.elapsed(), life.settled())
     });
     // Continued at the first look past the deadline (which is the start).
     while state(fake) == Some('T') {
@@ -1004,8 +838,8 @@ mod tests {
         && killed < grace + FALLBACK_AFTER + Duration::from_millis(500),
       "the tree was killed {killed:?} after the deadline"
     );
-    let (answer, gave_up, killed_flag) = waiting.join().unwrap();
-    assert!(killed_flag, "the kill is reported to `supervise`");
+    let (answer, gave_up, settled) = waiting.join().unwrap();
+    assert_eq!(settled, Some(End::Unanswered));
     let err = answer.expect_err("no answer can come");
     assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
     assert!(
@@ -1018,65 +852,73 @@ mod tests {
   /// A job whose tree the addon killed while the reaper had not answered (stopped, and stopped
   /// again, by its command past the deadline) ends as what the kill was for: the reaper,
   /// continued, then reports the leader dead by SIGKILL and the tree gone, which alone reads as
-  /// an exit. Past the deadline that is a timeout; after a stop request, that stop (before,
-  /// the job settled `Exit` with the SIGKILL's status: seen by
-  /// `a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_nothing`).
+  /// an exit. Past the deadline that is a timeout; after a stop request, that stop (seen by
+  /// `a_command_that_stops_its_reaper_or_the_supervisor_still_times_out_and_leaves_nothing`
+  /// when a job settled `Exit` with the SIGKILL's status). Here the reaper answers only once
+  /// `first_answer` has killed its tree.
   #[test]
   fn a_tree_killed_before_the_first_answer_ends_the_job_as_its_timeout_or_stop() {
+    let frames = [
+      FromReaper::Spawned { pid: 1 }.encode(),
+      FromReaper::Exited(ExitStatus::Signaled(libc::SIGKILL)).encode(),
+      FromReaper::TreeGone.encode(),
+    ];
+    let limits = Limits {
+      timeout: Some(Duration::from_millis(1)),
+      max_output_bytes: 1024,
+      kill_grace: Duration::ZERO,
+    };
+    let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
     for (request, want) in [
       (None, EndedBy::Timeout),
       (Some("abort"), EndedBy::Stopped("abort")),
     ] {
+      let fake = FakeReaper::start();
       let (ours, theirs) = wire::pair().unwrap();
-      let frames = [
-        FromReaper::Exited(ExitStatus::Signaled(libc::SIGKILL)).encode(),
-        FromReaper::TreeGone.encode(),
-      ];
-      Conn::new(theirs)
-        .send_all(&[&frames[0], &frames[1]])
-        .unwrap();
-      let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
-      let mut reaper = Reaper::on(0, Conn::new(ours));
+      let (child, answer) = (fake.child, frames.clone());
+      let start = Instant::now();
+      let answering = std::thread::spawn(move || {
+        dead_after(child, start, Duration::from_secs(5));
+        Conn::new(theirs)
+          .send_all(&[&answer[0], &answer[1], &answer[2]])
+          .unwrap();
+      });
+      let mut reaper = Reaper::on(fake.pid, Conn::new(ours));
       let cell = StopCell::new();
-      let fd = cell.attach().unwrap();
       if let Some(reason) = request {
-        cell.request(finn_exec::Stop {
+        cell.request(Stop {
           grace: Duration::ZERO,
           reason,
         });
       }
-      let limits = Limits {
-        timeout: Some(Duration::from_millis(1)),
-        max_output_bytes: 1024,
-        kill_grace: Duration::ZERO,
-      };
-      let mut job = job_reading(None);
-      let ended = job.supervise(
-        &sup,
-        &mut reaper,
-        &limits,
-        (Some(&cell), Some(fd)),
-        Instant::now(),
-        true,
-        &mut Nothing,
-      );
-      assert_eq!(ended.unwrap(), want);
+      let stop = cell.attach().unwrap();
+      let mut life =
+        Lifecycle::watcher(start.checked_add(Duration::from_millis(1)), Duration::ZERO);
+      let first = first_answer(&sup, &mut reaper, &mut life, Some(&stop), &mut Nothing).unwrap();
+      assert!(matches!(first, FromReaper::Spawned { .. }), "{first:?}");
+      assert!(matches!(life.phase(), Phase::Sending { killed: true, .. }));
+      life.on(Event::Spawned, Instant::now());
+      let mut job = job_reading(None, 1024);
+      job
+        .supervise(&sup, &mut reaper, &mut life, Some(&stop), &mut Nothing)
+        .unwrap();
+      assert_eq!(life.take_ended_by(), want);
       assert_eq!(job.status, Some(ExitStatus::Signaled(libc::SIGKILL)));
+      answering.join().unwrap();
       // Not killed by the addon, the same frames are the leader's own end.
       let (ours, theirs) = wire::pair().unwrap();
       Conn::new(theirs)
-        .send_all(&[&frames[0], &frames[1]])
+        .send_all(&[&frames[1], &frames[2]])
         .unwrap();
       let mut reaper = Reaper::on(0, Conn::new(ours));
-      let ended = supervise_plain(
-        &mut job_reading(None),
+      let (ended, _) = supervise_plain(
+        &mut job_reading(None, 1024),
         &sup,
         &mut reaper,
         &limits,
         Instant::now(),
       );
       assert_eq!(ended.unwrap(), EndedBy::Exit);
-      cell.detach();
     }
   }
 }
