@@ -4,9 +4,9 @@
 // valid duration and a unique string), never only by recorded pids.
 //
 // With FINN_SANDBOX_TEST_HOOKS=1 FINN_SANDBOX_SUPERVISOR=off in the environment the same tests
-// run the old direct path; the Node-death and crash tests then fail. The child_process test was
-// shown to fail (it hangs: Node never sees its children exit) with a `waitpid(-1, WNOHANG)`
-// loop added to the addon's reaper checkin.
+// run the direct path (a fixture of the test hooks' build); the Node-death and crash tests then
+// fail. The child_process test was shown to fail (it hangs: Node never sees its children exit)
+// with a `waitpid(-1, WNOHANG)` loop added to the addon's reaper checkin.
 import { execFile, spawn } from 'node:child_process'
 import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'

@@ -30,14 +30,23 @@
 //! How a timeout ends a tree is changed here, and only here: the grace, the escalation, the
 //! checks and the bounds.
 //!
-//! The machine is built to grow rather than be copied. A session's long-lived shell is a job
-//! whose leader is the shell: commands written to it are events on the session's machine (a
-//! command's own end is an event too, not a phase change of the shell), and the shell's end,
-//! timeout or stop takes the same `Terminating` path as any job. A command moved to the
-//! background is a phase beside `Running` in which the caller already has its result while the
-//! tree keeps running under a wall timeout: its end is the same `TreeGone`, its timeout the same
-//! deadline event into `Terminating`. Both are new phases and events of this machine, driven by
-//! the same two loops; no second copy of the termination.
+//! # Sessions and background commands
+//!
+//! They grow this machine; they do not copy it. Each is a phase or an event more, handled in
+//! [`Lifecycle::on`] and driven by the same two loops, and each ends through the same
+//! [`Phase::Terminating`]:
+//! - **A session's long-lived shell** is a job whose leader is the shell, with no deadline of
+//!   its own but an idle one. A command written to it is an event (`CommandSent { seq,
+//!   deadline }`) that moves `Running` into a `Busy { seq, deadline }` phase and back on the
+//!   command's end (`CommandEnded { seq }`, read from the shell's marker): the shell outlives
+//!   its commands, so a command's end is not `LeaderExited`. A command's deadline starts the
+//!   same termination for the command's own process group; the shell's exit, idle timeout or a
+//!   stop terminates the whole tree as for any job.
+//! - **A command moved to the background** leaves `Running` on an event (`Backgrounded {
+//!   wall_deadline }`) for a `Background` phase: the watcher answers the caller at once (its
+//!   result so far) while the tree runs on under the wall deadline, which takes the place of the
+//!   job's deadline; at it the same `Tick` starts `Terminating`, and its end is the same
+//!   `TreeGone`. A yielded command is the same phase with no result given yet.
 
 use std::time::{Duration, Instant};
 
