@@ -316,6 +316,7 @@ pub fn resume<R>(
       life.on(Event::Spawned, Instant::now());
     }
     FromReaper::SpawnFailed { errno } => {
+      life.on(Event::SpawnFailed, Instant::now());
       supervisor.checkin(reaper);
       return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
     }
