@@ -3,7 +3,7 @@
 //!
 //! It is a child subreaper, so every process the job leaves behind (double-forked, `setsid`,
 //! anything) becomes its child: `waitpid(-1)` failing with ECHILD means the whole tree is gone.
-//! The job's life is the owner's [`Lifecycle`] (`core/exec/lifecycle.rs`): when the leader
+//! The job's life is the owner's [`Lifecycle`] (`finn_exec::lifecycle`): when the leader
 //! exits, the rest of the tree gets `drain_ms` to finish, then is killed; when the addon asks
 //! (timeout, abort, output cap), the tree is frozen, sent SIGTERM, resumed, and SIGKILLed after
 //! the grace. The job's deadline is kept here too, whether or not the addon asks: the addon's

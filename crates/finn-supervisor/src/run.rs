@@ -3,7 +3,7 @@
 //!
 //! The worker thread creates the pipes, sends `Run` with their write ends, and sleeps in
 //! `ppoll` on the read ends, the reaper's socket and its stop eventfd. Its loops drive the
-//! watcher's [`Lifecycle`] (`core/exec/lifecycle.rs`): they turn the reaper's frames, the
+//! watcher's [`Lifecycle`] (`finn_exec::lifecycle`): they turn the reaper's frames, the
 //! output cap, a stop request and the machine's wake-up time into events, and carry out what
 //! it asks (a `Terminate` to the reaper; SIGCONT and the addon's own kill for a reaper that does
 //! not answer). The reaper reports the leader's exit and, once it has no child left, that the
@@ -321,6 +321,7 @@ pub fn resume<R>(
       return Err(classify_exec_error(spec, io::Error::from_raw_os_error(errno)).into());
     }
     FromReaper::PrepareFailed(failed) => {
+      life.on(Event::SpawnFailed, Instant::now());
       supervisor.checkin(reaper);
       return Err(RunError::Isolation(failed));
     }
