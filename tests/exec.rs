@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use finn_sandbox::core::exec::later::Nothing;
 use finn_sandbox::core::exec::{
-  EndedBy, ExitStatus, Finished, Limits, SpawnError, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
+  EndedBy, ExitStatus, Finished, RunLimits, SpawnError, SpawnSpec, Stop, StopCell,
+  TRUNCATION_MARKER,
 };
 use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
 
@@ -24,7 +25,7 @@ fn sup() -> &'static Supervisor {
 /// Runs `spec` through a reaper on tokio's blocking pool; `stop` resolving asks for termination.
 async fn run<R: Send + 'static>(
   spec: &SpawnSpec,
-  limits: &Limits,
+  limits: &RunLimits,
   stop: impl Future<Output = Stop<R>>,
   on_spawn: impl FnOnce(i32) + Send + 'static,
 ) -> Result<Finished<R>, SpawnError> {
@@ -75,8 +76,8 @@ fn spec(program: &str, args: &[&str]) -> SpawnSpec {
   }
 }
 
-fn limits(timeout_ms: u64, cap: usize, grace_ms: u64) -> Limits {
-  Limits {
+fn limits(timeout_ms: u64, cap: usize, grace_ms: u64) -> RunLimits {
+  RunLimits {
     timeout: Some(Duration::from_millis(timeout_ms)),
     max_output_bytes: cap,
     kill_grace: Duration::from_millis(grace_ms),

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use finn_sandbox::core::isolate::{IsolationOptions, probe};
-use finn_sandbox::core::pool::{ExecResult, JobSpec, Pool, PoolConfig, PoolError, RawJob};
+use finn_sandbox::core::pool::{JobResult, JobSpec, Pool, PoolConfig, PoolError, RawJob};
 use serde_json::{Value, json};
 use tokio::runtime::Handle;
 
@@ -30,7 +30,7 @@ fn pool(default: Option<Value>) -> Pool {
   Pool::new(config, Handle::current())
 }
 
-async fn run(p: &Pool, job: JobSpec) -> Result<ExecResult, PoolError> {
+async fn run(p: &Pool, job: JobSpec) -> Result<JobResult, PoolError> {
   let s = p.submit(job).unwrap();
   tokio::time::timeout(Duration::from_secs(20), s.result)
     .await

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use finn_sandbox::core::exec::{Limits, SpawnSpec, StopCell};
+use finn_sandbox::core::exec::{RunLimits, SpawnSpec, StopCell};
 use finn_sandbox::core::isolate::{Checked, IsolationOptions, Plan, probe};
 use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
 use finn_sandbox::core::supervisor::{self, Supervisor};
@@ -116,7 +116,7 @@ enum Rules {
 /// every command meets the swapped directory.
 fn swapped_between_check_and_run(opts: Value, backend: &str) {
   let sup = Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")));
-  let limits = Limits {
+  let limits = RunLimits {
     timeout: Some(Duration::from_secs(20)),
     max_output_bytes: 1 << 16,
     kill_grace: Duration::from_millis(100),
@@ -239,7 +239,7 @@ fn the_command_runs_only_in_the_checked_cwd() {
     eprintln!("bwrap: skipped (bwrap cannot run here)");
   }
   let sup = Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")));
-  let limits = Limits {
+  let limits = RunLimits {
     timeout: Some(Duration::from_secs(20)),
     max_output_bytes: 1 << 16,
     kill_grace: Duration::from_millis(100),
@@ -375,7 +375,7 @@ async fn the_cwd_swap_race_through_the_pool_never_escapes() {
 #[test]
 fn the_checked_fds_are_closed_after_every_job() {
   let sup = Supervisor::new(PathBuf::from(env!("CARGO_BIN_EXE_finn-supervisor")));
-  let limits = Limits {
+  let limits = RunLimits {
     timeout: Some(Duration::from_secs(20)),
     max_output_bytes: 1 << 16,
     kill_grace: Duration::from_millis(100),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use finn_sandbox::core::exec::{
-  EndedBy, ExitStatus, Finished, Limits, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
+  EndedBy, ExitStatus, Finished, RunLimits, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
 };
 use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
 
@@ -37,8 +37,8 @@ fn sh(script: &str) -> SpawnSpec {
   }
 }
 
-fn limits(timeout_ms: u64, grace_ms: u64) -> Limits {
-  Limits {
+fn limits(timeout_ms: u64, grace_ms: u64) -> RunLimits {
+  RunLimits {
     timeout: Some(Duration::from_millis(timeout_ms)),
     max_output_bytes: 1 << 20,
     kill_grace: Duration::from_millis(grace_ms),
@@ -100,7 +100,7 @@ type Outcome = Result<Finished<&'static str>, RunError>;
 fn run_on_thread(
   sup: &Arc<Supervisor>,
   spec: SpawnSpec,
-  limits: Limits,
+  limits: RunLimits,
 ) -> (
   Arc<StopCell<&'static str>>,
   std::thread::JoinHandle<Outcome>,
@@ -128,17 +128,17 @@ fn run_on_thread(
 }
 
 #[cfg(feature = "test-hooks")]
-fn run_direct(spec: &SpawnSpec, limits: &Limits, stop: &StopCell<&'static str>) -> Outcome {
+fn run_direct(spec: &SpawnSpec, limits: &RunLimits, stop: &StopCell<&'static str>) -> Outcome {
   finn_sandbox::core::exec::direct::run_blocking(spec, limits, stop, |_| ())
     .map_err(RunError::Spawn)
 }
 
 #[cfg(not(feature = "test-hooks"))]
-fn run_direct(_: &SpawnSpec, _: &Limits, _: &StopCell<&'static str>) -> Outcome {
+fn run_direct(_: &SpawnSpec, _: &RunLimits, _: &StopCell<&'static str>) -> Outcome {
   panic!("FINN_TEST_DIRECT=1 needs --features test-hooks: the direct path is a fixture of it")
 }
 
-fn run(sup: &Arc<Supervisor>, spec: SpawnSpec, limits: Limits) -> Outcome {
+fn run(sup: &Arc<Supervisor>, spec: SpawnSpec, limits: RunLimits) -> Outcome {
   run_on_thread(sup, spec, limits).1.join().unwrap()
 }
 

@@ -6,7 +6,7 @@ use napi::{JsValue, ValueType, sys};
 
 use finn_pool::PoolError;
 
-pub type Checked<T> = Result<T, PoolError>;
+pub type Decoded<T> = Result<T, PoolError>;
 
 pub(crate) fn invalid(msg: String) -> PoolError {
   PoolError::InvalidSpec(msg)
@@ -43,11 +43,11 @@ fn read_err<'a>(
   }
 }
 
-fn type_of(value: &Unknown, field: &str) -> Checked<ValueType> {
+fn type_of(value: &Unknown, field: &str) -> Decoded<ValueType> {
   value.get_type().map_err(napi_err(field))
 }
 
-pub fn is_nullish(value: Option<&Unknown>) -> Checked<bool> {
+pub fn is_nullish(value: Option<&Unknown>) -> Decoded<bool> {
   match value {
     None => Ok(true),
     Some(v) => Ok(matches!(
@@ -57,7 +57,7 @@ pub fn is_nullish(value: Option<&Unknown>) -> Checked<bool> {
   }
 }
 
-pub fn string(value: &Unknown, field: &str) -> Checked<String> {
+pub fn string(value: &Unknown, field: &str) -> Decoded<String> {
   if type_of(value, field)? != ValueType::String {
     return Err(invalid(format!("{field} must be a string")));
   }
@@ -65,7 +65,7 @@ pub fn string(value: &Unknown, field: &str) -> Checked<String> {
   unsafe { value.cast::<String>() }.map_err(napi_err(field))
 }
 
-pub fn object<'a>(value: &Unknown<'a>, field: &str) -> Checked<Object<'a>> {
+pub fn object<'a>(value: &Unknown<'a>, field: &str) -> Decoded<Object<'a>> {
   if type_of(value, field)? != ValueType::Object || value.is_array().map_err(napi_err(field))? {
     return Err(invalid(format!("{field} must be an object")));
   }
@@ -73,7 +73,7 @@ pub fn object<'a>(value: &Unknown<'a>, field: &str) -> Checked<Object<'a>> {
   unsafe { value.cast::<Object>() }.map_err(napi_err(field))
 }
 
-pub fn get<'a>(obj: &Object<'a>, key: &str, field: &str) -> Checked<Option<Unknown<'a>>> {
+pub fn get<'a>(obj: &Object<'a>, key: &str, field: &str) -> Decoded<Option<Unknown<'a>>> {
   let value: Option<Unknown> = obj.get(key).map_err(read_err(obj, field))?;
   match &value {
     Some(v) if type_of(v, field)? == ValueType::Null => Ok(None),
@@ -81,19 +81,19 @@ pub fn get<'a>(obj: &Object<'a>, key: &str, field: &str) -> Checked<Option<Unkno
   }
 }
 
-pub fn required_string(obj: &Object, key: &str, field: &str) -> Checked<String> {
+pub fn required_string(obj: &Object, key: &str, field: &str) -> Decoded<String> {
   match get(obj, key, field)? {
     Some(v) => string(&v, field),
     None => Err(invalid(format!("{field} is required (a string)"))),
   }
 }
 
-pub fn optional_string(obj: &Object, key: &str, field: &str) -> Checked<Option<String>> {
+pub fn optional_string(obj: &Object, key: &str, field: &str) -> Decoded<Option<String>> {
   get(obj, key, field)?.map(|v| string(&v, field)).transpose()
 }
 
 /// A non-negative integer no larger than 2^53 - 1 (JS's exact integers).
-pub fn optional_uint(obj: &Object, key: &str, field: &str) -> Checked<Option<u64>> {
+pub fn optional_uint(obj: &Object, key: &str, field: &str) -> Decoded<Option<u64>> {
   let Some(value) = get(obj, key, field)? else {
     return Ok(None);
   };
@@ -109,7 +109,7 @@ pub fn optional_uint(obj: &Object, key: &str, field: &str) -> Checked<Option<u64
   Ok(Some(n as u64))
 }
 
-pub fn string_array(value: &Unknown, field: &str) -> Checked<Vec<String>> {
+pub fn string_array(value: &Unknown, field: &str) -> Decoded<Vec<String>> {
   if type_of(value, field)? != ValueType::Object || !value.is_array().map_err(napi_err(field))? {
     return Err(invalid(format!("{field} must be an array of strings")));
   }
@@ -128,7 +128,7 @@ pub fn string_array(value: &Unknown, field: &str) -> Checked<Vec<String>> {
 }
 
 /// `Record<string, string>`; `undefined` values are left out, as Node's child_process does.
-pub fn string_map(value: &Unknown, field: &str) -> Checked<Vec<(String, String)>> {
+pub fn string_map(value: &Unknown, field: &str) -> Decoded<Vec<(String, String)>> {
   let obj = object(value, field)?;
   let keys = Object::keys(&obj).map_err(read_err(&obj, field))?;
   let mut out = Vec::with_capacity(keys.len());
@@ -141,7 +141,7 @@ pub fn string_map(value: &Unknown, field: &str) -> Checked<Vec<(String, String)>
   Ok(out)
 }
 
-pub fn optional_bool(obj: &Object, key: &str, field: &str) -> Checked<Option<bool>> {
+pub fn optional_bool(obj: &Object, key: &str, field: &str) -> Decoded<Option<bool>> {
   let Some(value) = get(obj, key, field)? else {
     return Ok(None);
   };
@@ -159,7 +159,7 @@ pub fn optional_number(
   obj: &Object,
   key: &str,
   field: &str,
-) -> Checked<Option<serde_json::Number>> {
+) -> Decoded<Option<serde_json::Number>> {
   let Some(value) = get(obj, key, field)? else {
     return Ok(None);
   };
@@ -176,7 +176,7 @@ pub fn optional_number(
     .ok_or_else(|| invalid(format!("{field} must be a finite number")))
 }
 
-pub fn required_string_array(obj: &Object, key: &str, field: &str) -> Checked<Vec<String>> {
+pub fn required_string_array(obj: &Object, key: &str, field: &str) -> Decoded<Vec<String>> {
   match get(obj, key, field)? {
     Some(v) => string_array(&v, field),
     None => Err(invalid(format!(

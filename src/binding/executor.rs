@@ -10,20 +10,20 @@ use napi::Env;
 use napi::bindgen_prelude::{Object, Unknown};
 use napi_derive::napi;
 
-use super::convert::{self, Checked};
+use super::convert::{self, Decoded};
 use super::error::sandbox_error;
 use super::sandbox::SandboxResult;
 use super::sandbox::checked_to_sandbox;
 use super::spec;
 use finn_audit::IsolationRecord;
 use finn_pool::{PoolError, RawJob};
-use finn_sandbox_core::{self as sandbox, Done, Output, RunError, RunOutcome, Runner};
+use finn_sandbox_core::{self as sandbox, Done, Output, RunOutcome, Runner, RunnerError};
 
 /// The executor's rejection, as JS names it (its `code`, else its message). JS rethrows its
 /// own error object; Rust only audits this.
 pub struct ExecutorFailed(String);
 
-impl RunError for ExecutorFailed {
+impl RunnerError for ExecutorFailed {
   fn audit_code(&self) -> String {
     self.0.clone()
   }
@@ -107,7 +107,7 @@ pub(crate) fn prepared_to_js<'env>(
   Ok(out)
 }
 
-fn exec_outcome(value: &Unknown) -> Checked<RunOutcome<ExecutorFailed>> {
+fn exec_outcome(value: &Unknown) -> Decoded<RunOutcome<ExecutorFailed>> {
   let obj = convert::object(value, "outcome")?;
   if let Some(message) = convert::optional_string(&obj, "timeoutMessage", "outcome.timeoutMessage")?
   {
@@ -138,7 +138,7 @@ fn exec_outcome(value: &Unknown) -> Checked<RunOutcome<ExecutorFailed>> {
 
 /// `result.isolation` as a `WorkerPool` reports it (`{ backend, applied, degraded }`), when the
 /// executor handed the spec's `isolation` on to one; anything else reports none.
-fn reported_isolation(obj: &Object) -> Checked<Option<IsolationRecord>> {
+fn reported_isolation(obj: &Object) -> Decoded<Option<IsolationRecord>> {
   let Some(value) = convert::get(obj, "isolation", "result.isolation")? else {
     return Ok(None);
   };

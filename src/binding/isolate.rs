@@ -4,11 +4,11 @@
 
 use napi_derive::napi;
 
-use super::convert::{Checked, invalid};
+use super::convert::{Decoded, invalid};
 use finn_isolate::{self as isolate, IsolationOptions, IsolationReport};
 
 /// `field` is where the JSON came from (`spec.isolation`, `config.isolation`).
-pub fn options_from_json(json: &str, field: &str) -> Checked<IsolationOptions> {
+pub fn options_from_json(json: &str, field: &str) -> Decoded<IsolationOptions> {
   let value: serde_json::Value =
     serde_json::from_str(json).map_err(|e| invalid(format!("{field} must be an object: {e}")))?;
   IsolationOptions::from_json(value)

@@ -10,7 +10,7 @@ use napi::threadsafe_function::{ThreadsafeFunction, ThreadsafeFunctionCallMode};
 use napi::{Env, JsValue, Status};
 use napi_derive::napi;
 
-use super::convert::{self, Checked};
+use super::convert::{self, Decoded};
 use super::error::{coded, pool_error};
 use super::event_loop::LoopHost;
 use super::sandbox::SandboxResult;
@@ -137,8 +137,8 @@ pub struct ExecResult {
   pub isolation: Option<super::isolate::IsolationInfo>,
 }
 
-impl From<pool::ExecResult> for ExecResult {
-  fn from(r: pool::ExecResult) -> Self {
+impl From<pool::JobResult> for ExecResult {
+  fn from(r: pool::JobResult) -> Self {
     ExecResult {
       stdout: r.stdout,
       stderr: r.stderr,
@@ -178,7 +178,7 @@ pub struct WorkerPoolStats {
   pub totals: PoolTotals,
 }
 
-fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
+fn config_from_js(config: Option<Unknown>) -> Decoded<PoolConfig> {
   let mut out = PoolConfig::default();
   if convert::is_nullish(config.as_ref())? {
     return Ok(out);
@@ -236,7 +236,7 @@ fn config_from_js(config: Option<Unknown>) -> Checked<PoolConfig> {
 /// The supervisor binary, checked to be an executable file. Only a build with the test hooks,
 /// run with `FINN_SANDBOX_TEST_HOOKS=1`, may go without one: commands then run directly from
 /// Node, contained by process groups only, which is how the tests show what the supervisor adds.
-fn supervisor_path(path: Option<String>) -> Checked<Option<std::path::PathBuf>> {
+fn supervisor_path(path: Option<String>) -> Decoded<Option<std::path::PathBuf>> {
   let Some(path) = path else {
     if cfg!(feature = "test-hooks")
       && std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1")
@@ -386,7 +386,7 @@ impl NativeWorkerPool {
     self.admit(spec::packed_job(&packed))
   }
 
-  fn admit(&self, raw: Checked<pool::RawJob>) -> Ticket {
+  fn admit(&self, raw: Decoded<pool::RawJob>) -> Ticket {
     let settler = Arc::clone(&self.settler);
     let submitted = raw.and_then(JobSpec::new).and_then(|job| {
       let done = Box::new(move |id, outcome| settler.push(settle(id, outcome)));

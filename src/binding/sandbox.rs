@@ -9,7 +9,7 @@ use napi::bindgen_prelude::{Object, PromiseRaw, Unknown};
 use napi::{Env, JsValue};
 use napi_derive::napi;
 
-use super::convert::{self, Checked};
+use super::convert::{self, Decoded};
 use super::error::{coded, sandbox_error};
 use super::executor::{self, HandOff};
 use super::pool::{JobSettled, NativeWorkerPool, Ticket, jobs_runtime};
@@ -21,7 +21,7 @@ use finn_job::limits::{
 use finn_policy::host_git::Cancel;
 use finn_policy::{self as policy, CommandPolicy};
 use finn_pool::PoolError;
-use finn_sandbox_core::{self as sandbox, NoRunner, RunError, SandboxConfig};
+use finn_sandbox_core::{self as sandbox, NoRunner, RunnerError, SandboxConfig};
 
 /// A refusal of bad input, as a sandbox error naming the field.
 pub(crate) fn checked_to_sandbox(env: &Env) -> impl Fn(PoolError) -> napi::Error + '_ {
@@ -96,7 +96,7 @@ impl NativeAuditLog {
   }
 }
 
-fn audit_options(options: Option<Unknown>) -> Checked<AuditOptions> {
+fn audit_options(options: Option<Unknown>) -> Decoded<AuditOptions> {
   let mut out = AuditOptions::default();
   if convert::is_nullish(options.as_ref())? {
     return Ok(out);
@@ -123,7 +123,7 @@ fn audit_options(options: Option<Unknown>) -> Checked<AuditOptions> {
   Ok(out)
 }
 
-fn audit_entry(value: &Unknown) -> Checked<AuditEntry> {
+fn audit_entry(value: &Unknown) -> Decoded<AuditEntry> {
   let obj = convert::object(value, "entry")?;
   let action = match convert::required_string(&obj, "action", "entry.action")?.as_str() {
     "allow" => Action::Allow,
@@ -197,7 +197,7 @@ fn errno_name(e: &std::io::Error) -> &'static str {
   }
 }
 
-fn string_env(env: Option<Unknown>, field: &str) -> Checked<Vec<(String, String)>> {
+fn string_env(env: Option<Unknown>, field: &str) -> Decoded<Vec<(String, String)>> {
   if convert::is_nullish(env.as_ref())? {
     return Ok(Vec::new());
   }
@@ -234,7 +234,7 @@ impl NativeRedactor {
   }
 }
 
-fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
+fn sandbox_config(value: &Unknown) -> Decoded<SandboxConfig> {
   let obj = convert::object(value, "config")?;
   let exec_timeout_ms = convert::optional_uint(&obj, "execTimeout", "config.execTimeout")?
     .unwrap_or(DEFAULT_TIMEOUT_MS);
@@ -282,7 +282,7 @@ fn sandbox_config(value: &Unknown) -> Checked<SandboxConfig> {
 }
 
 /// A path no file can have: refused naming the field, rather than failing later as an errno.
-fn no_nul(value: &str, field: &str) -> Checked<()> {
+fn no_nul(value: &str, field: &str) -> Decoded<()> {
   if value.contains('\0') {
     return Err(PoolError::InvalidSpec(format!(
       "{field} must not contain NUL bytes"
@@ -291,7 +291,7 @@ fn no_nul(value: &str, field: &str) -> Checked<()> {
   Ok(())
 }
 
-fn policies(value: &Unknown) -> Checked<BTreeMap<String, CommandPolicy>> {
+fn policies(value: &Unknown) -> Decoded<BTreeMap<String, CommandPolicy>> {
   let obj = convert::object(value, "config.policies")?;
   let mut out = BTreeMap::new();
   for name in Object::keys(&obj).map_err(|e| PoolError::InvalidSpec(e.reason.clone()))? {
@@ -535,7 +535,7 @@ impl NativeCheckCancel {
 /// (each `start*` call throws the refusal's `SANDBOX_ERROR`).
 #[napi]
 pub struct NativeCheckedCommand {
-  checked: Option<Result<sandbox::Checked, String>>,
+  checked: Option<Result<sandbox::CheckedCommand, String>>,
 }
 
 #[napi]
@@ -548,7 +548,7 @@ impl NativeCheckedCommand {
 }
 
 impl NativeCheckedCommand {
-  fn take(&mut self, env: &Env) -> napi::Result<sandbox::Checked> {
+  fn take(&mut self, env: &Env) -> napi::Result<sandbox::CheckedCommand> {
     match self.checked.take() {
       Some(Ok(checked)) => Ok(checked),
       Some(Err(message)) => {

@@ -9,12 +9,12 @@ use napi::Env;
 use napi::bindgen_prelude::{Object, Unknown};
 
 use super::convert::{
-  Checked, get, invalid, is_nullish, object, optional_string, optional_uint, required_string,
+  Decoded, get, invalid, is_nullish, object, optional_string, optional_uint, required_string,
   required_string_array, string, string_map,
 };
 use finn_pool::{Lane, RawJob};
 
-fn lane(value: Option<&Unknown>) -> Checked<Lane> {
+fn lane(value: Option<&Unknown>) -> Decoded<Lane> {
   if is_nullish(value)? {
     return Ok(Lane::Interactive);
   }
@@ -33,7 +33,7 @@ pub fn raw_job(
   spec: &Unknown,
   lane_arg: Option<&Unknown>,
   jail_root: Option<&Unknown>,
-) -> Checked<RawJob> {
+) -> Decoded<RawJob> {
   if is_nullish(Some(spec))? {
     return Err(invalid("spec is required (an ExecSpec object)".into()));
   }
@@ -91,7 +91,7 @@ pub const PACKED_HEADER: [&str; 10] = [
 
 /// A job `index.js` packed into one string instead of a napi call per field and per env entry
 /// (which cost about 2.4 us per entry); see [`PACKED_HEADER`].
-pub fn packed_job(packed: &str) -> Checked<RawJob> {
+pub fn packed_job(packed: &str) -> Decoded<RawJob> {
   let malformed = || invalid("packed spec is malformed".into());
   let fields: Vec<&str> = packed.split('\0').collect();
   let header = PACKED_HEADER.len();

@@ -20,7 +20,7 @@ use super::pipes::{Pipes, READS_PER_WAKE};
 use super::poll::{earliest, poll, watch};
 use super::spawn::{SpawnError, SpawnSpec, spawn};
 use super::stop::StopCell;
-use super::{Limits, pidfd, tree};
+use super::{RunLimits, pidfd, tree};
 
 /// Runs `spec` to the end on the calling thread. A request in `stop` asks for termination.
 ///
@@ -29,7 +29,7 @@ use super::{Limits, pidfd, tree};
 /// (= its pgid and sid) right after the spawn.
 pub fn run_blocking<R>(
   spec: &SpawnSpec,
-  limits: &Limits,
+  limits: &RunLimits,
   stop: &StopCell<R>,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, SpawnError> {

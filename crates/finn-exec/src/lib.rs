@@ -16,7 +16,7 @@ pub mod tree;
 pub mod utf8;
 
 pub use capture::TRUNCATION_MARKER;
-pub use lifecycle::{Limits, REAP_BOUND};
+pub use lifecycle::{REAP_BOUND, RunLimits};
 pub use outcome::{EndedBy, ExitStatus, Finished};
 pub use spawn::{SpawnError, SpawnSpec, resolve_program};
 pub use stop::{Stop, StopCell};

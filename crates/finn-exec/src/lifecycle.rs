@@ -68,7 +68,7 @@ pub const NUDGE_EVERY: Duration = Duration::from_millis(50);
 
 /// The terms a job runs under.
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub struct RunLimits {
   /// Counted from the job's start. `None`: no timeout.
   pub timeout: Option<Duration>,
   /// Cap on stdout+stderr bytes, marker included.

@@ -25,11 +25,11 @@ pub struct RawJob {
 }
 
 /// Why a runner could not run a job, as the audit log names it (`execution_failed: <code>`).
-pub trait RunError {
+pub trait RunnerError {
   fn audit_code(&self) -> String;
 }
 
-impl RunError for std::convert::Infallible {
+impl RunnerError for std::convert::Infallible {
   fn audit_code(&self) -> String {
     match *self {}
   }

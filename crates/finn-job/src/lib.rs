@@ -7,7 +7,7 @@ pub mod isolation;
 mod job;
 pub mod limits;
 
-pub use job::{Lane, RawJob, RunError};
+pub use job::{Lane, RawJob, RunnerError};
 
 /// Appended to the stream that was cut.
 pub const TRUNCATION_MARKER: &str = "\n[TRUNCATED at maxBuffer]";

@@ -176,7 +176,7 @@ impl PoolErrorCode {
   }
 }
 
-impl finn_job::RunError for PoolError {
+impl finn_job::RunnerError for PoolError {
   fn audit_code(&self) -> String {
     self.code().into()
   }

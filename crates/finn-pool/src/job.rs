@@ -9,7 +9,7 @@ use super::config::JobSpec;
 use super::error::{PoolError, Unavailable};
 use super::state::{Inner, StopReason};
 use finn_exec::later::Later;
-use finn_exec::{self as exec, EndedBy, Limits, SpawnSpec, StopCell};
+use finn_exec::{self as exec, EndedBy, RunLimits, SpawnSpec, StopCell};
 use finn_isolate::{
   IsolationError, IsolationOptions, IsolationReport, LayerFailed, Mode, Plan, probe,
 };
@@ -40,7 +40,7 @@ fn resolve_isolation(
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ExecResult {
+pub struct JobResult {
   pub stdout: String,
   pub stderr: String,
   pub exit_code: i32,
@@ -50,7 +50,7 @@ pub struct ExecResult {
   pub isolation: Option<IsolationReport>,
 }
 
-pub type JobOutcome = Result<ExecResult, PoolError>;
+pub type JobOutcome = Result<JobResult, PoolError>;
 
 /// How a finished job counts in the totals.
 pub(super) enum Tally {
@@ -100,8 +100,8 @@ fn result(
   exit_code: i32,
   truncated: bool,
   duration: Duration,
-) -> ExecResult {
-  ExecResult {
+) -> JobResult {
+  JobResult {
     stdout,
     stderr,
     exit_code,
@@ -119,7 +119,7 @@ fn message_result(
   exit_code: i32,
   max_bytes: usize,
   duration: Duration,
-) -> ExecResult {
+) -> JobResult {
   let mut capture = exec::capture::Capture::new(max_bytes);
   capture.push(exec::capture::Stream::Stderr, message.as_bytes());
   let (stdout, stderr, truncated) = capture.finish();
@@ -137,7 +137,7 @@ pub(super) struct Prepared {
   pub(super) spec: SpawnSpec,
   pub(super) isolation: Option<Plan>,
   report: Option<IsolationReport>,
-  pub(super) limits: Limits,
+  pub(super) limits: RunLimits,
   timeout_ms: u64,
   started: std::time::Instant,
 }
@@ -189,7 +189,7 @@ pub(super) fn prepare(
     env: std::mem::take(&mut job.env),
     cwd: std::ffi::CString::new(job.cwd.as_str()).expect("validated without NUL"),
   };
-  let limits = Limits {
+  let limits = RunLimits {
     timeout: Some(Duration::from_millis(job.timeout_ms)),
     max_output_bytes: job.max_buffer,
     kill_grace: inner.config.kill_grace,

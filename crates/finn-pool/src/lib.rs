@@ -17,7 +17,7 @@ pub use config::{JobSpec, PoolConfig};
 pub use error::{BinaryProblem, Crashed, NoThread, PoolError, PoolErrorCode, Unavailable};
 pub use finn_job::{Lane, RawJob, TRUNCATION_MARKER};
 pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
-pub use job::{ExecResult, JobOutcome};
+pub use job::{JobOutcome, JobResult};
 pub use pool::{Completion, ExitHandle, Pool, Submitted};
 pub use stats::PoolStats;
 #[cfg(feature = "test-hooks")]

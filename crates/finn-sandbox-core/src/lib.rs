@@ -12,5 +12,5 @@ pub mod runner;
 
 pub use config::{SandboxConfig, SandboxResult};
 pub use isolation::{SandboxIsolation, options_json};
-pub use pipeline::{Checked, Refusal, ToolSandbox};
-pub use runner::{Done, NoRunner, Output, RunError, RunOutcome, Runner};
+pub use pipeline::{CheckedCommand, Refusal, ToolSandbox};
+pub use runner::{Done, NoRunner, Output, RunOutcome, Runner, RunnerError};

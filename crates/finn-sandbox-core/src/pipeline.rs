@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use super::check_slots::CheckSlots;
 use super::config::{SandboxConfig, SandboxResult};
-use super::runner::{Done, RunError, RunOutcome, Runner};
+use super::runner::{Done, RunOutcome, Runner, RunnerError};
 use finn_audit::{Action, AuditEntry, AuditLog, IsolationRecord, iso_timestamp_now};
 use finn_job::{RawJob, TRUNCATION_MARKER};
 use finn_policy::host_git::{Cancel, REPOSITORY_CHECK_MS, Watch};
@@ -29,7 +29,7 @@ pub enum Refusal<E> {
 }
 
 /// A command stages 1-7 allowed (see [`ToolSandbox::check`]), waiting to be started.
-pub struct Checked {
+pub struct CheckedCommand {
   job: RawJob,
   pending: Pending,
 }
@@ -141,20 +141,20 @@ impl ToolSandbox {
     command: &str,
     session_id: Option<String>,
     cancel: Option<&Cancel>,
-  ) -> Result<Checked, Denial> {
+  ) -> Result<CheckedCommand, Denial> {
     let (job, pending) = self.prepare(command, session_id, cancel)?;
-    Ok(Checked { job, pending })
+    Ok(CheckedCommand { job, pending })
   }
 
   /// Stage 8 onwards for a command [`Self::check`] allowed; a runner's refusal is audited and
   /// returned.
   pub fn start<R: Runner>(
     self: &Arc<Self>,
-    checked: Checked,
+    checked: CheckedCommand,
     runner: &R,
     on_done: impl FnOnce(u64, Result<SandboxResult, R::Error>) + Send + 'static,
   ) -> Result<u64, R::Error> {
-    let Checked { job, pending } = checked;
+    let CheckedCommand { job, pending } = checked;
     // Shared with the completion: a runner that refuses the job drops the completion
     // uncalled, and the refusal is audited from here.
     let slot = Arc::new(Mutex::new(Some(pending)));
@@ -286,7 +286,7 @@ impl ToolSandbox {
 
   /// Stage 9: redact and audit the outcome. `Err` carries the runner's failure back after it
   /// was audited as `execution_failed: <code>`.
-  fn complete<E: RunError>(
+  fn complete<E: RunnerError>(
     &self,
     pending: Pending,
     outcome: RunOutcome<E>,
@@ -364,7 +364,7 @@ impl ToolSandbox {
     record
   }
 
-  fn audit_failure<E: RunError>(&self, pending: Pending, e: &E) {
+  fn audit_failure<E: RunnerError>(&self, pending: Pending, e: &E) {
     let mut entry = pending.into_entry();
     entry.reason = Some(format!("execution_failed: {}", e.audit_code()));
     self.audit.append(&entry);

@@ -3,7 +3,7 @@
 
 use std::sync::Mutex;
 
-use super::runner::{Done, Output, RunError, RunOutcome, Runner};
+use super::runner::{Done, Output, RunOutcome, Runner, RunnerError};
 use finn_job::RawJob;
 
 /// What the recording runner does with the next job.
@@ -21,7 +21,7 @@ pub enum Script {
 #[derive(Debug, PartialEq, Eq)]
 pub struct Code(pub &'static str);
 
-impl RunError for Code {
+impl RunnerError for Code {
   fn audit_code(&self) -> String {
     self.0.into()
   }

@@ -7,7 +7,7 @@ use std::convert::Infallible;
 
 use finn_audit::IsolationRecord;
 use finn_job::RawJob;
-pub use finn_job::RunError;
+pub use finn_job::RunnerError;
 
 /// Receives a job's outcome, with the id [`Runner::run`] returned for it, exactly once and on
 /// any thread.
@@ -16,7 +16,7 @@ pub type Done<E> = Box<dyn FnOnce(u64, RunOutcome<E>) + Send>;
 /// Runs jobs the pipeline allowed.
 pub trait Runner {
   /// Why a job could not run: audited as `execution_failed: <code>`, then handed back.
-  type Error: RunError + Send + 'static;
+  type Error: RunnerError + Send + 'static;
 
   /// Starts `job` and returns its id. `done` receives the outcome exactly once; when the job
   /// is refused at once, `run` returns the error and drops `done` uncalled.

@@ -27,7 +27,7 @@ use finn_exec::pipes::Pipes;
 use finn_exec::poll::{poll, watch};
 use finn_exec::spawn::classify_exec_error;
 use finn_exec::stop::Attached;
-use finn_exec::{ExitStatus, Finished, Limits, SpawnError, SpawnSpec, StopCell};
+use finn_exec::{ExitStatus, Finished, RunLimits, SpawnError, SpawnSpec, StopCell};
 use finn_isolate::{LayerFailed, Plan};
 
 /// Why a job through the supervisor did not finish.
@@ -71,7 +71,7 @@ pub fn run_blocking<R>(
   supervisor: &Supervisor,
   spec: &SpawnSpec,
   isolation: Option<&Plan>,
-  limits: &Limits,
+  limits: &RunLimits,
   drain: Duration,
   stop: &StopCell<R>,
   later: &mut dyn Later,
@@ -111,7 +111,7 @@ impl Outgoing {
   pub fn new(
     spec: &SpawnSpec,
     isolation: Option<&Plan>,
-    limits: &Limits,
+    limits: &RunLimits,
     drain: Duration,
     linger: Duration,
   ) -> Result<Outgoing, RunError> {
@@ -271,7 +271,7 @@ pub fn resume<R>(
   mut outgoing: Outgoing,
   spec: &SpawnSpec,
   isolation: Option<&Plan>,
-  limits: &Limits,
+  limits: &RunLimits,
   stop: Option<&StopCell<R>>,
   later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
@@ -559,7 +559,7 @@ mod tests {
     job: &mut Job,
     sup: &Supervisor,
     reaper: &mut Reaper,
-    limits: &Limits,
+    limits: &RunLimits,
     start: Instant,
   ) -> (io::Result<EndedBy<()>>, bool) {
     let deadline = limits.timeout.and_then(|t| start.checked_add(t));
@@ -669,7 +669,7 @@ mod tests {
       let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
       let mut reaper = Reaper::on(fake, Conn::new(ours));
       let mut job = job_reading(Some(out_r), 1024);
-      let limits = Limits {
+      let limits = RunLimits {
         timeout: Some(timeout),
         max_output_bytes: 1024,
         kill_grace: grace,
@@ -718,7 +718,7 @@ mod tests {
     let sup = Supervisor::new("/nonexistent/finn-supervisor".into());
     let mut reaper = Reaper::on(fake.pid, Conn::new(ours));
     let mut job = job_reading(None, 1024);
-    let limits = Limits {
+    let limits = RunLimits {
       timeout: Some(Duration::from_millis(200)),
       max_output_bytes: 1024,
       kill_grace: Duration::from_millis(100),
@@ -742,7 +742,7 @@ mod tests {
       FromReaper::Exited(ExitStatus::Signaled(libc::SIGTERM)).encode(),
       FromReaper::TreeGone.encode(),
     ];
-    let limits = Limits {
+    let limits = RunLimits {
       timeout: Some(Duration::from_secs(60)),
       max_output_bytes: 4,
       kill_grace: Duration::ZERO,
@@ -865,7 +865,7 @@ mod tests {
       FromReaper::Exited(ExitStatus::Signaled(libc::SIGKILL)).encode(),
       FromReaper::TreeGone.encode(),
     ];
-    let limits = Limits {
+    let limits = RunLimits {
       timeout: Some(Duration::from_millis(1)),
       max_output_bytes: 1024,
       kill_grace: Duration::ZERO,
