@@ -14,7 +14,7 @@ use finn_sandbox::core::exec::{
   EndedBy, ExitStatus, Finished, RunLimits, SpawnError, SpawnSpec, Stop, StopCell,
   TRUNCATION_MARKER,
 };
-use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
+use finn_sandbox::core::supervisor::{self, JobTerms, RunError, Supervisor};
 
 /// One supervisor for the tests of this file (its reapers run one job each at a time).
 fn sup() -> &'static Supervisor {
@@ -36,9 +36,11 @@ async fn run<R: Send + 'static>(
     let drain = Duration::from_millis(100);
     supervisor::run_blocking(
       sup(),
-      &spec,
-      None,
-      &limits,
+      JobTerms {
+        spec: &spec,
+        isolation: None,
+        limits: &limits,
+      },
       drain,
       &runner,
       &mut Nothing,

@@ -16,7 +16,7 @@ use std::time::Duration;
 use finn_sandbox::core::exec::{RunLimits, SpawnSpec, StopCell};
 use finn_sandbox::core::isolate::{Checked, IsolationOptions, Plan, probe};
 use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
-use finn_sandbox::core::supervisor::{self, Supervisor};
+use finn_sandbox::core::supervisor::{self, JobTerms, Supervisor};
 use serde_json::{Value, json};
 
 mod common;
@@ -162,9 +162,11 @@ fn swapped_between_check_and_run(opts: Value, backend: &str) {
         let stop = StopCell::<()>::new();
         let r = supervisor::run_blocking(
           &sup,
-          &spec,
-          plan.as_ref(),
-          &limits,
+          JobTerms {
+            spec: &spec,
+            isolation: plan.as_ref(),
+            limits: &limits,
+          },
           Duration::from_millis(100),
           &stop,
           &mut finn_sandbox::core::exec::later::Nothing,
@@ -270,9 +272,11 @@ fn the_command_runs_only_in_the_checked_cwd() {
     };
     let r = supervisor::run_blocking(
       &sup,
-      &spec,
-      Some(&plan),
-      &limits,
+      JobTerms {
+        spec: &spec,
+        isolation: Some(&plan),
+        limits: &limits,
+      },
       Duration::from_millis(100),
       &StopCell::<()>::new(),
       &mut finn_sandbox::core::exec::later::Nothing,
@@ -422,9 +426,11 @@ fn the_checked_fds_are_closed_after_every_job() {
     let mut reaper = 0;
     let r = supervisor::run_blocking(
       &sup,
-      &spec,
-      Some(&plan),
-      &limits,
+      JobTerms {
+        spec: &spec,
+        isolation: Some(&plan),
+        limits: &limits,
+      },
       Duration::from_millis(100),
       &stop,
       &mut finn_sandbox::core::exec::later::Nothing,

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use finn_sandbox::core::exec::{
   EndedBy, ExitStatus, Finished, RunLimits, SpawnSpec, Stop, StopCell, TRUNCATION_MARKER,
 };
-use finn_sandbox::core::supervisor::{self, RunError, Supervisor};
+use finn_sandbox::core::supervisor::{self, JobTerms, RunError, Supervisor};
 
 mod common;
 use common::{fifo, holders, open_fifo};
@@ -114,9 +114,11 @@ fn run_on_thread(
     } else {
       supervisor::run_blocking(
         &sup,
-        &spec,
-        None,
-        &limits,
+        JobTerms {
+          spec: &spec,
+          isolation: None,
+          limits: &limits,
+        },
         Duration::from_millis(100),
         &runner,
         &mut finn_sandbox::core::exec::later::Nothing,
@@ -1129,9 +1131,11 @@ fn run_with_drain(spec: SpawnSpec, drain: Duration) -> Finished<&'static str> {
   let cell: StopCell<&'static str> = StopCell::new();
   supervisor::run_blocking(
     &sup,
-    &spec,
-    None,
-    &limits(20_000, 100),
+    JobTerms {
+      spec: &spec,
+      isolation: None,
+      limits: &limits(20_000, 100),
+    },
     drain,
     &cell,
     &mut finn_sandbox::core::exec::later::Nothing,
@@ -1162,9 +1166,11 @@ fn the_timeout_stops_counting_when_the_leader_exits() {
   let tok = token();
   let done = supervisor::run_blocking(
     &sup,
-    &sh(&format!("sleep {tok} & sleep 0.2; exit 0")),
-    None,
-    &limits(1000, 100),
+    JobTerms {
+      spec: &sh(&format!("sleep {tok} & sleep 0.2; exit 0")),
+      isolation: None,
+      limits: &limits(1000, 100),
+    },
     Duration::from_secs(2),
     &cell,
     &mut finn_sandbox::core::exec::later::Nothing,
@@ -1517,7 +1523,7 @@ fn proc_state(pid: i32) -> Option<char> {
 /// An idle reaper and the supervisor, both stopped before the job comes (an earlier job's
 /// command can do that): the reaper cannot answer the `Run`, not even with `Spawned`. The
 /// addon's wait for that first answer must end at the job's deadline, or at once at a stop
-/// request, by continuing them; before, it had no bound.
+/// request, by continuing them; unbounded, the job would wait for good.
 #[test]
 fn a_reaper_stopped_while_idle_is_continued_at_the_deadline_or_at_a_stop() {
   if direct() {

@@ -82,7 +82,7 @@ impl FilesystemJail {
 
   /// The canonical path of `input` inside the jail, or a refusal. A missing path inside the jail
   /// is allowed (returned resolved). Any symlink component is refused, even one pointing inside.
-  /// Unlike loa-finn, an lstat error other than "missing" refuses (it used to let the path
+  /// Unlike loa-finn's, an lstat error other than "missing" refuses (loa-finn lets the path
   /// through), and the post-realpath containment check is enforced.
   pub fn validate_path(&self, input: &str) -> Result<PathBuf, Denial> {
     let escapes = || Denial::plain(format!("Path escapes jail: {input}"));

@@ -142,6 +142,16 @@ pub(super) struct Prepared {
   started: std::time::Instant,
 }
 
+impl Prepared {
+  pub(super) fn terms(&self) -> supervisor::JobTerms<'_> {
+    supervisor::JobTerms {
+      spec: &self.spec,
+      isolation: self.isolation.as_ref(),
+      limits: &self.limits,
+    }
+  }
+}
+
 /// The jail check, the isolation plan and the program's path: a job ready to run, or its
 /// outcome when it cannot run (a rejected cwd is a result, as in loa-finn).
 pub(super) fn prepare(
@@ -241,9 +251,7 @@ pub(super) fn execute(
   let ran = match &inner.supervisor {
     Some(sup) => supervisor::run_blocking(
       sup,
-      &prepared.spec,
-      prepared.isolation.as_ref(),
-      &prepared.limits,
+      prepared.terms(),
       inner.config.drain,
       stop,
       later,
@@ -302,9 +310,7 @@ pub(super) fn resume(
       sup,
       reaper,
       outgoing,
-      &prepared.spec,
-      isolation,
-      &prepared.limits,
+      prepared.terms(),
       stop,
       later,
       |pid| register(inner, leader, pid),

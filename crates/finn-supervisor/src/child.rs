@@ -84,16 +84,12 @@ pub fn start_watched(
     nix::unistd::ForkResult::Child => {
       use std::os::fd::AsRawFd;
       drop(report_r);
-      exec_child(
-        spec,
-        &argv,
-        &envp,
+      let fds = ChildFds {
         stdout,
         stderr,
-        report_w.as_raw_fd(),
-        pre_exec,
-        watch,
-      )
+        report: report_w.as_raw_fd(),
+      };
+      exec_child(spec, &argv, &envp, fds, pre_exec, watch)
     }
     nix::unistd::ForkResult::Parent { child } => {
       drop(report_w);
@@ -171,22 +167,29 @@ fn read_report(socket: &OwnedFd) -> nix::Result<Report> {
   }
 }
 
+/// The descriptors the forked child starts with: the job's pipes, and its end of the socket
+/// that reports a failure to the reaper.
+struct ChildFds {
+  stdout: RawFd,
+  stderr: RawFd,
+  report: RawFd,
+}
+
 /// The forked child: the same setup as `posix_spawn`'s attributes, then the watch, then
 /// `pre_exec`, then `execve`. Never returns.
-#[expect(
-  clippy::too_many_arguments,
-  reason = "one call site, every argument built before the fork"
-)]
 fn exec_child(
   spec: &SpawnSpec,
   argv: &[*const libc::c_char],
   envp: &[*const libc::c_char],
-  stdout: RawFd,
-  stderr: RawFd,
-  report: RawFd,
+  fds: ChildFds,
   pre_exec: PreExec,
   watch: Option<&[libc::sock_filter]>,
 ) -> ! {
+  let ChildFds {
+    stdout,
+    stderr,
+    report,
+  } = fds;
   let report_failure = |layer: Option<Layer>, errno: Errno| -> ! {
     let bytes = encode_failure(layer, errno);
     // SAFETY: writes the bytes of a stack array to our own socket, then exits without running

@@ -17,4 +17,4 @@ pub mod wire;
 
 pub use client::Supervisor;
 pub use error::{Crash, Fault, IoCause};
-pub use run::{RunError, kill_trees_now, run_blocking};
+pub use run::{JobTerms, RunError, kill_trees_now, run_blocking};

@@ -66,30 +66,34 @@ const MAX_RETIRED: usize = 64;
 /// reaper has answered), else by its due time from the job's waits. The pool sends the
 /// previous jobs' replies there: the wake-up of Node's thread then overlaps with the reaper's
 /// start of this one instead of coming before it.
-#[allow(clippy::too_many_arguments)]
 pub fn run_blocking<R>(
   supervisor: &Supervisor,
-  spec: &SpawnSpec,
-  isolation: Option<&Plan>,
-  limits: &RunLimits,
+  job: JobTerms,
   drain: Duration,
   stop: &StopCell<R>,
   later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
-  let outgoing = Outgoing::new(spec, isolation, limits, drain, Duration::ZERO)?;
-  let (reaper, outgoing) = outgoing.send(supervisor, spec, isolation, later)?;
+  let outgoing = Outgoing::new(job.spec, job.isolation, job.limits, drain, Duration::ZERO)?;
+  let (reaper, outgoing) = outgoing.send(supervisor, job.spec, job.isolation, later)?;
   resume(
     supervisor,
     reaper,
     outgoing,
-    spec,
-    isolation,
-    limits,
+    job,
     Some(stop),
     later,
     on_spawn,
   )
+}
+
+/// What a job runs and under which terms, as the addon's side hands it to a reaper.
+#[derive(Clone, Copy)]
+pub struct JobTerms<'a> {
+  pub spec: &'a SpawnSpec,
+  /// `None`: no isolation.
+  pub isolation: Option<&'a Plan>,
+  pub limits: &'a RunLimits,
 }
 
 /// A job's `Run` frame with the pipes it carries: built once, sent to one reaper (or, when a
@@ -264,18 +268,20 @@ pub fn answered_now(reaper: &mut Reaper) -> Answered {
 /// `None` only when the reaper's whole answer is already read ([`Answered::Ended`]): nothing
 /// is waited for then, and no stop request could change the outcome. `later` is done from the
 /// waits once due (see [`run_blocking`]).
-#[allow(clippy::too_many_arguments)]
 pub fn resume<R>(
   supervisor: &Supervisor,
   mut reaper: Reaper,
   mut outgoing: Outgoing,
-  spec: &SpawnSpec,
-  isolation: Option<&Plan>,
-  limits: &RunLimits,
+  job: JobTerms,
   stop: Option<&StopCell<R>>,
   later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
+  let JobTerms {
+    spec,
+    isolation,
+    limits,
+  } = job;
   let stop = stop
     .map(StopCell::attach)
     .transpose()
