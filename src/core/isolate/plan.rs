@@ -1207,6 +1207,40 @@ mod tests {
     assert_eq!(roots.checked.raw_fds()[0], roots.checked.raw_fds()[1]);
   }
 
+  #[test]
+  fn the_network_and_unix_sockets_are_denied_unless_allowed() {
+    // (network, unixSockets) -> the plan denies the network, Unix sockets; on either backend.
+    let mut with_bwrap = host(true);
+    with_bwrap.bwrap = Some(PathBuf::from("/usr/bin/bwrap"));
+    #[rustfmt::skip]
+    let cases = [
+      (None, None, true, true),
+      (Some("deny"), Some("deny"), true, true),
+      (Some("allow"), None, false, true),
+      (None, Some("allow"), true, false),
+      (Some("allow"), Some("allow"), false, false),
+    ];
+    for (network, unix, deny_network, deny_unix) in cases {
+      for mode in ["native", "bwrap"] {
+        let mut o = json!({"mode": mode});
+        if let Some(n) = network {
+          o["network"] = json!(n);
+        }
+        if let Some(u) = unix {
+          o["unixSockets"] = json!(u);
+        }
+        let p = Plan::resolve(&opts(o.clone()), Path::new("/tmp"), &with_bwrap)
+          .unwrap()
+          .unwrap();
+        assert_eq!(
+          (p.deny_network, p.deny_unix),
+          (deny_network, deny_unix),
+          "{o}"
+        );
+      }
+    }
+  }
+
   /// bwrap mounts a devpts of its own: only the native backend denies the host's.
   #[test]
   fn only_the_native_backend_adds_the_host_ptys_to_deny_read() {
