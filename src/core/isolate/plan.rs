@@ -1241,6 +1241,25 @@ mod tests {
     }
   }
 
+  #[test]
+  fn the_bounding_set_is_emptied_only_by_root() {
+    // (uid) -> the plan empties the bounding set (root holds CAP_SETPCAP); on either backend.
+    for (uid, drop_bounding) in [(0, true), (1000, false), (65534, false)] {
+      let probe = Probe {
+        uid,
+        bwrap: Some(PathBuf::from("/usr/bin/bwrap")),
+        ..host(true)
+      };
+      for mode in ["native", "bwrap"] {
+        let p = Plan::resolve(&opts(json!({"mode": mode})), Path::new("/tmp"), &probe)
+          .unwrap()
+          .unwrap();
+        assert_eq!(p.drop_bounding, drop_bounding, "uid {uid} {mode}");
+        assert_eq!(p.cap_last_cap, probe.cap_last_cap);
+      }
+    }
+  }
+
   /// bwrap mounts a devpts of its own: only the native backend denies the host's.
   #[test]
   fn only_the_native_backend_adds_the_host_ptys_to_deny_read() {
