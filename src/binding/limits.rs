@@ -6,7 +6,7 @@ use napi_derive::napi;
 use finn_job::limits as job;
 
 /// Every default and limit of a job and a pool (see `crates/finn-job/src/limits.rs`).
-/// JS sees it as `Limits`, the name of `native.d.ts`.
+// JS sees it as `Limits`, the name of `native.d.ts`.
 #[napi(object, js_name = "Limits")]
 pub struct Defaults {
   pub default_timeout_ms: u32,

@@ -1,6 +1,7 @@
 //! Every allocation and every path lookup isolation needs, done before the fork, so the child
 //! side (`child.rs`) only makes syscalls on what is built here.
 
+use std::borrow::Cow;
 use std::ffi::CString;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -12,7 +13,7 @@ use super::cgroup::{CgroupEvents, JobCgroup};
 use super::error::{IsolationError, Layer};
 use super::landlock::{self as ll, FsRules};
 use super::mounts::{self, MountOp};
-use super::plan::Plan;
+use super::plan::{Layers, Plan, ResolvedLimits};
 use super::seccomp::{self, SeccompRules};
 
 /// What was applied, for `ExecResult.isolation` and the audit log.
@@ -81,45 +82,21 @@ impl Prepared {
 /// Builds everything `plan` asks for. Each layer's failure names the layer.
 pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   let l = plan.limits;
-  let mut rlimits = vec![(libc::RLIMIT_CORE, 0)];
-  rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
-  if let Some(cpu) = l.cpu_seconds {
-    rlimits.push((libc::RLIMIT_CPU, cpu));
-  }
-  if let Some(f) = l.max_file_bytes {
-    rlimits.push((libc::RLIMIT_FSIZE, f));
-  }
-  if let Some(n) = l.max_open_files {
-    rlimits.push((libc::RLIMIT_NOFILE, n));
-  }
-
   let cgroup = if plan.layers.cgroup {
     let name = uuid::Uuid::new_v4().simple().to_string();
     let cg = JobCgroup::create(&name, l.max_processes, Some(l.max_memory_bytes))
       .map_err(|e| IsolationError::prepare(Layer::Cgroup, e))?;
     Some(cg)
   } else {
-    // Without a memory cgroup, bound each process's address space instead.
-    rlimits.push((libc::RLIMIT_AS, l.max_memory_bytes));
     None
   };
-
-  let mut unshare_flags = 0;
   let id_maps = plan.layers.userns.then(|| {
-    unshare_flags |= libc::CLONE_NEWUSER;
     // SAFETY: geteuid/getegid cannot fail and touch no memory of ours.
     let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
     let line = |id: u32| CString::new(format!("{id} {id} 1\n")).expect("digits have no NUL");
     (line(uid), line(gid))
   });
-  if plan.layers.netns {
-    unshare_flags |= libc::CLONE_NEWNET;
-  }
-  if plan.layers.pidns {
-    unshare_flags |= libc::CLONE_NEWPID;
-  }
   let mounts = if plan.layers.mountns {
-    unshare_flags |= libc::CLONE_NEWNS;
     mounts::plan(
       &plan.writable,
       &plan.checked.writable,
@@ -130,30 +107,10 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   } else {
     Vec::new()
   };
-
-  // With the mount namespace, denied paths that exist are covered by empty read-only mounts;
-  // carving them out of landlock's read rules as well costs ~2 ms and hundreds of rules per exec
-  // (every sibling in /etc). A path that does not exist yet has nothing to mount over, and the
-  // user's own tools may create it while the job runs (`aws configure`): landlock carves those
-  // whose nearest existing directory this uid can write (all of them for root; for another
-  // user, its HOME and the like, not /etc). One a more privileged user creates later stays
-  // readable (README).
-  let missing: Vec<PathBuf>;
-  let landlock_deny: &[PathBuf] = if plan.layers.mountns {
-    missing = plan
-      .deny_read
-      .iter()
-      .filter(|d| d.canonicalize().is_err() && creatable_by_us(d))
-      .cloned()
-      .collect();
-    &missing
-  } else {
-    &plan.deny_read
-  };
   let landlock_fd = if plan.layers.landlock {
     let fd = ll::build(&FsRules {
       read_roots: &plan.read_roots,
-      deny_read: landlock_deny,
+      deny_read: &landlock_deny(plan.layers, &plan.deny_read),
       writable: &plan.writable,
       writable_fds: &plan.checked.writable,
       deny_network: plan.deny_network,
@@ -180,9 +137,9 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   };
 
   Ok(Prepared {
-    rlimits,
+    rlimits: rlimits(&l, plan.layers.cgroup),
     cgroup,
-    unshare_flags,
+    unshare_flags: unshare_flags(plan.layers),
     id_maps,
     mounts,
     pidns: plan.layers.pidns,
@@ -196,10 +153,181 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   })
 }
 
+/// The rlimits the child sets: no core dumps, the limits asked for, and without a memory cgroup
+/// each process's address space bounded instead.
+fn rlimits(l: &ResolvedLimits, cgroup: bool) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+  let mut rlimits = vec![(libc::RLIMIT_CORE, 0)];
+  rlimits.push((libc::RLIMIT_NPROC, l.max_processes));
+  if let Some(cpu) = l.cpu_seconds {
+    rlimits.push((libc::RLIMIT_CPU, cpu));
+  }
+  if let Some(f) = l.max_file_bytes {
+    rlimits.push((libc::RLIMIT_FSIZE, f));
+  }
+  if let Some(n) = l.max_open_files {
+    rlimits.push((libc::RLIMIT_NOFILE, n));
+  }
+  if !cgroup {
+    rlimits.push((libc::RLIMIT_AS, l.max_memory_bytes));
+  }
+  rlimits
+}
+
+/// The namespaces the child unshares, the user namespace among them when it holds the others.
+fn unshare_flags(layers: Layers) -> libc::c_int {
+  [
+    (layers.userns, libc::CLONE_NEWUSER),
+    (layers.netns, libc::CLONE_NEWNET),
+    (layers.pidns, libc::CLONE_NEWPID),
+    (layers.mountns, libc::CLONE_NEWNS),
+  ]
+  .iter()
+  .filter(|(on, _)| *on)
+  .fold(0, |flags, (_, flag)| flags | flag)
+}
+
+/// The denied paths landlock carves out of its read rules. With the mount namespace, denied
+/// paths that exist are covered by empty read-only mounts; carving them out of landlock's read
+/// rules as well costs ~2 ms and hundreds of rules per exec (every sibling in /etc). A path that
+/// does not exist yet has nothing to mount over, and the user's own tools may create it while
+/// the job runs (`aws configure`): landlock carves those whose nearest existing directory this
+/// uid can write (all of them for root; for another user, its HOME and the like, not /etc). One
+/// a more privileged user creates later stays readable (README).
+fn landlock_deny(layers: Layers, deny_read: &[PathBuf]) -> Cow<'_, [PathBuf]> {
+  if !layers.mountns {
+    return Cow::Borrowed(deny_read);
+  }
+  deny_read
+    .iter()
+    .filter(|d| d.canonicalize().is_err() && creatable_by_us(d))
+    .cloned()
+    .collect()
+}
+
 /// The nearest existing ancestor of `p` is a directory this uid can write into.
 fn creatable_by_us(p: &std::path::Path) -> bool {
   let Some(dir) = p.ancestors().skip(1).find(|a| a.exists()) else {
     return false;
   };
   nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn rlimits_bound_what_was_asked_and_the_address_space_without_a_cgroup() {
+    let asked = ResolvedLimits {
+      max_processes: 10,
+      max_memory_bytes: 1 << 20,
+      cpu_seconds: Some(3),
+      max_file_bytes: Some(4),
+      max_open_files: Some(5),
+    };
+    let defaults = ResolvedLimits {
+      cpu_seconds: None,
+      max_file_bytes: None,
+      max_open_files: None,
+      ..asked
+    };
+    use libc::{RLIMIT_AS, RLIMIT_CORE, RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_NPROC};
+    // (limits, cgroup) -> the rlimits, in the order the child sets them.
+    #[rustfmt::skip]
+    let cases = [
+      (defaults, true, vec![(RLIMIT_CORE, 0), (RLIMIT_NPROC, 10)]),
+      (defaults, false, vec![(RLIMIT_CORE, 0), (RLIMIT_NPROC, 10), (RLIMIT_AS, 1 << 20)]),
+      (asked, true, vec![(RLIMIT_CORE, 0), (RLIMIT_NPROC, 10), (RLIMIT_CPU, 3), (RLIMIT_FSIZE, 4), (RLIMIT_NOFILE, 5)]),
+      (asked, false, vec![(RLIMIT_CORE, 0), (RLIMIT_NPROC, 10), (RLIMIT_CPU, 3), (RLIMIT_FSIZE, 4), (RLIMIT_NOFILE, 5), (RLIMIT_AS, 1 << 20)]),
+    ];
+    for (limits, cgroup, want) in cases {
+      assert_eq!(rlimits(&limits, cgroup), want, "{limits:?} cgroup={cgroup}");
+    }
+  }
+
+  #[test]
+  fn each_namespace_layer_is_one_unshare_flag() {
+    let none = Layers::default();
+    // (layers) -> the flags.
+    let cases = [
+      (none, 0),
+      (
+        Layers {
+          netns: true,
+          ..none
+        },
+        libc::CLONE_NEWNET,
+      ),
+      (
+        Layers {
+          pidns: true,
+          ..none
+        },
+        libc::CLONE_NEWPID,
+      ),
+      (
+        Layers {
+          mountns: true,
+          ..none
+        },
+        libc::CLONE_NEWNS,
+      ),
+      (
+        Layers {
+          userns: true,
+          mountns: true,
+          ..none
+        },
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNS,
+      ),
+      (
+        Layers {
+          cgroup: true,
+          landlock: true,
+          seccomp: true,
+          ..none
+        },
+        0,
+      ),
+      (
+        Layers {
+          netns: true,
+          mountns: true,
+          pidns: true,
+          userns: true,
+          ..none
+        },
+        libc::CLONE_NEWUSER | libc::CLONE_NEWNET | libc::CLONE_NEWPID | libc::CLONE_NEWNS,
+      ),
+    ];
+    for (layers, want) in cases {
+      assert_eq!(unshare_flags(layers), want, "{layers:?}");
+    }
+  }
+
+  #[test]
+  fn landlock_carves_only_what_no_mount_covers() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().canonicalize().unwrap();
+    std::fs::write(real.join("exists"), "").unwrap();
+    let deny = vec![
+      real.join("exists"),
+      real.join("missing"),
+      real.join("missing-dir/below"),
+      PathBuf::from("/nonexistent-finn-root/x"),
+    ];
+    let with_mounts = Layers {
+      mountns: true,
+      ..Layers::default()
+    };
+    // Without the mount namespace, landlock carves every denied path.
+    assert_eq!(&*landlock_deny(Layers::default(), &deny), &deny[..]);
+    // With it, existing paths are mounted over; missing ones this uid could create are carved
+    // (their nearest existing directory is writable: the temporary directory, or `/` for root).
+    let mut want = vec![real.join("missing"), real.join("missing-dir/below")];
+    if nix::unistd::access("/", nix::unistd::AccessFlags::W_OK).is_ok() {
+      want.push(PathBuf::from("/nonexistent-finn-root/x"));
+    }
+    assert_eq!(&*landlock_deny(with_mounts, &deny), &want[..]);
+  }
 }

@@ -147,72 +147,141 @@ fn read_pointer(path: &Path, shown: &str) -> Result<Option<String>, Denial> {
 /// Finds the repository git would use from `jail_root`, refuses any layout that reaches out of
 /// the jail or runs code, and reads its config with `git` (the policy's binary), all within
 /// `watch`. `Ok(None)`: no repository at all.
+///
+/// Step by step: where the git directory is, where its common directory is, the git
+/// directories' files, the work tree's, the config git reads, the index's entries.
 pub fn check_repository(
   jail_root: &Path,
   git: &str,
   watch: &Watch,
 ) -> Result<Option<Repository>, Denial> {
   watch.check()?;
-  let dot_git = jail_root.join(".git");
-  let (git_dir, work_tree) = match std::fs::symlink_metadata(&dot_git) {
-    Ok(meta) if meta.is_dir() => (
-      canonical_inside(jail_root, &dot_git, ".git")?,
-      Some(jail_root.to_path_buf()),
-    ),
-    Ok(meta) if meta.is_file() => {
-      // `gitdir: <path>` (a linked worktree or a submodule): followed only inside the jail.
-      let text = read_pointer(&dot_git, ".git")?.ok_or_else(|| refuse(".git is unreadable"))?;
-      let target = text
-        .strip_prefix("gitdir: ")
-        .ok_or_else(|| refuse(".git file without gitdir"))?;
-      let target = as_git_reads(target, "the .git file's gitdir")?;
-      (
-        canonical_inside(
-          jail_root,
-          &jail_root.join(target),
-          "gitdir points outside the jail",
-        )?,
-        Some(jail_root.to_path_buf()),
-      )
-    }
-    Ok(meta) if meta.file_type().is_symlink() => return Err(refuse(".git is a symlink")),
-    Ok(_) => {
-      return Err(refuse(
-        ".git is neither a directory nor a regular file (a FIFO or device would block the check)",
-      ));
-    }
-    Err(e) if e.kind() == io::ErrorKind::NotFound => {
-      // git's own test for a bare repository: HEAD, objects/ and refs/.
-      let bare = ["HEAD", "objects", "refs"]
-        .iter()
-        .all(|p| std::fs::symlink_metadata(jail_root.join(p)).is_ok());
-      if !bare {
-        return Ok(None);
-      }
-      (jail_root.to_path_buf(), None)
-    }
-    Err(_) => return Err(refuse(".git cannot be inspected")),
+  let Some(found) = GitDir::find(jail_root)? else {
+    return Ok(None);
   };
-  let commondir = git_dir.join("commondir");
-  let common_dir = match read_pointer(&commondir, &shown_path(jail_root, &commondir))? {
-    Some(text) => {
-      let value = as_git_reads(&text, "commondir")?;
-      canonical_inside(
-        jail_root,
-        &git_dir.join(value),
-        "commondir points outside the jail",
-      )?
-    }
-    None => git_dir.clone(),
+  let repo = Repository {
+    common_dir: common_dir_of(jail_root, &found.path)?,
+    git_dir: found.path,
+    work_tree: found.work_tree,
   };
-  let mut config_files = Vec::new();
   let mut budget = MAX_WALK_ENTRIES;
+  let config_files = check_git_dirs(jail_root, &repo, &mut budget, watch)?;
+  if let Some(work_tree) = &repo.work_tree {
+    check_work_tree(jail_root, work_tree, &mut budget, watch)?;
+  }
+  check_config(git, jail_root, &repo, &config_files.files, watch)?;
+  check_index(git, &repo, jail_root, budget, watch)?;
+  Ok(Some(repo))
+}
+
+/// The git directory git finds from the jail root, before its `commondir` is read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GitDir {
+  /// Canonical, inside the jail.
+  path: PathBuf,
+  /// The jail root, or `None` for a bare repository at the jail root.
+  work_tree: Option<PathBuf>,
+}
+
+impl GitDir {
+  /// `.git` as a directory, or as a `gitdir:` file followed only inside the jail (a linked
+  /// worktree or a submodule); without `.git`, the jail root itself when git would take it for a
+  /// bare repository. A `.git` that is a symlink, a special file, or cannot be inspected is
+  /// refused, never taken for absent.
+  fn find(jail_root: &Path) -> Result<Option<GitDir>, Denial> {
+    let dot_git = jail_root.join(".git");
+    let in_root = |path| {
+      Ok(Some(GitDir {
+        path,
+        work_tree: Some(jail_root.to_path_buf()),
+      }))
+    };
+    match std::fs::symlink_metadata(&dot_git) {
+      Ok(meta) if meta.is_dir() => in_root(canonical_inside(jail_root, &dot_git, ".git")?),
+      Ok(meta) if meta.is_file() => {
+        let text = read_pointer(&dot_git, ".git")?.ok_or_else(|| refuse(".git is unreadable"))?;
+        in_root(canonical_inside(
+          jail_root,
+          &jail_root.join(gitdir_of(&text)?),
+          "gitdir points outside the jail",
+        )?)
+      }
+      Ok(meta) if meta.file_type().is_symlink() => Err(refuse(".git is a symlink")),
+      Ok(_) => Err(refuse(
+        ".git is neither a directory nor a regular file (a FIFO or device would block the check)",
+      )),
+      Err(e) if e.kind() == io::ErrorKind::NotFound => {
+        // git's own test for a bare repository: HEAD, objects/ and refs/.
+        let bare = ["HEAD", "objects", "refs"]
+          .iter()
+          .all(|p| std::fs::symlink_metadata(jail_root.join(p)).is_ok());
+        Ok(bare.then(|| GitDir {
+          path: jail_root.to_path_buf(),
+          work_tree: None,
+        }))
+      }
+      Err(_) => Err(refuse(".git cannot be inspected")),
+    }
+  }
+}
+
+/// The path a `.git` file names: `gitdir: ` exactly, then the path as git reads it.
+fn gitdir_of(text: &str) -> Result<&str, Denial> {
+  let target = text
+    .strip_prefix("gitdir: ")
+    .ok_or_else(|| refuse(".git file without gitdir"))?;
+  as_git_reads(target, "the .git file's gitdir")
+}
+
+/// The common directory: the one `git_dir/commondir` names, inside the jail, or `git_dir`
+/// itself without one.
+fn common_dir_of(jail_root: &Path, git_dir: &Path) -> Result<PathBuf, Denial> {
+  let commondir = git_dir.join("commondir");
+  match read_pointer(&commondir, &shown_path(jail_root, &commondir))? {
+    Some(text) => canonical_inside(
+      jail_root,
+      &git_dir.join(as_git_reads(&text, "commondir")?),
+      "commondir points outside the jail",
+    ),
+    None => Ok(git_dir.to_path_buf()),
+  }
+}
+
+/// The `config.worktree` files found in the git directories, each with the name a refusal shows.
+/// Each is listed by a git of its own: their number bounds the check's time.
+#[derive(Debug, Default)]
+struct WorktreeConfigs {
+  files: Vec<(PathBuf, String)>,
+}
+
+impl WorktreeConfigs {
+  fn add(&mut self, path: &Path, shown: String) -> Result<(), Denial> {
+    if self.files.len() == MAX_WORKTREE_CONFIGS {
+      return Err(refuse(format!(
+        "more than {MAX_WORKTREE_CONFIGS} config.worktree files in the git directory"
+      )));
+    }
+    self.files.push((path.to_path_buf(), shown));
+    Ok(())
+  }
+}
+
+/// The git directory and the common directory (once, when they are one): no object alternates,
+/// no `modules/`, and every file as [`git_dir_entry`] requires. Returns the `config.worktree`
+/// files, whose keys git reads too.
+fn check_git_dirs(
+  jail_root: &Path,
+  repo: &Repository,
+  budget: &mut usize,
+  watch: &Watch,
+) -> Result<WorktreeConfigs, Denial> {
+  let mut configs = WorktreeConfigs::default();
   // Once each: without a `commondir` both are the same directory, whose files would otherwise be
   // counted, and each config.worktree listed, twice.
-  let dirs = if common_dir == git_dir {
-    vec![&git_dir]
+  let dirs = if repo.common_dir == repo.git_dir {
+    vec![&repo.git_dir]
   } else {
-    vec![&git_dir, &common_dir]
+    vec![&repo.git_dir, &repo.common_dir]
   };
   for dir in dirs {
     for alternates in ["objects/info/alternates", "objects/info/http-alternates"] {
@@ -223,86 +292,120 @@ pub fn check_repository(
     if std::fs::symlink_metadata(dir.join("modules")).is_ok() {
       return Err(refuse("submodules (modules/ in the git directory)"));
     }
-    walk(jail_root, dir, &mut budget, watch, &mut |path, meta| {
+    walk(jail_root, dir, budget, watch, &mut |path, seen| {
       let shown = || host_git::excerpt(&shown_path(jail_root, path));
-      if meta.is_symlink() {
-        return Err(refuse(format!("symlink in the git directory: {}", shown())));
-      }
-      // A FIFO, socket or device: the checks' own git (config, HEAD, index) would block on a
-      // FIFO, and they run on the host's thread.
-      if !meta.is_file() && !meta.is_dir() {
-        return Err(refuse(format!(
-          "special file in the git directory: {}",
-          shown()
-        )));
-      }
-      if meta.is_file() && meta.nlink() > 1 {
-        return Err(refuse(format!(
-          "hard-linked file in the git directory: {}",
-          shown()
-        )));
-      }
-      if path.file_name().is_some_and(|n| n == "config.worktree") {
-        // Each is listed by a git of its own: their number bounds the check's time.
-        if config_files.len() == MAX_WORKTREE_CONFIGS {
-          return Err(refuse(format!(
-            "more than {MAX_WORKTREE_CONFIGS} config.worktree files in the git directory"
-          )));
-        }
-        config_files.push((path.to_path_buf(), shown()));
+      if git_dir_entry(path, seen, &shown)? == GitDirEntry::WorktreeConfig {
+        configs.add(path, shown())?;
       }
       Ok(true)
     })?;
   }
-  if let Some(work_tree) = &work_tree {
-    if std::fs::symlink_metadata(work_tree.join(".gitmodules")).is_ok() {
-      return Err(refuse("submodules (.gitmodules)"));
-    }
-    walk(
-      jail_root,
-      work_tree,
-      &mut budget,
-      watch,
-      &mut |path, meta| {
-        let shown = || host_git::excerpt(&shown_path(jail_root, path));
-        if path.file_name().is_some_and(|n| n == ".git") {
-          // The repository's own .git was checked above; any other is a submodule or a nested
-          // repository, whose config git may read (status looks into submodules).
-          if path == dot_git {
-            return Ok(false);
-          }
-          return Err(refuse(format!(
-            "nested repository or submodule: {}",
-            shown()
-          )));
-        }
-        if meta.is_file() && meta.nlink() > 1 {
-          return Err(refuse(format!(
-            "hard-linked file in the work tree: {}",
-            shown()
-          )));
-        }
-        Ok(true)
-      },
-    )?;
+  Ok(configs)
+}
+
+/// What an entry of a git directory is to the check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GitDirEntry {
+  Plain,
+  /// A `config.worktree`: git reads it, under `extensions.worktreeConfig`.
+  WorktreeConfig,
+}
+
+/// One entry of a git directory. A symlink could point git outside the jail; a FIFO, socket or
+/// device would block the checks' own git (config, HEAD, index), which runs on the host's
+/// thread; a hard-linked file (a config) could change after the check through its other name.
+fn git_dir_entry(
+  path: &Path,
+  seen: &Seen,
+  shown: &dyn Fn() -> String,
+) -> Result<GitDirEntry, Denial> {
+  if seen.is_symlink() {
+    return Err(refuse(format!("symlink in the git directory: {}", shown())));
   }
-  let repo = Repository {
-    git_dir,
-    common_dir,
-    work_tree,
-  };
-  // Sized before git reads it (git reads it by path; a FIFO swapped in since the walk is left to
-  // the deadline).
+  if !seen.is_file() && !seen.is_dir() {
+    return Err(refuse(format!(
+      "special file in the git directory: {}",
+      shown()
+    )));
+  }
+  if seen.is_file() && seen.nlink > 1 {
+    return Err(refuse(format!(
+      "hard-linked file in the git directory: {}",
+      shown()
+    )));
+  }
+  Ok(
+    if path.file_name().is_some_and(|n| n == "config.worktree") {
+      GitDirEntry::WorktreeConfig
+    } else {
+      GitDirEntry::Plain
+    },
+  )
+}
+
+/// The work tree: no `.gitmodules`, and every entry as [`work_tree_entry`] requires.
+fn check_work_tree(
+  jail_root: &Path,
+  work_tree: &Path,
+  budget: &mut usize,
+  watch: &Watch,
+) -> Result<(), Denial> {
+  if std::fs::symlink_metadata(work_tree.join(".gitmodules")).is_ok() {
+    return Err(refuse("submodules (.gitmodules)"));
+  }
+  let own = work_tree.join(".git");
+  walk(jail_root, work_tree, budget, watch, &mut |path, seen| {
+    work_tree_entry(path, seen, &own, &|| {
+      host_git::excerpt(&shown_path(jail_root, path))
+    })
+  })
+}
+
+/// One entry of the work tree; `Ok(false)`: not descended into. The repository's own `.git`
+/// (`own`) is checked as the git directory; any other `.git` is a submodule or a nested
+/// repository, whose config git may read (status looks into submodules). A hard-linked file may
+/// be a second name for one outside the jail.
+fn work_tree_entry(
+  path: &Path,
+  seen: &Seen,
+  own: &Path,
+  shown: &dyn Fn() -> String,
+) -> Result<bool, Denial> {
+  if path.file_name().is_some_and(|n| n == ".git") {
+    if path == own {
+      return Ok(false);
+    }
+    return Err(refuse(format!(
+      "nested repository or submodule: {}",
+      shown()
+    )));
+  }
+  if seen.is_file() && seen.nlink > 1 {
+    return Err(refuse(format!(
+      "hard-linked file in the work tree: {}",
+      shown()
+    )));
+  }
+  Ok(true)
+}
+
+/// The config git reads: sized before git reads it (by path; a FIFO swapped in since the walk is
+/// left to the deadline), then listed with the job's own pinning, so the config checked is the
+/// config the job reads, with the `config.worktree` files.
+fn check_config(
+  git: &str,
+  jail_root: &Path,
+  repo: &Repository,
+  worktree_configs: &[(PathBuf, String)],
+  watch: &Watch,
+) -> Result<(), Denial> {
   let config = repo.common_dir.join("config");
   host_git::open_bounded(
     &config,
     &shown_path(jail_root, &config),
     git_config::MAX_CONFIG_FILE_BYTES,
   )?;
-  // Listed with the job's own pinning: the config checked is the config the job reads.
-  git_config::check(git, &repo.git_dir, &repo.env(), &config_files, watch)?;
-  check_index(git, &repo, jail_root, budget, watch)?;
-  Ok(Some(repo))
+  git_config::check(git, &repo.git_dir, &repo.env(), worktree_configs, watch)
 }
 
 /// Whether git's own `verify_path` would accept `path` as an index entry: no empty, `.`, `..`
@@ -460,31 +563,32 @@ fn canonical_inside(jail: &Path, path: &Path, what: &str) -> Result<PathBuf, Den
 
 /// One entry as the walk saw it: its `lstat`, taken relative to the open directory it is listed
 /// in, so that what a path names now does not matter.
-struct Seen(FileStat);
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+  kind: SFlag,
+  nlink: libc::nlink_t,
+  id: (libc::dev_t, libc::ino_t),
+}
 
 impl Seen {
-  fn kind(&self) -> SFlag {
-    SFlag::from_bits_truncate(self.0.st_mode & SFlag::S_IFMT.bits())
+  fn of(st: &FileStat) -> Self {
+    Seen {
+      kind: SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()),
+      nlink: st.st_nlink,
+      id: (st.st_dev, st.st_ino),
+    }
   }
 
   fn is_symlink(&self) -> bool {
-    self.kind() == SFlag::S_IFLNK
+    self.kind == SFlag::S_IFLNK
   }
 
   fn is_file(&self) -> bool {
-    self.kind() == SFlag::S_IFREG
+    self.kind == SFlag::S_IFREG
   }
 
   fn is_dir(&self) -> bool {
-    self.kind() == SFlag::S_IFDIR
-  }
-
-  fn nlink(&self) -> libc::nlink_t {
-    self.0.st_nlink
-  }
-
-  fn id(&self) -> (libc::dev_t, libc::ino_t) {
-    (self.0.st_dev, self.0.st_ino)
+    self.kind == SFlag::S_IFDIR
   }
 }
 
@@ -562,10 +666,10 @@ fn walk(
       watch.check()?;
       let path = current.join(std::ffi::OsStr::from_bytes(name.to_bytes()));
       let meta = nix::sys::stat::fstatat(&fd, name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map(Seen)
+        .map(|st| Seen::of(&st))
         .map_err(|_| cannot(&path, "inspect"))?;
       if visit(&path, &meta)? && meta.is_dir() {
-        stack.push((path, Some(meta.id())));
+        stack.push((path, Some(meta.id)));
       }
     }
   }
@@ -1299,5 +1403,313 @@ mod tests {
     assert!(got.contains("git could not read the index"), "{got}");
     assert!(got.contains("the check's git may use 256 MiB"), "{got}");
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
+  }
+
+  /// Files and directories below `root`: `d/` a directory, `f=text` a file, `l->target` a
+  /// symlink; `\s`, `\t`, `\r` and `\n` in an entry are a space, a tab, CR and LF.
+  fn lay_out(root: &Path, entries: &str) {
+    for entry in entries.split_whitespace() {
+      let entry = &entry
+        .replace("\\s", " ")
+        .replace("\\t", "\t")
+        .replace("\\r", "\r")
+        .replace("\\n", "\n");
+      if let Some(dir) = entry.strip_suffix('/') {
+        std::fs::create_dir_all(root.join(dir)).unwrap();
+      } else if let Some((link, target)) = entry.split_once("->") {
+        std::os::unix::fs::symlink(target, root.join(link)).unwrap();
+      } else {
+        let (file, text) = entry.split_once('=').unwrap_or((entry, ""));
+        std::fs::write(root.join(file), text).unwrap_or_else(|e| panic!("{file}: {e}"));
+      }
+    }
+  }
+
+  #[test]
+  fn a_git_file_names_its_gitdir_exactly() {
+    let unusable = |value: &str| {
+      format!(
+        "Repository config rejected: the .git file's gitdir is empty, or has whitespace at an end \
+         or a control character: {}",
+        host_git::quoted(value)
+      )
+    };
+    let without = "Repository config rejected: .git file without gitdir".to_owned();
+    for (text, want) in [
+      ("gitdir: real", Ok("real")),
+      ("gitdir: real\n", Ok("real")),
+      ("gitdir: real\r\n", Ok("real")),
+      ("gitdir: ../a b", Ok("../a b")),
+      ("gitdir:real", Err(without.clone())),
+      ("GITDIR: real", Err(without.clone())),
+      ("", Err(without)),
+      ("gitdir: ", Err(unusable(""))),
+      ("gitdir:  real", Err(unusable(" real"))),
+      ("gitdir: real\t", Err(unusable("real\t"))),
+      ("gitdir: re\u{1}al", Err(unusable("re\u{1}al"))),
+    ] {
+      assert_eq!(gitdir_of(text).map_err(|d| d.message), want, "{text:?}");
+    }
+  }
+
+  #[test]
+  fn the_git_directory_is_found_inside_the_jail_or_refused() {
+    // (layout, what is found: a path below the jail root, `bare` for the root itself, `none`;
+    // or the refusal's end).
+    #[rustfmt::skip]
+    let cases = [
+      ("", Ok("none")),
+      ("HEAD=x objects/", Ok("none")),
+      ("HEAD=x objects/ refs/", Ok("bare")),
+      (".git/", Ok(".git")),
+      ("real/ .git=gitdir:\\sreal\\n", Ok("real")),
+      ("a/real/ a/x/ .git=gitdir:\\sa/x/../real", Ok("a/real")),
+      (".git=gitdir:\\s..", Err("gitdir points outside the jail")),
+      (".git=gitdir:\\smissing", Err("gitdir points outside the jail (cannot be resolved)")),
+      (".git=nothing", Err(".git file without gitdir")),
+      ("real/ .git->real", Err(".git is a symlink")),
+    ];
+    for (layout, want) in cases {
+      let (_d, root) = jail();
+      lay_out(&root, layout);
+      let got = GitDir::find(&root).map_err(|d| d.message);
+      match want {
+        Ok("none") => assert_eq!(got, Ok(None), "{layout}"),
+        Ok("bare") => assert_eq!(
+          got,
+          Ok(Some(GitDir {
+            path: root.clone(),
+            work_tree: None
+          })),
+          "{layout}"
+        ),
+        Ok(below) => assert_eq!(
+          got,
+          Ok(Some(GitDir {
+            path: root.join(below).canonicalize().unwrap(),
+            work_tree: Some(root.clone())
+          })),
+          "{layout}"
+        ),
+        Err(end) => {
+          let got = got.unwrap_err();
+          assert_eq!(
+            got,
+            format!("Repository config rejected: {end}"),
+            "{layout}"
+          );
+        }
+      }
+    }
+    // A FIFO, and a jail root that is no directory.
+    let (_d, root) = jail();
+    nix::unistd::mkfifo(&root.join(".git"), Mode::from_bits_truncate(0o600)).unwrap();
+    assert!(
+      GitDir::find(&root)
+        .unwrap_err()
+        .message
+        .contains(".git is neither a directory nor a regular file")
+    );
+    std::fs::write(root.join("plain"), "").unwrap();
+    assert!(
+      GitDir::find(&root.join("plain"))
+        .unwrap_err()
+        .message
+        .ends_with(".git cannot be inspected")
+    );
+  }
+
+  #[test]
+  fn the_common_directory_is_the_git_directory_or_one_inside_the_jail() {
+    // (layout below the jail, with the git directory at `g`) -> the common directory below the
+    // jail, or the refusal's end.
+    #[rustfmt::skip]
+    let cases = [
+      ("g/", Ok("g")),
+      ("g/ g/c/ g/commondir=c\\n", Ok("g/c")),
+      ("g/ c/ g/commondir=../c\\r\\n", Ok("c")),
+      ("g/ g/commondir=../..", Err("commondir points outside the jail")),
+      ("g/ g/commondir=missing", Err("commondir points outside the jail (cannot be resolved)")),
+      ("g/ g/c/ g/commondir=\\sc", Err("commondir is empty, or has whitespace at an end or a control character: \" c\"")),
+      ("g/ g/commondir=", Err("commondir is empty, or has whitespace at an end or a control character: \"\"")),
+    ];
+    for (layout, want) in cases {
+      let (_d, root) = jail();
+      lay_out(&root, layout);
+      let got = common_dir_of(&root, &root.join("g")).map_err(|d| d.message);
+      let want = want
+        .map(|below| root.join(below))
+        .map_err(|end| format!("Repository config rejected: {end}"));
+      assert_eq!(got, want, "{layout}");
+    }
+  }
+
+  fn seen(kind: SFlag, nlink: libc::nlink_t) -> Seen {
+    Seen {
+      kind,
+      nlink,
+      id: (0, 0),
+    }
+  }
+
+  #[test]
+  fn a_git_directory_holds_only_its_own_files_and_directories() {
+    let shown = || "g/x".to_owned();
+    // (name, type, links) -> what the entry is, or the refusal's end.
+    #[rustfmt::skip]
+    let cases = [
+      ("HEAD", SFlag::S_IFREG, 1, Ok(GitDirEntry::Plain)),
+      ("refs", SFlag::S_IFDIR, 2, Ok(GitDirEntry::Plain)),
+      ("refs", SFlag::S_IFDIR, 5, Ok(GitDirEntry::Plain)),
+      ("config.worktree", SFlag::S_IFREG, 1, Ok(GitDirEntry::WorktreeConfig)),
+      ("config.worktree.lock", SFlag::S_IFREG, 1, Ok(GitDirEntry::Plain)),
+      ("config", SFlag::S_IFREG, 2, Err("hard-linked file in the git directory: g/x")),
+      ("config.worktree", SFlag::S_IFREG, 2, Err("hard-linked file in the git directory: g/x")),
+      ("x", SFlag::S_IFLNK, 1, Err("symlink in the git directory: g/x")),
+      ("config.worktree", SFlag::S_IFLNK, 1, Err("symlink in the git directory: g/x")),
+      ("x", SFlag::S_IFIFO, 1, Err("special file in the git directory: g/x")),
+      ("x", SFlag::S_IFSOCK, 1, Err("special file in the git directory: g/x")),
+      ("x", SFlag::S_IFCHR, 1, Err("special file in the git directory: g/x")),
+      ("x", SFlag::S_IFBLK, 1, Err("special file in the git directory: g/x")),
+    ];
+    for (name, kind, nlink, want) in cases {
+      let path = Path::new("/j/g").join(name);
+      let got = git_dir_entry(&path, &seen(kind, nlink), &shown).map_err(|d| d.message);
+      let want = want.map_err(|end| format!("Repository config rejected: {end}"));
+      assert_eq!(got, want, "{name} {kind:?} {nlink}");
+    }
+  }
+
+  #[test]
+  fn a_work_tree_holds_no_other_repository_and_no_hard_link() {
+    let own = Path::new("/j/.git");
+    let shown = || "x".to_owned();
+    // (path, type, links) -> descended into (or not), or the refusal's end.
+    #[rustfmt::skip]
+    let cases = [
+      ("/j/a", SFlag::S_IFREG, 1, Ok(true)),
+      ("/j/d", SFlag::S_IFDIR, 3, Ok(true)),
+      ("/j/l", SFlag::S_IFLNK, 1, Ok(true)),
+      ("/j/.git", SFlag::S_IFDIR, 2, Ok(false)),
+      ("/j/.git", SFlag::S_IFREG, 1, Ok(false)),
+      ("/j/d/.git", SFlag::S_IFDIR, 2, Err("nested repository or submodule: x")),
+      ("/j/d/.git", SFlag::S_IFREG, 1, Err("nested repository or submodule: x")),
+      ("/j/d/.git", SFlag::S_IFLNK, 1, Err("nested repository or submodule: x")),
+      ("/j/a", SFlag::S_IFREG, 2, Err("hard-linked file in the work tree: x")),
+      ("/j/.gitx", SFlag::S_IFREG, 1, Ok(true)),
+    ];
+    for (path, kind, nlink, want) in cases {
+      let got =
+        work_tree_entry(Path::new(path), &seen(kind, nlink), own, &shown).map_err(|d| d.message);
+      let want = want.map_err(|end| format!("Repository config rejected: {end}"));
+      assert_eq!(got, want, "{path} {kind:?} {nlink}");
+    }
+  }
+
+  #[test]
+  fn config_worktree_files_are_counted_up_to_the_bound() {
+    let mut configs = WorktreeConfigs::default();
+    for i in 0..MAX_WORKTREE_CONFIGS {
+      configs
+        .add(Path::new(&format!("/j/.git/{i}")), format!("{i}"))
+        .unwrap();
+    }
+    assert_eq!(configs.files.len(), MAX_WORKTREE_CONFIGS);
+    assert_eq!(configs.files[3], (PathBuf::from("/j/.git/3"), "3".into()));
+    let got = configs.add(Path::new("/j/.git/x"), "x".into()).unwrap_err();
+    assert_eq!(
+      got.message,
+      "Repository config rejected: more than 64 config.worktree files in the git directory"
+    );
+  }
+
+  #[test]
+  fn the_git_directories_hold_no_alternates_or_modules_and_are_walked_once_each() {
+    // (layout, the common directory below the jail) -> the config.worktree files found, or the
+    // refusal's end. The git directory is `.git`.
+    #[rustfmt::skip]
+    let cases = [
+      (".git/refs/ .git/HEAD=x", ".git", Ok("")),
+      (".git/w/ .git/config.worktree= .git/w/config.worktree=", ".git", Ok(".git/config.worktree .git/w/config.worktree")),
+      (".git/ c/ c/config.worktree=", "c", Ok("c/config.worktree")),
+      (".git/objects/info/ .git/objects/info/alternates=/x", ".git", Err("object alternates")),
+      (".git/objects/info/ .git/objects/info/http-alternates=/x", ".git", Err("object alternates")),
+      (".git/ c/objects/info/ c/objects/info/alternates=/x", "c", Err("object alternates")),
+      (".git/modules/", ".git", Err("submodules (modules/ in the git directory)")),
+      (".git/ c/modules/", "c", Err("submodules (modules/ in the git directory)")),
+      (".git/ c/ c/l->/etc", "c", Err("symlink in the git directory: c/l")),
+    ];
+    for (layout, common, want) in cases {
+      let (_d, root) = jail();
+      lay_out(&root, layout);
+      let repo = Repository {
+        git_dir: root.join(".git"),
+        common_dir: root.join(common),
+        work_tree: Some(root.clone()),
+      };
+      let mut budget = MAX_WALK_ENTRIES;
+      let got = check_git_dirs(&root, &repo, &mut budget, &watch()).map(|c| {
+        let mut shown: Vec<String> = c.files.into_iter().map(|(_, s)| s).collect();
+        shown.sort();
+        shown
+      });
+      match want {
+        Ok(files) => assert_eq!(got.map_err(|d| d.message), Ok(words(files)), "{layout}"),
+        Err(end) => assert_eq!(
+          got.unwrap_err().message,
+          format!("Repository config rejected: {end}"),
+          "{layout}"
+        ),
+      }
+    }
+    // One directory is walked once: each of its entries counts against the bound once.
+    let (_d, root) = jail();
+    lay_out(&root, ".git/ .git/a= .git/b=");
+    let repo = Repository {
+      git_dir: root.join(".git"),
+      common_dir: root.join(".git"),
+      work_tree: None,
+    };
+    let mut budget = 10;
+    check_git_dirs(&root, &repo, &mut budget, &watch()).unwrap();
+    assert_eq!(budget, 8);
+  }
+
+  fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+  }
+
+  #[test]
+  fn the_work_tree_holds_no_submodule_nested_repository_or_hard_link() {
+    // (layout) -> the refusal's end, if any. The repository's own `.git` is not walked here.
+    #[rustfmt::skip]
+    let cases = [
+      ("a= d/ d/b= l->/etc", None),
+      (".git/ .git/l->/etc .git/x/", None),
+      (".gitmodules=", Some("submodules (.gitmodules)")),
+      ("d/ d/.git/", Some("nested repository or submodule: d/.git")),
+      ("d/ d/e/ d/e/.git=gitdir:x", Some("nested repository or submodule: d/e/.git")),
+    ];
+    for (layout, want) in cases {
+      let (_d, root) = jail();
+      lay_out(&root, layout);
+      let mut budget = MAX_WALK_ENTRIES;
+      let got = check_work_tree(&root, &root, &mut budget, &watch()).map_err(|d| d.message);
+      let want = want.map_or(Ok(()), |end| {
+        Err(format!("Repository config rejected: {end}"))
+      });
+      assert_eq!(got, want, "{layout}");
+    }
+    let (_d, root) = jail();
+    let (_o, outside) = jail();
+    std::fs::write(outside.join("secret"), "").unwrap();
+    std::fs::hard_link(outside.join("secret"), root.join("a")).unwrap();
+    let mut budget = MAX_WALK_ENTRIES;
+    assert_eq!(
+      check_work_tree(&root, &root, &mut budget, &watch())
+        .unwrap_err()
+        .message,
+      "Repository config rejected: hard-linked file in the work tree: a"
+    );
   }
 }

@@ -1,10 +1,12 @@
 //! Stage 6 for one allowed command: its arguments checked against the jail by the role the
 //! program gives each (`argv.rs`), and for git the repository checked and pinned.
 
+use std::path::{Component, Path, PathBuf};
+
 use super::argv::{self, Role};
 use super::command::CommandPolicy;
 use super::error::Denial;
-use super::git;
+use super::git::{self, Repository};
 use super::git_remote;
 use super::host_git::Watch;
 use super::jail::FilesystemJail;
@@ -46,6 +48,15 @@ fn check_git_operand(jail: &FilesystemJail, arg: &str) -> Result<(), Denial> {
   Ok(())
 }
 
+/// A refusal of the jail's as this stage audits it: with the jail's reason, or `path_rejected`.
+fn path_rejected(d: Denial) -> Denial {
+  let reason = d
+    .reason
+    .clone()
+    .unwrap_or_else(|| format!("path_rejected: {}", d.message));
+  Denial::audited(d.message, reason)
+}
+
 /// Checks `cmd` (already passed by `command::check`) against the jail, and returns what to run.
 /// `watch` bounds the repository check of a git command in time.
 pub fn jail_args(
@@ -55,143 +66,204 @@ pub fn jail_args(
   watch: &Watch,
 ) -> Result<JailedArgs, Denial> {
   let roles = argv::roles(&cmd.binary, policy, &cmd.args)?;
-  let path_rejected = |d: Denial| {
-    let reason = d
-      .reason
-      .clone()
-      .unwrap_or_else(|| format!("path_rejected: {}", d.message));
-    Denial::audited(d.message, reason)
-  };
   if cmd.binary == "git" {
-    for (arg, role) in cmd.args.iter().zip(&roles) {
-      match role {
-        Role::Path => {
-          jail.validate_path(arg).map_err(path_rejected)?;
-        }
-        Role::GitOperand => check_git_operand(jail, arg).map_err(path_rejected)?,
-        Role::Option | Role::Value => {}
-      }
-    }
-    let sub = cmd.args.first().map_or("", String::as_str);
-    if sub == "commit"
-      && let Some((arg, _)) = cmd
-        .args
-        .iter()
-        .zip(&roles)
-        .find(|(_, r)| matches!(r, Role::Path | Role::GitOperand))
-    {
-      return Err(Denial::audited(
-        format!("Flag not allowed: {arg} (git commit takes no paths; stage them with git add)"),
-        format!("commit_paths: {arg}"),
-      ));
-    }
-    let remote = if contacts_remote(sub) {
-      let operands: Vec<&str> = cmd
-        .args
-        .iter()
-        .zip(&roles)
-        .filter(|(_, r)| matches!(r, Role::Path | Role::GitOperand))
-        .map(|(a, _)| a.as_str())
-        .collect();
-      Some(git_remote::remote_of(sub, &operands)?)
-    } else {
-      None
-    };
-    let protocols = match remote {
-      Some(_) => None,
-      None => Some(git_protocols(sub).ok_or_else(|| {
-        Denial::audited(
-          format!("Subcommand not allowed: git {sub}"),
-          format!("subcommand_denied: {sub}"),
-        )
-      })?),
-    };
-    // The check runs this binary; a missing one is refused as stage 6a would.
-    let binary = std::fs::canonicalize(&policy.binary).map_err(|_| {
-      Denial::audited(
-        format!("Binary not available: {}", cmd.binary),
-        format!("binary_not_found_or_unresolvable: {}", policy.binary),
-      )
-    })?;
-    let repo = git::check_repository(jail.root(), &binary.to_string_lossy(), watch)?;
-    // Outside a repository, `git diff a b` is git's own file-to-file diff (an implicit
-    // `--no-index`): it read a hard link inside a directory operand and `symlink/..` paths
-    // (which git hands to the kernel as written), outside the jail.
-    if repo.is_none() && sub == "diff" {
-      return Err(Denial::audited(
-        "Subcommand not allowed: git diff (no repository in the jail: git would compare the files themselves, as --no-index)",
-        "subcommand_denied: diff without a repository",
-      ));
-    }
-    // A bare repository has no work tree, so git takes an absolute path, or one that climbs
-    // with `..`, for one outside it, and `git diff <a> <b>` again compares the files
-    // themselves: `git diff <jail>/e <jail>` printed the audit log.
-    if sub == "diff"
-      && repo.as_ref().is_some_and(|r| r.work_tree.is_none())
-      && let Some((arg, _)) = cmd.args.iter().zip(&roles).find(|(a, r)| {
-        matches!(r, Role::Path | Role::GitOperand)
-          && (a.starts_with('/')
-            || std::path::Path::new(a.as_str())
-              .components()
-              .any(|c| c == std::path::Component::ParentDir))
-      })
-    {
-      return Err(Denial::audited(
-        format!(
-          "Path not allowed: {arg} (git diff in a bare repository would compare it as a file, as --no-index)"
-        ),
-        format!("path_rejected: {arg} (bare repository diff)"),
-      ));
-    }
-    let protocols = match (protocols, remote, &repo) {
-      (Some(p), _, _) => p.to_owned(),
-      (None, Some(name), Some(repo)) => {
-        git_remote::protocols(&binary.to_string_lossy(), repo, jail.root(), name, watch)?
-      }
-      (None, _, _) => {
-        return Err(Denial::audited(
-          format!("Subcommand not allowed: git {sub} (no repository in the jail)"),
-          format!("subcommand_denied: {sub}"),
-        ));
-      }
-    };
-    let mut env = vec![
-      ("GIT_ALLOW_PROTOCOL".to_owned(), protocols.clone()),
-      // No editor: `commit` without a message fails instead of starting one.
-      ("GIT_EDITOR".to_owned(), "false".to_owned()),
-    ];
-    let mut args = git::harden_args(&cmd.args);
-    match &repo {
-      Some(repo) => {
-        env.extend(repo.env());
-        if let Some(work_tree) = &repo.work_tree {
-          args = git::exclude_paths(args, work_tree, jail.hidden());
-        }
-      }
-      // No repository now: pin the place git would look first, so it discovers nothing else
-      // (a bare repository at the root). One made after this check is the check-to-exec race.
-      None => env.push((
-        "GIT_DIR".to_owned(),
-        jail.root().join(".git").to_string_lossy().into_owned(),
-      )),
-    }
-    let offline = !protocols.split(':').any(|p| p == "https");
-    return Ok(JailedArgs { args, env, offline });
+    return jail_git(cmd, &roles, policy, jail, watch);
   }
-  let mut args = cmd.args.clone();
-  if policy.validate_paths {
-    for (arg, role) in args.iter_mut().zip(&roles) {
+  Ok(JailedArgs {
+    args: jailed_paths(&cmd.args, &roles, jail, policy.validate_paths)?,
+    env: Vec::new(),
+    offline: false,
+  })
+}
+
+/// A program other than git: with `validate_paths`, each path operand jailed and replaced by its
+/// canonical path (what the check saw is what the program opens); without it, the arguments as
+/// given.
+fn jailed_paths(
+  args: &[String],
+  roles: &[Role],
+  jail: &FilesystemJail,
+  validate_paths: bool,
+) -> Result<Vec<String>, Denial> {
+  let mut args = args.to_vec();
+  if validate_paths {
+    for (arg, role) in args.iter_mut().zip(roles) {
       if *role == Role::Path {
         let path = jail.validate_path(arg).map_err(path_rejected)?;
         *arg = path.to_string_lossy().into_owned();
       }
     }
   }
-  Ok(JailedArgs {
-    args,
-    env: Vec::new(),
-    offline: false,
+  Ok(args)
+}
+
+/// git, step by step: its operands jailed, its protocols decided, the binary found, the
+/// repository checked, the file-diff forms refused, then the job pinned to what was checked.
+fn jail_git(
+  cmd: &SandboxCommand,
+  roles: &[Role],
+  policy: &CommandPolicy,
+  jail: &FilesystemJail,
+  watch: &Watch,
+) -> Result<JailedArgs, Denial> {
+  let operands = git_operands(&cmd.args, roles, jail)?;
+  let sub = cmd.args.first().map_or("", String::as_str);
+  no_commit_paths(sub, &operands)?;
+  let protocols = Protocols::of(sub, &operands)?;
+  let binary = git_binary(policy, &cmd.binary)?;
+  let binary = binary.to_string_lossy();
+  let repo = git::check_repository(jail.root(), &binary, watch)?;
+  diff_compares_revisions(sub, repo.as_ref(), &operands)?;
+  let protocols = match protocols {
+    Protocols::Listed(p) => p.to_owned(),
+    Protocols::OfRemote(name) => {
+      let repo = repo.as_ref().ok_or_else(|| {
+        Denial::audited(
+          format!("Subcommand not allowed: git {sub} (no repository in the jail)"),
+          format!("subcommand_denied: {sub}"),
+        )
+      })?;
+      git_remote::protocols(&binary, repo, jail.root(), name, watch)?
+    }
+  };
+  Ok(pinned(&cmd.args, protocols, repo.as_ref(), jail))
+}
+
+/// Every argument git could read as a path, jailed (`Path` always, `GitOperand` when it could
+/// name a file); returns the operands (both roles), in order.
+fn git_operands<'a>(
+  args: &'a [String],
+  roles: &[Role],
+  jail: &FilesystemJail,
+) -> Result<Vec<&'a str>, Denial> {
+  let mut operands = Vec::new();
+  for (arg, role) in args.iter().zip(roles) {
+    match role {
+      Role::Path => {
+        jail.validate_path(arg).map_err(path_rejected)?;
+      }
+      Role::GitOperand => check_git_operand(jail, arg).map_err(path_rejected)?,
+      Role::Option | Role::Value => continue,
+    }
+    operands.push(arg.as_str());
+  }
+  Ok(operands)
+}
+
+/// `git commit` commits what `git add` staged: a path would commit files the index never held,
+/// past `add`'s exclusions.
+fn no_commit_paths(sub: &str, operands: &[&str]) -> Result<(), Denial> {
+  match operands.first() {
+    Some(arg) if sub == "commit" => Err(Denial::audited(
+      format!("Flag not allowed: {arg} (git commit takes no paths; stage them with git add)"),
+      format!("commit_paths: {arg}"),
+    )),
+    _ => Ok(()),
+  }
+}
+
+/// Where `GIT_ALLOW_PROTOCOL` comes from for a subcommand.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Protocols<'a> {
+  /// A fixed list (empty for every subcommand that contacts no remote).
+  Listed(&'static str),
+  /// The protocols of this configured remote (`fetch`, `push`), read from the repository.
+  OfRemote(&'a str),
+}
+
+impl<'a> Protocols<'a> {
+  /// Refuses a subcommand with neither a list of its own nor a remote to take one from.
+  fn of(sub: &str, operands: &[&'a str]) -> Result<Self, Denial> {
+    if contacts_remote(sub) {
+      return git_remote::remote_of(sub, operands).map(Protocols::OfRemote);
+    }
+    git_protocols(sub).map(Protocols::Listed).ok_or_else(|| {
+      Denial::audited(
+        format!("Subcommand not allowed: git {sub}"),
+        format!("subcommand_denied: {sub}"),
+      )
+    })
+  }
+}
+
+/// The policy's git, as the repository check will run it; a missing one is refused as stage 6a
+/// would refuse it. `shown` is the name the command gave.
+fn git_binary(policy: &CommandPolicy, shown: &str) -> Result<PathBuf, Denial> {
+  std::fs::canonicalize(&policy.binary).map_err(|_| {
+    Denial::audited(
+      format!("Binary not available: {shown}"),
+      format!("binary_not_found_or_unresolvable: {}", policy.binary),
+    )
   })
+}
+
+/// `git diff` compares revisions, never the files themselves (git's implicit `--no-index`).
+/// Outside a repository, `git diff a b` is git's own file-to-file diff: it reads a hard link
+/// inside a directory operand and `symlink/..` paths (which git hands to the kernel as written),
+/// outside the jail. A bare repository has no work tree, so git takes an absolute path, or one
+/// that climbs with `..`, for one outside it, and compares the files: `git diff <jail>/e <jail>`
+/// would print the audit log.
+fn diff_compares_revisions(
+  sub: &str,
+  repo: Option<&Repository>,
+  operands: &[&str],
+) -> Result<(), Denial> {
+  if sub != "diff" {
+    return Ok(());
+  }
+  let Some(repo) = repo else {
+    return Err(Denial::audited(
+      "Subcommand not allowed: git diff (no repository in the jail: git would compare the files themselves, as --no-index)",
+      "subcommand_denied: diff without a repository",
+    ));
+  };
+  let outside = |arg: &&&str| {
+    arg.starts_with('/')
+      || Path::new(arg)
+        .components()
+        .any(|c| c == Component::ParentDir)
+  };
+  match operands.iter().find(outside) {
+    Some(arg) if repo.work_tree.is_none() => Err(Denial::audited(
+      format!(
+        "Path not allowed: {arg} (git diff in a bare repository would compare it as a file, as --no-index)"
+      ),
+      format!("path_rejected: {arg} (bare repository diff)"),
+    )),
+    _ => Ok(()),
+  }
+}
+
+/// The arguments and environment that pin git to what was checked: the protocols, no editor
+/// (`commit` without a message fails instead of starting one), the repository's paths and the
+/// hidden directories excluded from its work tree. With no repository, the place git would look
+/// first is pinned, so it discovers nothing else (a bare repository at the root); one made after
+/// the check is the check-to-exec race. No `https` in the protocols: no network.
+fn pinned(
+  args: &[String],
+  protocols: String,
+  repo: Option<&Repository>,
+  jail: &FilesystemJail,
+) -> JailedArgs {
+  let offline = !protocols.split(':').any(|p| p == "https");
+  let mut env = vec![
+    ("GIT_ALLOW_PROTOCOL".to_owned(), protocols),
+    ("GIT_EDITOR".to_owned(), "false".to_owned()),
+  ];
+  let mut args = git::harden_args(args);
+  match repo {
+    Some(repo) => {
+      env.extend(repo.env());
+      if let Some(work_tree) = &repo.work_tree {
+        args = git::exclude_paths(args, work_tree, jail.hidden());
+      }
+    }
+    None => env.push((
+      "GIT_DIR".to_owned(),
+      jail.root().join(".git").to_string_lossy().into_owned(),
+    )),
+  }
+  JailedArgs { args, env, offline }
 }
 
 #[cfg(test)]
@@ -428,5 +500,265 @@ mod tests {
       run(&jail, "ls audit").unwrap_err(),
       "Path is reserved for the host: audit"
     );
+  }
+
+  /// A jail with a directory `d`, a symlink `ln` to /etc, and a hidden directory `audit`.
+  fn furnished() -> (tempfile::TempDir, FilesystemJail) {
+    let (d, mut jail) = jail();
+    let root = jail.root().to_path_buf();
+    std::fs::create_dir(root.join("d")).unwrap();
+    std::fs::create_dir(root.join("audit")).unwrap();
+    std::os::unix::fs::symlink("/etc", root.join("ln")).unwrap();
+    jail.hide(&root.join("audit"));
+    (d, jail)
+  }
+
+  fn words(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+  }
+
+  /// `O`ption, `V`alue, `P`ath, `G`it operand: one letter per argument.
+  fn roles(s: &str) -> Vec<Role> {
+    s.chars()
+      .map(|c| match c {
+        'O' => Role::Option,
+        'V' => Role::Value,
+        'P' => Role::Path,
+        'G' => Role::GitOperand,
+        _ => panic!("role {c}"),
+      })
+      .collect()
+  }
+
+  /// A refusal as a row expects it: the message and the audit reason.
+  fn refused(d: Denial) -> (String, String) {
+    (d.message, d.reason.unwrap_or_default())
+  }
+
+  #[test]
+  fn path_operands_are_jailed_and_made_canonical_only_when_the_policy_validates_paths() {
+    let (_d, jail) = furnished();
+    let root = jail.root().to_string_lossy().into_owned();
+    // (arguments, roles, validate paths) -> the arguments to run, `{root}` the jail's, or the
+    // refusal's message.
+    #[rustfmt::skip]
+    let cases = [
+      ("-l d", "OP", true, Ok("-l {root}/d")),
+      ("-l d", "OP", false, Ok("-l d")),
+      ("missing", "P", true, Ok("{root}/missing")),
+      ("-I ../x", "OV", true, Ok("-I ../x")),
+      ("../x", "P", false, Ok("../x")),
+      ("../x", "P", true, Err("Path escapes jail: ../x")),
+      ("ln", "P", true, Err("Symlink rejected: ln")),
+      ("d audit/log", "PP", true, Err("Path is reserved for the host: audit/log")),
+    ];
+    for (args, r, validate, want) in cases {
+      let got = jailed_paths(&words(args), &roles(r), &jail, validate);
+      match want {
+        Ok(want) => assert_eq!(
+          got.unwrap(),
+          words(&want.replace("{root}", &root)),
+          "{args}"
+        ),
+        Err(message) => assert_eq!(
+          refused(got.unwrap_err()),
+          (message.to_owned(), format!("path_rejected: {message}")),
+          "{args}"
+        ),
+      }
+    }
+  }
+
+  #[test]
+  fn every_git_argument_that_could_be_a_path_is_jailed() {
+    let (_d, jail) = furnished();
+    // (arguments, roles) -> the operands, or the refusal's message.
+    #[rustfmt::skip]
+    let cases = [
+      ("log HEAD -- sub/file", "OGOP", Ok("HEAD sub/file")),
+      ("log main..topic HEAD:a.txt", "OGG", Ok("main..topic HEAD:a.txt")),
+      ("log --format /etc", "OOV", Ok("")),
+      ("diff d", "OG", Ok("d")),
+      ("diff ln", "OG", Err("Symlink rejected: ln")),
+      ("diff a /dev/null", "OGG", Err("Path escapes jail: /dev/null")),
+      ("log -- /etc", "OOP", Err("Path escapes jail: /etc")),
+      ("status -- audit", "OOP", Err("Path is reserved for the host: audit")),
+    ];
+    for (args, r, want) in cases {
+      let args = words(args);
+      let got = git_operands(&args, &roles(r), &jail);
+      match want {
+        Ok(want) => assert_eq!(got.unwrap(), want.split_whitespace().collect::<Vec<_>>()),
+        Err(message) => assert_eq!(
+          refused(got.unwrap_err()),
+          (message.to_owned(), format!("path_rejected: {message}")),
+          "{args:?}"
+        ),
+      }
+    }
+  }
+
+  #[test]
+  fn commit_takes_no_operand() {
+    for (sub, operands, refused_arg) in [
+      ("commit", "", None),
+      ("commit", "x y", Some("x")),
+      ("commit", ".", Some(".")),
+      ("add", "x", None),
+      ("status", "", None),
+    ] {
+      let operands: Vec<&str> = operands.split_whitespace().collect();
+      let got = no_commit_paths(sub, &operands);
+      match refused_arg {
+        None => assert!(got.is_ok(), "{sub} {operands:?}"),
+        Some(arg) => assert_eq!(
+          refused(got.unwrap_err()),
+          (
+            format!("Flag not allowed: {arg} (git commit takes no paths; stage them with git add)"),
+            format!("commit_paths: {arg}")
+          )
+        ),
+      }
+    }
+  }
+
+  #[test]
+  fn protocols_are_listed_for_local_subcommands_and_taken_from_the_remote_for_fetch_and_push() {
+    // (subcommand, operands) -> where the protocols come from, or the refusal's message and
+    // reason.
+    #[rustfmt::skip]
+    let cases = [
+      ("log", "", Ok(Protocols::Listed(""))),
+      ("add", "x", Ok(Protocols::Listed(""))),
+      ("rev-parse", "", Ok(Protocols::Listed(""))),
+      ("fetch", "origin", Ok(Protocols::OfRemote("origin"))),
+      ("push", "origin main", Ok(Protocols::OfRemote("origin"))),
+      ("clone", "x", Err(("Subcommand not allowed: git clone", "subcommand_denied: clone"))),
+      ("remote", "", Err(("Subcommand not allowed: git remote", "subcommand_denied: remote"))),
+      ("fetch", "", Err(("Flag not allowed: fetch (git fetch takes the name of a configured remote first)", "remote_operand: fetch"))),
+      ("fetch", "https://x", Err(("Flag not allowed: https://x (git fetch takes the name of a configured remote, not a URL or path)", "remote_operand: https://x"))),
+    ];
+    for (sub, operands, want) in cases {
+      let operands: Vec<&str> = operands.split_whitespace().collect();
+      let got = Protocols::of(sub, &operands).map_err(refused);
+      let want = want.map_err(|(m, r)| (m.to_owned(), r.to_owned()));
+      assert_eq!(got, want, "{sub} {operands:?}");
+    }
+  }
+
+  #[test]
+  fn the_policys_git_is_found_or_refused_before_the_check_would_run_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().canonicalize().unwrap();
+    std::fs::write(real.join("git-real"), "").unwrap();
+    std::os::unix::fs::symlink(real.join("git-real"), real.join("git")).unwrap();
+    let policy = |binary: String| CommandPolicy {
+      binary,
+      subcommands: Vec::new(),
+      denied_flags: Vec::new(),
+      validate_paths: false,
+    };
+    let linked = policy(real.join("git").to_string_lossy().into_owned());
+    assert_eq!(git_binary(&linked, "git").unwrap(), real.join("git-real"));
+    let missing = policy("/__missing_binary__/git".into());
+    assert_eq!(
+      refused(git_binary(&missing, "git").unwrap_err()),
+      (
+        "Binary not available: git".into(),
+        "binary_not_found_or_unresolvable: /__missing_binary__/git".into()
+      )
+    );
+  }
+
+  #[test]
+  fn git_diff_is_refused_where_git_would_compare_files() {
+    let work = Repository {
+      git_dir: "/j/.git".into(),
+      common_dir: "/j/.git".into(),
+      work_tree: Some("/j".into()),
+    };
+    let bare = Repository {
+      git_dir: "/j".into(),
+      common_dir: "/j".into(),
+      work_tree: None,
+    };
+    let none = (
+      "Subcommand not allowed: git diff (no repository in the jail: git would compare the files themselves, as --no-index)".to_owned(),
+      "subcommand_denied: diff without a repository".to_owned(),
+    );
+    let in_bare = |arg: &str| {
+      (
+        format!(
+          "Path not allowed: {arg} (git diff in a bare repository would compare it as a file, as --no-index)"
+        ),
+        format!("path_rejected: {arg} (bare repository diff)"),
+      )
+    };
+    // (subcommand, repository, operands) -> the refusal, if any.
+    #[rustfmt::skip]
+    let cases = [
+      ("status", None, "", None),
+      ("log", None, "/abs", None),
+      ("diff", None, "", Some(none.clone())),
+      ("diff", None, "HEAD", Some(none)),
+      ("diff", Some(&work), "/j/e /j", None),
+      ("diff", Some(&work), "e/.. e", None),
+      ("diff", Some(&bare), "HEAD main", None),
+      ("diff", Some(&bare), "a..b", None),
+      ("diff", Some(&bare), "a /j/e", Some(in_bare("/j/e"))),
+      ("diff", Some(&bare), "e/.. e", Some(in_bare("e/.."))),
+      ("diff", Some(&bare), "e ../x /y", Some(in_bare("../x"))),
+      ("log", Some(&bare), "/j/e", None),
+    ];
+    for (sub, repo, operands, want) in cases {
+      let operands: Vec<&str> = operands.split_whitespace().collect();
+      let got = diff_compares_revisions(sub, repo, &operands).map_err(refused);
+      assert_eq!(got.err(), want, "{sub} {repo:?} {operands:?}");
+    }
+  }
+
+  #[test]
+  fn git_is_pinned_to_the_repository_checked_and_offline_without_https() {
+    let (_d, jail) = furnished();
+    let root = jail.root().to_path_buf();
+    let work = Repository {
+      git_dir: root.join(".git"),
+      common_dir: root.join(".git"),
+      work_tree: Some(root.clone()),
+    };
+    let bare = Repository {
+      git_dir: root.clone(),
+      common_dir: root.clone(),
+      work_tree: None,
+    };
+    // (arguments, protocols, repository) -> the arguments to run, offline.
+    #[rustfmt::skip]
+    let cases = [
+      ("status", "", None, "status", true),
+      ("status", "", Some(&work), "status -- :(top,exclude,literal)audit", true),
+      ("diff HEAD", "", Some(&work), "diff --no-ext-diff --no-textconv HEAD -- :(top,exclude,literal)audit", true),
+      ("diff HEAD", "", Some(&bare), "diff --no-ext-diff --no-textconv HEAD", true),
+      ("fetch origin", "https", Some(&work), "fetch origin", false),
+      ("push origin main", "ssh:https", Some(&bare), "push origin main", false),
+      ("fetch origin", "file:git", Some(&work), "fetch origin", true),
+      ("fetch origin", "httpsx", Some(&work), "fetch origin", true),
+    ];
+    for (args, protocols, repo, want_args, offline) in cases {
+      let got = pinned(&words(args), protocols.to_owned(), repo, &jail);
+      assert_eq!(got.args, words(want_args), "{args}");
+      assert_eq!(got.offline, offline, "{args} {protocols}");
+      let mut env = vec![
+        ("GIT_ALLOW_PROTOCOL".to_owned(), protocols.to_owned()),
+        ("GIT_EDITOR".to_owned(), "false".to_owned()),
+      ];
+      match repo {
+        Some(repo) => env.extend(repo.env()),
+        None => env.push((
+          "GIT_DIR".to_owned(),
+          root.join(".git").to_string_lossy().into_owned(),
+        )),
+      }
+      assert_eq!(got.env, env, "{args}");
+    }
   }
 }
