@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use finn_sandbox::core::exec::{RunLimits, SpawnSpec, StopCell};
-use finn_sandbox::core::isolate::{Checked, IsolationOptions, Plan, probe};
+use finn_sandbox::core::isolate::{CheckedRoots, IsolationOptions, Plan, probe};
 use finn_sandbox::core::pool::{JobSpec, Pool, PoolConfig, RawJob};
 use finn_sandbox::core::supervisor::{self, JobTerms, Supervisor};
 use serde_json::{Value, json};
@@ -141,7 +141,7 @@ fn swapped_between_check_and_run(opts: Value, backend: &str) {
         if rules == Rules::Paths
           && let Some(p) = &mut plan
         {
-          p.checked = Checked::default();
+          p.checked = CheckedRoots::default();
         }
         // The swap, after the check and before the reaper builds anything.
         let held = d.jail.join("w-checked");

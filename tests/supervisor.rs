@@ -847,7 +847,7 @@ fn ppid(pid: i32) -> i32 {
 
 /// For the host's exit (`kill_all_now` from `process.on('exit')`): every process of the tree is
 /// dead, not merely sent SIGKILL, when `kill_trees_now` returns, because Node exits right after
-/// it. Checked at once, with no wait of the test's own.
+/// it. CheckedRoots at once, with no wait of the test's own.
 #[test]
 fn kill_trees_now_returns_once_every_process_of_the_tree_is_dead() {
   if direct() {

@@ -22,11 +22,11 @@ pub use cgroup::CgroupEvents;
 pub use child::ChildFailed;
 pub use error::{IsolationError, Layer, LayerFailed, PrepareError};
 pub use finn_job::isolation::{
-  Access, FsOptions, IsolationOptions, Limits, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions,
-  OptionsError, Readable, default_deny_read,
+  Access, FsOptions, IsolationOptions, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions, OptionsError,
+  Readable, ResourceLimits, default_deny_read,
 };
 pub use landlock::{fence_tracing, scope_signals};
-pub use plan::{Checked, Layers, Plan, ResolvedLimits, open_checked};
+pub use plan::{CheckedRoots, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
 pub use probe::{
   AbiMaxError, CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe,

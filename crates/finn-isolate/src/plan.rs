@@ -9,8 +9,8 @@ use super::error::IsolationError;
 use super::prepare::IsolationReport;
 use super::probe::Probe;
 use finn_job::isolation::{
-  Access, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PROCESSES, FsOptions, IsolationOptions, Limits,
-  Mode, Readable, default_deny_read,
+  Access, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PROCESSES, FsOptions, IsolationOptions, Mode,
+  Readable, ResourceLimits, default_deny_read,
 };
 
 /// Limits with defaults filled in.
@@ -46,14 +46,14 @@ pub struct Layers {
 /// cwd through its fd. Empty (a plan decoded without its fds, or built by hand): everything
 /// falls back to the canonical paths, opened with no symlink on the way.
 #[derive(Debug, Clone, Default)]
-pub struct Checked {
+pub struct CheckedRoots {
   /// The command's working directory.
   pub cwd: Option<Arc<OwnedFd>>,
   /// One per `Plan::writable`, in order (or none at all).
   pub writable: Vec<Arc<OwnedFd>>,
 }
 
-impl Checked {
+impl CheckedRoots {
   /// The fds in the order they are sent: the cwd's first, then the writable roots'.
   pub fn raw_fds(&self) -> Vec<std::os::fd::RawFd> {
     self
@@ -66,12 +66,12 @@ impl Checked {
 }
 
 /// Equal when they hold the same fds (a plan's value is its paths; the fds ride beside it).
-impl PartialEq for Checked {
+impl PartialEq for CheckedRoots {
   fn eq(&self, other: &Self) -> bool {
     self.raw_fds() == other.raw_fds()
   }
 }
-impl Eq for Checked {}
+impl Eq for CheckedRoots {}
 
 /// Opens `path` as it is now (`O_PATH`; a symlink given by the caller is followed, as
 /// `canonicalize` did) and returns the fd with the path the kernel names it by: the check and
@@ -125,7 +125,7 @@ pub struct Plan {
   pub landlock_abi: i32,
   /// Not serialized: sent as fds beside the plan.
   #[serde(skip)]
-  pub checked: Checked,
+  pub checked: CheckedRoots,
 }
 
 impl Plan {
@@ -220,7 +220,7 @@ struct OpenedRoots {
   writable: Vec<PathBuf>,
   /// The working directory as the check saw it.
   cwd: Option<PathBuf>,
-  checked: Checked,
+  checked: CheckedRoots,
 }
 
 impl OpenedRoots {
@@ -235,7 +235,7 @@ impl OpenedRoots {
     let (fds, writable) = roots.into_iter().unzip();
     OpenedRoots {
       writable,
-      checked: Checked {
+      checked: CheckedRoots {
         cwd: cwd.as_ref().map(|(fd, _)| fd.clone()),
         writable: fds,
       },
@@ -290,7 +290,7 @@ fn deny_host_ptys(mut deny_read: Vec<PathBuf>) -> Vec<PathBuf> {
 
 impl ResolvedLimits {
   /// `limits` with the defaults filled in.
-  fn of(limits: &Limits) -> Self {
+  fn of(limits: &ResourceLimits) -> Self {
     ResolvedLimits {
       max_processes: limits.max_processes.unwrap_or(DEFAULT_MAX_PROCESSES),
       max_memory_bytes: limits.max_memory_bytes.unwrap_or(DEFAULT_MAX_MEMORY_BYTES),
@@ -1099,7 +1099,7 @@ mod tests {
 
   #[test]
   fn limits_take_their_defaults_where_unset() {
-    let all = Limits {
+    let all = ResourceLimits {
       max_processes: Some(7),
       max_memory_bytes: Some(1 << 20),
       cpu_seconds: Some(3),
@@ -1108,7 +1108,7 @@ mod tests {
     };
     for (given, want) in [
       (
-        Limits::default(),
+        ResourceLimits::default(),
         ResolvedLimits {
           max_processes: DEFAULT_MAX_PROCESSES,
           max_memory_bytes: DEFAULT_MAX_MEMORY_BYTES,

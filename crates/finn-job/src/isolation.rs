@@ -81,7 +81,7 @@ pub struct FsOptions {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct Limits {
+pub struct ResourceLimits {
   /// Processes (and threads) in the command's tree; default 256.
   pub max_processes: Option<u64>,
   /// Memory of the tree (cgroup) or address space per process (RLIMIT_AS); default 2 GiB.
@@ -109,7 +109,7 @@ pub struct IsolationOptions {
   pub fs: FsOptions,
   pub network: Access,
   pub unix_sockets: Access,
-  pub limits: Limits,
+  pub limits: ResourceLimits,
   pub namespaces: NamespaceOptions,
 }
 

@@ -30,7 +30,7 @@ use super::wire::Conn;
 use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
 use finn_exec::poll::{earliest, poll, watch};
 use finn_exec::{ExitStatus, SpawnSpec, Stop};
-use finn_isolate::{Checked, Plan, prepare_job};
+use finn_isolate::{CheckedRoots, Plan, prepare_job};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -173,7 +173,7 @@ impl Reaper {
           // The fds that passed the addon's check; every one missing means a confused addon.
           // Taken into the plan, they are closed with it when the job is done (or on any
           // return from here).
-          let mut checked = Checked::default();
+          let mut checked = CheckedRoots::default();
           if attached.cwd {
             let Some(fd) = self.conn.take_fd() else {
               return;
