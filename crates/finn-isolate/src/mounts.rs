@@ -210,104 +210,39 @@ pub fn create_missing_protect(writable: &[PathBuf], protect: &[PathBuf]) {
   }
 }
 
-/// The steps, in order. `protect` entries are absolute (already joined with each writable root).
-/// `writable_fds`: the roots' checked fds, one per `writable` (or empty: checked by path).
+/// The steps, in order: the namespace private, the writable roots and everything else
+/// read-only, each root's `.git`, the protect paths, the denied reads. `protect` entries are
+/// absolute (already joined with each writable root). `writable_fds`: the roots' checked fds,
+/// one per `writable` (or empty: checked by path).
 pub fn plan(
   writable: &[PathBuf],
   writable_fds: &[std::sync::Arc<std::os::fd::OwnedFd>],
   protect: &[PathBuf],
   deny_read: &[PathBuf],
 ) -> Result<Vec<MountOp>, MountPlanError> {
-  let roots: Vec<(&PathBuf, &std::os::fd::OwnedFd)> = if writable_fds.len() == writable.len() {
-    writable
-      .iter()
-      .zip(writable_fds.iter().map(|f| f.as_ref()))
-      .collect()
-  } else {
-    Vec::new()
-  };
-  // Inside a checked root: beneath its fd; elsewhere (an absolute `protect` outside every
-  // root, or no fds): by path.
-  let check = |p: &Path| match roots.iter().find_map(|(w, fd)| {
-    p.strip_prefix(w)
-      .ok()
-      .filter(|rel| !rel.as_os_str().is_empty())
-      .map(|rel| (fd, rel))
-  }) {
-    Some((fd, rel)) => checked_beneath(fd, rel, p),
-    None => checked(p),
-  };
+  let roots = CheckedRoots::of(writable, writable_fds);
   let mut out = vec![MountOp {
     kind: MountKind::Private,
     target: CString::from(c"/"),
     dev: 0,
     ino: 0,
   }];
-  // Everything read-only but the writable roots; not when `/` itself is writable (nothing left
-  // to protect, and a bind over the root directory is not seen from it).
-  if !writable.iter().any(|w| w == Path::new("/")) {
-    if writable.len() > MAX_WRITABLE {
-      return Err(MountPlanError::TooManyWritable(writable.len()));
-    }
-    for w in writable {
-      // The identity of the root the addon checked (its fd), when it sent one: the child's
-      // re-open of the path must find that very object, or the start fails.
-      let from_fd = roots.iter().find(|(p, _)| *p == w).and_then(|(_, fd)| {
-        let m = std::fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
-        Some((
-          m.file_type(),
-          MountOp {
-            kind: MountKind::Private,
-            target: c(w),
-            dev: m.dev(),
-            ino: m.ino(),
-          },
-        ))
-      });
-      let Some((t, op)) = from_fd.or_else(|| checked(w)) else {
-        continue;
-      };
-      // A writable file is bound back like a directory; a symlink there was swapped in since
-      // the path was made canonical, and grants nothing.
-      if !t.is_dir() && !t.is_file() {
-        continue;
-      }
-      out.push(MountOp {
-        kind: MountKind::Writable,
-        ..op
-      });
-    }
-    out.push(MountOp {
-      kind: MountKind::ReadOnlyRest,
-      target: CString::from(c"/"),
-      dev: 0,
-      ino: 0,
-    });
-  }
+  out.extend(writable_steps(writable, &roots)?);
   create_missing_protect(writable, protect);
   // `.git` first: a later non-recursive bind of it would hide the protect binds inside it.
-  for w in writable {
-    let Some((t, op)) = check(&w.join(".git")) else {
-      continue;
-    };
-    let kind = if t.is_dir() {
-      MountKind::SelfBind
-    } else if t.is_file() {
-      // A `.git` file (`gitdir: ...`) decides where git looks: keep it from being rewritten.
-      MountKind::SelfBindReadOnly
-    } else {
-      // A symlink: the protect steps below cannot pass it (RESOLVE_NO_SYMLINKS) and fail the start.
-      continue;
-    };
-    out.push(MountOp { kind, ..op });
-  }
+  out.extend(writable.iter().filter_map(|w| {
+    let (t, op) = roots.check(&w.join(".git"))?;
+    Some(MountOp {
+      kind: git_kind(t)?,
+      ..op
+    })
+  }));
   for p in protect {
-    let Some((t, op)) = check(p) else { continue };
-    if t.is_symlink() {
-      return Err(MountPlanError::ProtectSymlink(p.clone()));
-    }
+    let Some((t, op)) = roots.check(p) else {
+      continue;
+    };
     out.push(MountOp {
-      kind: MountKind::SelfBindReadOnly,
+      kind: protect_kind(t).ok_or_else(|| MountPlanError::ProtectSymlink(p.clone()))?,
       ..op
     });
   }
@@ -316,17 +251,127 @@ pub fn plan(
     let Some((t, op)) = checked(&real) else {
       continue;
     };
-    let kind = if t.is_symlink() {
-      // Canonical a moment ago: swapped since. Refuse rather than leave it readable.
-      return Err(MountPlanError::DenySwapped(real));
-    } else if t.is_dir() {
-      MountKind::EmptyOver
-    } else {
-      MountKind::NullOver
-    };
-    out.push(MountOp { kind, ..op });
+    out.push(MountOp {
+      kind: deny_kind(t).ok_or(MountPlanError::DenySwapped(real))?,
+      ..op
+    });
   }
   Ok(out)
+}
+
+/// The writable roots the addon checked, each with its fd.
+struct CheckedRoots<'a>(Vec<(&'a PathBuf, &'a std::os::fd::OwnedFd)>);
+
+impl<'a> CheckedRoots<'a> {
+  fn of(writable: &'a [PathBuf], fds: &'a [std::sync::Arc<std::os::fd::OwnedFd>]) -> Self {
+    if fds.len() != writable.len() {
+      return CheckedRoots(Vec::new());
+    }
+    CheckedRoots(
+      writable
+        .iter()
+        .zip(fds.iter().map(|f| f.as_ref()))
+        .collect(),
+    )
+  }
+
+  /// `p`'s type and identity: beneath the fd of the checked root it lies in; elsewhere (an
+  /// absolute `protect` outside every root, or no fds), by path.
+  fn check(&self, p: &Path) -> Option<(std::fs::FileType, MountOp)> {
+    match self.0.iter().find_map(|(w, fd)| {
+      p.strip_prefix(w)
+        .ok()
+        .filter(|rel| !rel.as_os_str().is_empty())
+        .map(|rel| (fd, rel))
+    }) {
+      Some((fd, rel)) => checked_beneath(fd, rel, p),
+      None => checked(p),
+    }
+  }
+
+  /// The identity of the root the addon checked (its fd), when it sent one: the child's re-open
+  /// of the path must find that very object, or the start fails.
+  fn identity_of(&self, w: &Path) -> Option<(std::fs::FileType, MountOp)> {
+    let (_, fd) = self.0.iter().find(|(p, _)| p.as_path() == w)?;
+    let m = std::fs::File::from(fd.try_clone().ok()?).metadata().ok()?;
+    Some((
+      m.file_type(),
+      MountOp {
+        kind: MountKind::Private,
+        target: c(w),
+        dev: m.dev(),
+        ino: m.ino(),
+      },
+    ))
+  }
+}
+
+/// Everything read-only but the writable roots; nothing when `/` itself is writable (nothing
+/// left to protect, and a bind over the root directory is not seen from it).
+fn writable_steps(
+  writable: &[PathBuf],
+  roots: &CheckedRoots,
+) -> Result<Vec<MountOp>, MountPlanError> {
+  if writable.iter().any(|w| w == Path::new("/")) {
+    return Ok(Vec::new());
+  }
+  if writable.len() > MAX_WRITABLE {
+    return Err(MountPlanError::TooManyWritable(writable.len()));
+  }
+  let mut out: Vec<MountOp> = writable
+    .iter()
+    .filter_map(|w| roots.identity_of(w).or_else(|| checked(w)))
+    .filter(|(t, _)| writable_root(*t))
+    .map(|(_, op)| MountOp {
+      kind: MountKind::Writable,
+      ..op
+    })
+    .collect();
+  out.push(MountOp {
+    kind: MountKind::ReadOnlyRest,
+    target: CString::from(c"/"),
+    dev: 0,
+    ino: 0,
+  });
+  Ok(out)
+}
+
+/// A writable file is bound back like a directory; a symlink there was swapped in since the
+/// path was made canonical, and grants nothing.
+fn writable_root(t: std::fs::FileType) -> bool {
+  t.is_dir() || t.is_file()
+}
+
+/// A root's `.git`: a directory stays writable but a mount point of its own (so protect binds
+/// inside it hold); a `.git` file (`gitdir: ...`) decides where git looks, so it is kept from
+/// being rewritten; a symlink gets no step (the protect steps cannot pass it,
+/// RESOLVE_NO_SYMLINKS, and fail the start).
+fn git_kind(t: std::fs::FileType) -> Option<MountKind> {
+  if t.is_dir() {
+    Some(MountKind::SelfBind)
+  } else if t.is_file() {
+    Some(MountKind::SelfBindReadOnly)
+  } else {
+    None
+  }
+}
+
+/// A protect path is bound read-only over itself; a symlink is refused (`None`) rather than
+/// protecting its target instead of it.
+fn protect_kind(t: std::fs::FileType) -> Option<MountKind> {
+  (!t.is_symlink()).then_some(MountKind::SelfBindReadOnly)
+}
+
+/// A denied directory gets an empty tmpfs, a denied file `/dev/null`; a symlink, canonical a
+/// moment ago, was swapped since: refused (`None`) rather than left readable.
+fn deny_kind(t: std::fs::FileType) -> Option<MountKind> {
+  if t.is_symlink() {
+    None
+  } else if t.is_dir() {
+    Some(MountKind::EmptyOver)
+  } else {
+    Some(MountKind::NullOver)
+  }
 }
 
 // The fd-based mount API (Linux 5.2; mount_setattr 5.12, below landlock's 5.13). Values from
@@ -641,4 +686,93 @@ pub fn apply(ops: &[MountOp]) -> Result<(), Errno> {
     reenter_cwd()?;
   }
   Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  /// A directory, a file, a symlink and a FIFO in `dir`, with their types.
+  fn kinds(dir: &Path) -> [(&'static str, std::fs::FileType); 4] {
+    std::fs::create_dir(dir.join("d")).unwrap();
+    std::fs::write(dir.join("f"), b"x").unwrap();
+    std::os::unix::fs::symlink("f", dir.join("l")).unwrap();
+    nix::unistd::mkfifo(&dir.join("p"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+    ["d", "f", "l", "p"].map(|n| {
+      (
+        n,
+        std::fs::symlink_metadata(dir.join(n)).unwrap().file_type(),
+      )
+    })
+  }
+
+  #[test]
+  fn each_kind_of_path_gets_its_step() {
+    use MountKind::*;
+    let dir = tempfile::tempdir().unwrap();
+    // (name, writable root?, .git step, protect step, deny-read step)
+    let table = [
+      (
+        "d",
+        true,
+        Some(SelfBind),
+        Some(SelfBindReadOnly),
+        Some(EmptyOver),
+      ),
+      (
+        "f",
+        true,
+        Some(SelfBindReadOnly),
+        Some(SelfBindReadOnly),
+        Some(NullOver),
+      ),
+      ("l", false, None, None, None),
+      ("p", false, None, Some(SelfBindReadOnly), Some(NullOver)),
+    ];
+    for ((name, t), (row, root, git, protect, deny)) in kinds(dir.path()).into_iter().zip(table) {
+      assert_eq!(name, row);
+      assert_eq!(writable_root(t), root, "{name}: writable root");
+      assert_eq!(git_kind(t), git, "{name}: .git");
+      assert_eq!(protect_kind(t), protect, "{name}: protect");
+      assert_eq!(deny_kind(t), deny, "{name}: denyRead");
+    }
+  }
+
+  fn kinds_of(ops: &[MountOp]) -> Vec<MountKind> {
+    ops.iter().map(|op| op.kind).collect()
+  }
+
+  #[test]
+  fn the_plan_orders_its_steps_and_refuses_what_it_cannot_mount() {
+    use MountKind::*;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join(".git")).unwrap();
+    std::fs::create_dir(root.join("secret")).unwrap();
+    std::fs::write(root.join("key"), b"k").unwrap();
+    let w = [root.clone()];
+    let ops = plan(&w, &[], &[root.join(".git/hooks")], &[root.join("key")]).unwrap();
+    assert_eq!(
+      kinds_of(&ops),
+      [
+        Private,
+        Writable,
+        ReadOnlyRest,
+        SelfBind,
+        SelfBindReadOnly,
+        NullOver
+      ]
+    );
+    // `/` writable: nothing is made read-only.
+    let ops = plan(&[PathBuf::from("/")], &[], &[], &[root.join("secret")]).unwrap();
+    assert_eq!(kinds_of(&ops), [Private, EmptyOver]);
+    // A protect path that is a symlink is refused, not followed.
+    std::os::unix::fs::symlink("key", root.join("link")).unwrap();
+    let e = plan(&w, &[], &[root.join("link")], &[]).unwrap_err();
+    assert!(matches!(e, MountPlanError::ProtectSymlink(p) if p == root.join("link")));
+    // More writable roots than the child can hold.
+    let many = vec![root.clone(); MAX_WRITABLE + 1];
+    let e = plan(&many, &[], &[], &[]).unwrap_err();
+    assert!(matches!(e, MountPlanError::TooManyWritable(n) if n == MAX_WRITABLE + 1));
+  }
 }
