@@ -220,7 +220,7 @@ pub fn plan(
   protect: &[PathBuf],
   deny_read: &[PathBuf],
 ) -> Result<Vec<MountOp>, MountPlanError> {
-  let roots = CheckedRoots::of(writable, writable_fds);
+  let roots = RootFds::of(writable, writable_fds);
   let mut out = vec![MountOp {
     kind: MountKind::Private,
     target: CString::from(c"/"),
@@ -260,14 +260,14 @@ pub fn plan(
 }
 
 /// The writable roots the addon checked, each with its fd.
-struct CheckedRoots<'a>(Vec<(&'a PathBuf, &'a std::os::fd::OwnedFd)>);
+struct RootFds<'a>(Vec<(&'a PathBuf, &'a std::os::fd::OwnedFd)>);
 
-impl<'a> CheckedRoots<'a> {
+impl<'a> RootFds<'a> {
   fn of(writable: &'a [PathBuf], fds: &'a [std::sync::Arc<std::os::fd::OwnedFd>]) -> Self {
     if fds.len() != writable.len() {
-      return CheckedRoots(Vec::new());
+      return RootFds(Vec::new());
     }
-    CheckedRoots(
+    RootFds(
       writable
         .iter()
         .zip(fds.iter().map(|f| f.as_ref()))
@@ -310,7 +310,7 @@ impl<'a> CheckedRoots<'a> {
 /// left to protect, and a bind over the root directory is not seen from it).
 fn writable_steps(
   writable: &[PathBuf],
-  roots: &CheckedRoots,
+  roots: &RootFds,
 ) -> Result<Vec<MountOp>, MountPlanError> {
   if writable.iter().any(|w| w == Path::new("/")) {
     return Ok(Vec::new());
