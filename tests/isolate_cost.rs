@@ -372,7 +372,7 @@ fn one_job_layer_by_layer() {
     .map(|_| in_child(&shared, &|| guard.enter().is_ok()))
     .collect();
   guard.enter().unwrap();
-  let watch = watch_program();
+  let watch = watch_program().unwrap();
 
   let mut samples: Vec<[Vec<u64>; 4]> = steps.iter().map(|_| Default::default()).collect();
   let (mut resolve_ns, mut frame_ns, mut spawn_ns, mut fork_ns, mut watch_ns) =

@@ -16,6 +16,9 @@ mod probe;
 mod seccomp;
 mod userns;
 
+/// A classic BPF interpreter for the seccomp programs here (for tests beside them).
+#[cfg(test)]
+pub(crate) use bpf::tests::run as run_filter;
 pub use bwrap::{
   Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,
 };
@@ -32,4 +35,4 @@ pub use probe::{
   CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe, doctor,
   landlock_abi_max, probe,
 };
-pub use seccomp::{guard_helpers, seccomp_instructions};
+pub use seccomp::{guard_helpers, hand_over, seccomp_instructions};

@@ -101,7 +101,10 @@ fn setup(
     me: std::process::id() as i32,
     idle,
     scoped,
-    watch: super::shield::watch_program(),
+    watch: super::shield::watch_program().map_err(|e| {
+      eprintln!("finn-supervisor: the watch's program: {e}");
+      nix::errno::Errno::EINVAL
+    })?,
   })
 }
 
