@@ -387,7 +387,7 @@ fn one_job_layer_by_layer() {
         if k < steps.len() {
           let (plan, s) = (&steps[k].1, &mut samples[k]);
           let t0 = now_ns();
-          let prepared = prepare(plan).unwrap();
+          let mut prepared = prepare(plan).unwrap();
           let t1 = now_ns();
           shared.set(u64::MAX);
           let timed = || {
@@ -396,7 +396,10 @@ fn one_job_layer_by_layer() {
             shared.set(now_ns() - t);
             r
           };
-          reap(child::start_with(&spec, out, out, &timed).unwrap());
+          let pid = child::start_with(&spec, out, out, &timed).unwrap();
+          // As the reaper does once the command runs.
+          prepared.hold_namespace(pid.as_raw());
+          reap(pid);
           let t2 = now_ns();
           drop(prepared);
           let t3 = now_ns();

@@ -13,6 +13,7 @@ mod options;
 mod plan;
 mod prepare;
 mod probe;
+mod release;
 mod seccomp;
 mod userns;
 

@@ -280,6 +280,11 @@ impl Reaper {
         });
       }
     };
+    // Its mount namespace is then freed by the preparation's drop, on another thread, rather
+    // than by the job's last exit, whose reaping would wait for the kernel's grace period.
+    if let Some(p) = prepared.as_mut() {
+      p.hold_namespace(leader.as_raw());
+    }
     let mut job = Job {
       leader,
       spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
