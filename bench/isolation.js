@@ -25,9 +25,11 @@ const { RESULT_PREFIX } = require('./lib/child-util.js')
 const { VARIANTS } = require('./isolation-child.js')
 
 const CONFIG = {
-  quick: { sizes: [0, 2], rounds: 1, iterations: 100, warmup: 20, layerRuns: 150 },
-  full: { sizes: [0, 2], rounds: 3, iterations: 200, warmup: 20, layerRuns: 600 },
+  quick: { sizes: [0, 2], rounds: 1, iterations: 100, warmup: 20, layerRuns: 150, paused: 20 },
+  full: { sizes: [0, 2], rounds: 3, iterations: 200, warmup: 20, layerRuns: 600, paused: 30 },
 }
+/** The pause before each job of the `paused` rows: commands an agent sends seconds apart. */
+const PAUSE_MS = 100
 const ROOT = path.resolve(__dirname, '..')
 /** The per-layer harness: its cargo command (the build) and its arguments (the run). */
 const LAYERS_BUILD = ['test', '--release', '--test', 'isolate_cost', '--no-run', '--message-format=json']
@@ -72,7 +74,7 @@ function runLayers(exe, n) {
 }
 
 async function phase({ node, log, rotate, quick }) {
-  const { sizes, rounds, iterations, warmup, layerRuns } = quick ? CONFIG.quick : CONFIG.full
+  const { sizes, rounds, iterations, warmup, layerRuns, paused } = quick ? CONFIG.quick : CONFIG.full
   const built = buildLayers(log)
   const loadAvgStart = os.loadavg()
   const ids = Object.keys(VARIANTS)
@@ -99,6 +101,29 @@ async function phase({ node, log, rotate, quick }) {
       }
     }
   }
+  // `off` and `auto` once more at 0 GiB, each job PAUSE_MS after the previous one: the state a
+  // job finds in the kernel after a pause is not the one back-to-back jobs keep warm.
+  const pausedSamples = { off: [], auto: [] }
+  const pausedErrors = {}
+  for (let r = 0; r < rounds; r++) {
+    for (const id of rotate(['off', 'auto'], r)) {
+      const res = await node('isolation-child.js', [id, '0', '--iterations', String(paused), '--warmup', '5', '--pause-ms', String(PAUSE_MS)], {
+        flags: ['--max-old-space-size=4096'],
+      })
+      if (res.error || res.failures) {
+        pausedErrors[id] = res.error || `${res.failures} runs did not exit 0`
+        log(`  paused ${id}: ERROR ${pausedErrors[id]}`)
+        if (res.error) continue
+      }
+      pausedSamples[id].push(...res.samplesMs)
+      log(`  round ${r + 1} 0 GiB ${id.padEnd(14)} ${PAUSE_MS} ms apart: median ${fmt(summarize(res.samplesMs).median)} ms`)
+    }
+  }
+  const pausedOut = { pauseMs: PAUSE_MS, iterations: paused, variants: {} }
+  for (const id of ['off', 'auto']) {
+    pausedOut.variants[id] = { summary: summarize(pausedSamples[id]), samplesMs: pausedSamples[id].map((x) => +x.toFixed(4)), error: pausedErrors[id] }
+  }
+  pausedOut.addedMs = pausedOut.variants.auto.summary.median - pausedOut.variants.off.summary.median
   const loadAvgEnd = os.loadavg()
   log(`  one \`auto\` job layer by layer (tests/isolate_cost.rs one_job_layer_by_layer, ${layerRuns} runs)`)
   const layers = built.error ? { error: built.error } : await runLayers(built.exe, layerRuns)
@@ -110,6 +135,7 @@ async function phase({ node, log, rotate, quick }) {
     iterations,
     loadAvgStart,
     loadAvgEnd,
+    paused: pausedOut,
     layers,
     uid: process.getuid(),
     // The figures hold for this CPU only: the same layers cost about three times as much on one
@@ -167,6 +193,20 @@ function targets(iso, add) {
 const loadText = (a, b) => (a && b ? `${a.map((x) => Number(x).toFixed(2)).join(' ')} at the start, ${b.map((x) => Number(x).toFixed(2)).join(' ')} at the end` : 'not recorded')
 const signed = (x) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(3)}` : '–')
 
+/** The rows of jobs that come after a pause (see `phase`). */
+function pausedMarkdown(iso, link) {
+  const p = iso.paused
+  if (!p) return []
+  const cell = (id) => {
+    const v = p.variants[id]
+    return `${fmt(v.summary.median)}${v.error ? ` (${v.error})` : ''}`
+  }
+  return [
+    `Jobs ${p.pauseMs} ms apart (0 GiB, ${p.iterations} per round, no target): \`off\` ${cell('off')} ms, \`auto\` ${cell('auto')} ms, added **${fmt(p.addedMs)} ms**. Back-to-back jobs keep the kernel's state warm; after a pause, a job's move into its cgroup (v1) waits for an RCU grace period unless the hierarchy is mounted with \`favordynmods\` ([RELIABILITY.md](${link('RELIABILITY.md')}#isolation-cost)).`,
+    '',
+  ]
+}
+
 /** The per-layer part of the section: one `auto` job taken apart (see `runLayers`). */
 function layersMarkdown(iso) {
   const l = iso.layers
@@ -206,8 +246,8 @@ function layersMarkdown(iso) {
   ]
 }
 
-/** The section of BENCHMARKS.md, as lines. */
-function markdown(iso) {
+/** The section of BENCHMARKS.md, as lines; `link` makes a path from the repository's root relative to the page. */
+function markdown(iso, link = (p) => p) {
   const head = ['variant', 'applied', ...iso.sizes.flatMap((g) => [`${g} GiB median (ms)`, `${g} GiB added (ms)`])]
   const rows = Object.entries(iso.variants).map(([id, v]) => [
     `\`${id}\``,
@@ -224,6 +264,7 @@ function markdown(iso) {
     '',
     table(head, rows),
     '',
+    ...pausedMarkdown(iso, link),
     ...layersMarkdown(iso),
   ]
 }

@@ -269,6 +269,14 @@ fn one_job_layer_by_layer() {
     .ok()
     .and_then(|s| s.parse().ok())
     .unwrap_or(300);
+  // A pause before each job (FINN_ISO_PAUSE_MS, default none): jobs that come seconds apart, as
+  // an agent's do, find the kernel's state cold where jobs back to back find it warm.
+  let pause = std::time::Duration::from_millis(
+    std::env::var("FINN_ISO_PAUSE_MS")
+      .ok()
+      .and_then(|s| s.parse().ok())
+      .unwrap_or(0),
+  );
   let rounds = 3;
   let per_round = n.div_ceil(rounds);
   let load = || {
@@ -385,6 +393,7 @@ fn one_job_layer_by_layer() {
     for _ in 0..per_round {
       for k in (0..kinds).map(|k| (k + round) % kinds) {
         if k < steps.len() {
+          std::thread::sleep(pause);
           let (plan, s) = (&steps[k].1, &mut samples[k]);
           let t0 = now_ns();
           let mut prepared = prepare(plan).unwrap();
