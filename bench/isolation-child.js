@@ -2,7 +2,9 @@
 // Sequential latency of `/bin/true` through the finn-sandbox pool (2 workers) under one
 // isolation variant, with this Node process holding <GiB> of live, touched memory first (as
 // heap-child.js). Started by bench/isolation.js as
-//   node --max-old-space-size=4096 bench/isolation-child.js <variant> <GiB> --iterations N --warmup W
+//   node --max-old-space-size=4096 bench/isolation-child.js <variant> <GiB> --iterations N --warmup W [--pause-ms P]
+// With --pause-ms, each timed job comes P ms after the previous one ended (as an agent's
+// commands do), instead of right after it.
 // Prints one BENCH_RESULT line: { samplesMs, applied, degraded, failures, ... }.
 
 const path = require('node:path')
@@ -39,6 +41,7 @@ async function main() {
   const gib = Number(gibArg || 0)
   const iterations = Math.min(Number(flags.iterations || 100), 100_000)
   const warmup = Math.min(Number(flags.warmup || 20), 10_000)
+  const pauseMs = Math.min(Number(flags['pause-ms'] || 0), 10_000)
   if (!(variant in VARIANTS) || !(gib >= 0 && gib <= 64)) {
     throw new Error(`usage: isolation-child.js <${Object.keys(VARIANTS).join('|')}> <GiB> [--iterations N] [--warmup W]`)
   }
@@ -66,6 +69,7 @@ async function main() {
   await sleep(20)
   const samplesMs = new Array(iterations)
   for (let i = 0; i < iterations; i++) {
+    if (pauseMs) await sleep(pauseMs)
     const t0 = process.hrtime.bigint()
     await run()
     samplesMs[i] = Number(process.hrtime.bigint() - t0) / 1e6
@@ -78,6 +82,7 @@ async function main() {
     gib,
     iterations,
     warmup,
+    pauseMs,
     samplesMs,
     failures,
     rssHeldKiB: rssHeld,

@@ -1977,3 +1977,102 @@ async fn a_layer_that_fails_in_the_child_rejects_the_job_naming_the_layer() {
   assert_eq!((done.exit_code, done.stdout.as_str()), (0, "ok\n"));
   pool.shutdown().await;
 }
+
+/// The mount namespaces the threads of process `pid` hold open, as `mnt:[inode]`; `None` when
+/// its fds are not ours to read (a reaper is not dumpable: only root reads them).
+fn mount_namespaces_held_by(pid: i32) -> Option<Vec<String>> {
+  let mut held = Vec::new();
+  for task in std::fs::read_dir(format!("/proc/{pid}/task")).ok()? {
+    let fds = format!("/proc/{pid}/task/{}/fd", task.ok()?.file_name().to_str()?);
+    for fd in std::fs::read_dir(fds).ok()? {
+      let link = std::fs::read_link(fd.ok()?.path()).ok();
+      if let Some(link) = link.and_then(|l| l.to_str().map(str::to_owned))
+        && link.starts_with("mnt:[")
+      {
+        held.push(link);
+      }
+    }
+  }
+  Some(held)
+}
+
+/// An isolated job's mount namespace is its own, held by its reaper while the command runs (so
+/// that the command's exit is not where the kernel frees it) and released once the tree is gone:
+/// after twenty jobs in a row, no thread of the reaper holds one. (The kernel hands a freed
+/// namespace's number to the next: the jobs' numbers repeat.)
+#[test]
+fn the_reaper_holds_each_jobs_mount_namespace_until_its_tree_is_gone() {
+  use finn_sandbox::core::isolate::{IsolationOptions, Plan, probe};
+  let dir = tempfile::tempdir().unwrap();
+  let cwd = dir.path().canonicalize().unwrap();
+  let opts = IsolationOptions::from_json(serde_json::json!({"mode": "auto"})).unwrap();
+  let plan = || Plan::resolve(&opts, &cwd, probe()).unwrap().unwrap();
+  if !plan().layers.mountns {
+    eprintln!("no mount namespace on this host: nothing to hold");
+    return;
+  }
+  let sup = Arc::new(supervisor());
+  let ours = std::fs::read_link("/proc/self/ns/mnt").unwrap();
+  let mut spec = sh("readlink /proc/self/ns/mnt; sleep 0.5");
+  spec.cwd = CString::new(cwd.to_str().unwrap()).unwrap();
+  let job = |spec: &SpawnSpec, reaper: &std::sync::mpsc::Sender<i32>| {
+    let cell: StopCell<&'static str> = StopCell::new();
+    let reaper = reaper.clone();
+    supervisor::run_blocking(
+      &sup,
+      JobTerms {
+        spec,
+        isolation: Some(&plan()),
+        limits: &limits(20_000, 100),
+      },
+      Duration::from_millis(100),
+      &cell,
+      &mut finn_sandbox::core::exec::later::Nothing,
+      move |pid| reaper.send(pid).unwrap(),
+    )
+    .unwrap()
+  };
+  // While the command sleeps, its reaper holds its namespace.
+  let (tx, rx) = std::sync::mpsc::channel();
+  let running = std::thread::scope(|s| {
+    let done = s.spawn(|| job(&spec, &tx));
+    // The reaper takes the hold before it reports `Spawned`, which is what calls `on_spawn`.
+    let reaper = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    let held = mount_namespaces_held_by(reaper);
+    (reaper, held, done.join().unwrap())
+  });
+  let (reaper, held_while_running, first) = running;
+  assert_eq!(
+    first.status,
+    Some(ExitStatus::Exited(0)),
+    "{}",
+    first.stderr
+  );
+  let first_ns = first.stdout.trim().to_owned();
+  assert_ne!(first_ns, ours.to_str().unwrap());
+  if let Some(held) = held_while_running {
+    assert_eq!(held, vec![first_ns.clone()]);
+  }
+  spec.argv[2] = CString::new("readlink /proc/self/ns/mnt").unwrap();
+  for _ in 0..19 {
+    let done = job(&spec, &tx);
+    assert_eq!(done.status, Some(ExitStatus::Exited(0)), "{}", done.stderr);
+    assert_ne!(done.stdout.trim(), ours.to_str().unwrap());
+  }
+  let reapers: std::collections::HashSet<i32> = rx.try_iter().chain([reaper]).collect();
+  let until = Instant::now() + Duration::from_secs(5);
+  for reaper in reapers {
+    loop {
+      match mount_namespaces_held_by(reaper) {
+        Some(held) if !held.is_empty() && Instant::now() < until => {
+          std::thread::sleep(Duration::from_millis(20))
+        }
+        Some(held) => {
+          assert_eq!(held, Vec::<String>::new(), "reaper {reaper}");
+          break;
+        }
+        None => break,
+      }
+    }
+  }
+}

@@ -702,7 +702,7 @@ function markdown(res, files) {
     p()
   }
 
-  if (res.isolation) lines.push(...require('../isolation.js').markdown(res.isolation))
+  if (res.isolation) lines.push(...require('../isolation.js').markdown(res.isolation, files.link))
   p('## Method')
   p()
   p('- One run measures everything. Every measurement runs in fresh child processes, one contender per process, in rounds; each round visits the contenders in a rotated order, so slow periods of the machine fall on all contenders.')

@@ -4,16 +4,24 @@
 //! order. The kernel pays for the length of that chain at every load, not only at every call:
 //! when a filter is installed it runs the program once for each syscall number of each
 //! architecture to find the calls it always allows (`seccomp_cache_prepare`), so a chain of
-//! N syscalls costs about 450 x 2N emulated instructions per `seccomp()`. Here the search
-//! reaches any number in about log2(N) comparisons, and the rules of each listed syscall (the
-//! argument checks `seccompiler` compiles, reused as they are) sit after the search, reached by
-//! an unconditional jump. One program carries an action per syscall, so the filters that needed
-//! two programs (an EPERM one and an ENOSYS one) load as one.
+//! N syscalls costs about 450 x 2N emulated instructions per `seccomp()`, on top of a
+//! per-instruction cost (checking and translating the program). Here the search reaches any
+//! number in about log2(N) comparisons, and the program is short:
+//! - listed numbers next to each other with the same action and no rules are one range, found by
+//!   two comparisons however many numbers it holds;
+//! - each leaf of the search ends in the returns its ranges and numbers jump to, one per action,
+//!   so a number refused outright costs one comparison;
+//! - the rules of a syscall (the argument checks `seccompiler` compiles, reused as they are) sit
+//!   after the search in a block of their own, reached by an unconditional jump; syscalls with
+//!   the same rules and action share one block.
 //!
-//! The layout: the arch check (any other arch kills the process, as `seccompiler` does), on
-//! x86_64 the refusal of x32 numbers, the number loaded once, the search, then one block per
-//! listed syscall: each rule followed by the syscall's action (a rule that does not match falls
-//! through to the next), then "allow".
+//! One program carries an action per syscall (an errno, or the notification of a listener), so
+//! the filters that needed two programs (an EPERM one and an ENOSYS one) load as one.
+//!
+//! The layout: the arch check (any other arch gets the caller's `foreign` action), on x86_64 the
+//! refusal of x32 numbers, the number loaded once, the search, then the rule blocks: each rule
+//! followed by the syscall's action (a rule that does not match falls through to the next),
+//! then "allow".
 
 use std::collections::BTreeMap;
 
@@ -22,15 +30,37 @@ use seccompiler::{BpfProgram, SeccompRule, sock_filter};
 use super::seccomp::SeccompError;
 
 /// What a listed syscall gets when one of its rules matches (or always, without rules).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+  /// It fails with this errno.
+  Errno(i32),
+  /// It waits for the filter's listener (`SECCOMP_RET_USER_NOTIF`), which answers for it.
+  Notify,
+  /// The process is killed (`SECCOMP_RET_KILL_PROCESS`).
+  Kill,
+}
+
+impl Action {
+  /// The filter's return value.
+  pub fn ret(self) -> u32 {
+    match self {
+      Action::Errno(errno) => libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA),
+      Action::Notify => libc::SECCOMP_RET_USER_NOTIF,
+      Action::Kill => libc::SECCOMP_RET_KILL_PROCESS,
+    }
+  }
+}
+
+/// A listed syscall: its rules (ORed; none: every call) and what a match gets.
 pub struct Listed {
   pub rules: Vec<SeccompRule>,
-  /// The errno it fails with.
-  pub errno: i32,
+  pub action: Action,
 }
 
 const BPF_LD_W_ABS: u16 = 0x20;
 const BPF_JMP_JA: u16 = 0x05;
 const BPF_JMP_JEQ_K: u16 = 0x15;
+const BPF_JMP_JGT_K: u16 = 0x25;
 const BPF_JMP_JGE_K: u16 = 0x35;
 const BPF_RET_K: u16 = 0x06;
 const SECCOMP_DATA_NR: u32 = 0;
@@ -41,8 +71,8 @@ const AUDIT_ARCH_RISCV64: u32 = 0xC000_00F3;
 const SECCOMP_DATA_ARCH: u32 = 4;
 /// The kernel's limit on a classic BPF program (`BPF_MAXINSNS`).
 const MAX_LEN: usize = 4096;
-/// At most this many numbers are compared one by one at the end of a search.
-const LEAF: usize = 3;
+/// At most this many ranges are compared one by one in a leaf of the search.
+const LEAF: usize = 4;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
   sock_filter {
@@ -57,20 +87,46 @@ fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
   sock_filter { code, jt, jf, k }
 }
 
-fn ret_errno(errno: i32) -> sock_filter {
-  stmt(
-    BPF_RET_K,
-    libc::SECCOMP_RET_ERRNO | (errno as u32 & libc::SECCOMP_RET_DATA),
-  )
+fn ret(k: u32) -> sock_filter {
+  stmt(BPF_RET_K, k)
 }
 
-fn ret_allow() -> sock_filter {
-  stmt(BPF_RET_K, libc::SECCOMP_RET_ALLOW)
+/// Where the search sends a range's numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Target {
+  /// A return, in the leaf.
+  Ret(u32),
+  /// Rule block `i`, after the search.
+  Block(usize),
 }
 
-/// Code with unconditional jumps to blocks not yet placed: `(index of the jump, block)`.
+/// Listed numbers `lo..=hi`, all sent to `target`.
+#[derive(Debug, Clone, Copy)]
+struct Range {
+  lo: u32,
+  hi: u32,
+  target: Target,
+}
+
+/// Where a conditional jump of the search goes, before the returns are placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum To {
+  Allow,
+  Target(Target),
+}
+
+/// Which half of a conditional jump.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Half {
+  True,
+  False,
+}
+
+/// Code with jumps not yet resolved: conditional ones to the returns (`(index, half, where)`)
+/// and unconditional ones to blocks not yet placed (`(index, block)`).
 struct Code {
   insns: Vec<sock_filter>,
+  to_tail: Vec<(usize, Half, To)>,
   to_block: Vec<(usize, usize)>,
 }
 
@@ -78,88 +134,259 @@ impl Code {
   fn new() -> Code {
     Code {
       insns: Vec::new(),
+      to_tail: Vec::new(),
       to_block: Vec::new(),
     }
   }
 
-  fn push(&mut self, insn: sock_filter) {
-    self.insns.push(insn);
-  }
-
-  fn jump_to_block(&mut self, block: usize) {
-    self.to_block.push((self.insns.len(), block));
-    self.insns.push(stmt(BPF_JMP_JA, 0));
-  }
-
   fn append(&mut self, other: Code) {
     let base = self.insns.len();
+    self.to_tail.extend(
+      other
+        .to_tail
+        .into_iter()
+        .map(|(at, half, to)| (at + base, half, to)),
+    );
     self
       .to_block
       .extend(other.to_block.into_iter().map(|(at, b)| (at + base, b)));
     self.insns.extend(other.insns);
   }
+
+  /// Places the returns the jumps to `To` land on after the code: "allow", one return per
+  /// distinct return value, and one jump per block; or, with `blocks` (their lengths, for
+  /// blocks placed right after these returns, in order), no jump: the comparisons land on the
+  /// blocks themselves. `None` when a jump would not reach.
+  fn close(mut self, blocks: Option<&[usize]>) -> Option<Code> {
+    let mut tails: Vec<To> = vec![To::Allow];
+    for &(_, _, to) in &self.to_tail {
+      let direct = blocks.is_some() && matches!(to, To::Target(Target::Block(_)));
+      if !direct && !tails.contains(&to) {
+        tails.push(to);
+      }
+    }
+    let first = self.insns.len();
+    let blocks_at = first + tails.len();
+    for (at, half, to) in std::mem::take(&mut self.to_tail) {
+      let target = match (to, blocks) {
+        (To::Target(Target::Block(b)), Some(lens)) => blocks_at + lens[..b].iter().sum::<usize>(),
+        _ => first + tails.iter().position(|&t| t == to).expect("listed"),
+      };
+      let off = u8::try_from(target - at - 1).ok()?;
+      match half {
+        Half::True => self.insns[at].jt = off,
+        Half::False => self.insns[at].jf = off,
+      }
+    }
+    for t in tails {
+      match t {
+        To::Allow => self.insns.push(ret(libc::SECCOMP_RET_ALLOW)),
+        To::Target(Target::Ret(k)) => self.insns.push(ret(k)),
+        To::Target(Target::Block(b)) => {
+          self.to_block.push((self.insns.len(), b));
+          self.insns.push(stmt(BPF_JMP_JA, 0));
+        }
+      }
+    }
+    Some(self)
+  }
 }
 
-/// The search over `nrs[lo..hi]` (sorted), whose syscall `nrs[i]` has block `i`. An unlisted
-/// number ends in "allow".
-fn search(nrs: &[u32], lo: usize, hi: usize) -> Code {
+/// A leaf of the search: each range compared in turn (`known_min`: the number is at least
+/// this, from the comparisons above); a number past the last goes to "allow". Its jumps are
+/// left for [`Code::close`].
+fn leaf(ranges: &[Range], known_min: u32) -> Code {
   let mut code = Code::new();
-  if hi - lo <= LEAF {
-    for (i, &nr) in nrs.iter().enumerate().take(hi).skip(lo) {
-      code.push(jump(BPF_JMP_JEQ_K, nr, 0, 1));
-      code.jump_to_block(i);
+  for (i, r) in ranges.iter().enumerate() {
+    let last = i + 1 == ranges.len();
+    let to = To::Target(r.target);
+    let at = code.insns.len();
+    if r.lo == r.hi {
+      code.insns.push(jump(BPF_JMP_JEQ_K, r.lo, 0, 0));
+      code.to_tail.push((at, Half::True, to));
+      if last {
+        code.to_tail.push((at, Half::False, To::Allow));
+      }
+    } else if i == 0 && known_min >= r.lo {
+      // At least `lo` already: past `hi` goes on, the rest is the range's.
+      code.insns.push(jump(BPF_JMP_JGT_K, r.hi, 0, 0));
+      code.to_tail.push((at, Half::False, to));
+      if last {
+        code.to_tail.push((at, Half::True, To::Allow));
+      }
+    } else {
+      // Past `hi` goes on to the next range; below `lo` is below every later range too.
+      code.insns.push(jump(BPF_JMP_JGT_K, r.hi, 1, 0));
+      if last {
+        code.to_tail.push((at, Half::True, To::Allow));
+      }
+      code.insns.push(jump(BPF_JMP_JGE_K, r.lo, 0, 0));
+      code.to_tail.push((at + 1, Half::True, to));
+      code.to_tail.push((at + 1, Half::False, To::Allow));
     }
-    code.push(ret_allow());
-    return code;
   }
-  let mid = lo + (hi - lo) / 2;
-  let below = search(nrs, lo, mid);
-  let above = search(nrs, mid, hi);
-  // Numbers >= nrs[mid] skip the lower half: a conditional jump reaches 255 instructions at
-  // most, an unconditional one any distance.
+  // No range at all: the returns' first, "allow", follows at once.
+  code
+}
+
+/// The search over `ranges` (sorted, disjoint); a number in none of them ends in "allow".
+/// `shared`: every leaf jumps to one set of returns after the whole search (shortest, where
+/// every jump reaches them), else each leaf ends in its own.
+fn search(ranges: &[Range], known_min: u32, shared: bool) -> Option<Code> {
+  if ranges.len() <= LEAF {
+    let code = leaf(ranges, known_min);
+    return if shared { Some(code) } else { code.close(None) };
+  }
+  let mid = ranges.len() / 2;
+  let below = search(&ranges[..mid], known_min, shared)?;
+  let above = search(&ranges[mid..], ranges[mid].lo, shared)?;
+  let mut code = Code::new();
+  // Numbers >= the upper half's first skip the lower half: a conditional jump reaches 255
+  // instructions at most, an unconditional one any distance.
   match u8::try_from(below.insns.len()) {
-    Ok(skip) => code.push(jump(BPF_JMP_JGE_K, nrs[mid], skip, 0)),
+    Ok(skip) => code
+      .insns
+      .push(jump(BPF_JMP_JGE_K, ranges[mid].lo, skip, 0)),
     Err(_) => {
-      code.push(jump(BPF_JMP_JGE_K, nrs[mid], 0, 1));
-      code.push(stmt(BPF_JMP_JA, below.insns.len() as u32));
+      code.insns.push(jump(BPF_JMP_JGE_K, ranges[mid].lo, 0, 1));
+      code.insns.push(stmt(BPF_JMP_JA, below.insns.len() as u32));
     }
   }
   code.append(below);
   code.append(above);
+  Some(code)
+}
+
+/// The search with the shortest layout that fits, for rule blocks of `blocks` instructions
+/// placed right after it: one set of returns for all leaves, whose comparisons land on the
+/// blocks themselves, where every jump reaches; else the same with a jump per block among the
+/// returns; else a set of returns per leaf.
+fn tree(ranges: &[Range], blocks: &[usize]) -> Code {
+  search(ranges, 0, true)
+    .and_then(|c| c.close(Some(blocks)))
+    .or_else(|| search(ranges, 0, true).and_then(|c| c.close(None)))
+    .or_else(|| search(ranges, 0, false))
+    .expect("a leaf's jumps reach its own returns")
+}
+
+/// A rule as `seccompiler` compiles it, without the two jumps it opens with (one over the
+/// other, which skips the rule: here nothing jumps to either). Its conditions jump past its
+/// end when one fails.
+fn rule_code(rule: SeccompRule) -> BpfProgram {
+  let mut code = BpfProgram::from(rule);
+  let opens_with_jumps = code.len() > 2
+    && code[0] == stmt(BPF_JMP_JA, 1)
+    && code[1].code == BPF_JMP_JA
+    && code[1].jt == 0
+    && code[1].jf == 0;
+  if opens_with_jumps {
+    code.drain(..2);
+  }
   code
 }
 
-/// The program for `listed`: each listed syscall fails with its errno where one of its rules
-/// matches (every call, for a syscall without rules); everything else is allowed.
-pub fn program(listed: BTreeMap<i64, Listed>) -> Result<BpfProgram, SeccompError> {
+/// The word a rule of one comparison loads and the value it compares it with, where the rule is
+/// `seccompiler`'s code for a single `Dword` `Eq` condition: `ld word; jeq value, 0, 1`, whose
+/// false branch skips the action's return that follows.
+fn one_comparison(code: &[sock_filter]) -> Option<(u32, u32)> {
+  match code {
+    [ld, eq] if ld.code == BPF_LD_W_ABS && eq.code == BPF_JMP_JEQ_K && (eq.jt, eq.jf) == (0, 1) => {
+      Some((ld.k, eq.k))
+    }
+    _ => None,
+  }
+}
+
+/// A listed syscall's block: each rule followed by the action's return (a rule that does not
+/// match falls through to the next), then "allow". Consecutive rules that each compare the same
+/// word with one value share one load and one return: `ld word; jeq v1; ...; jeq vn; ret`.
+fn block(rules: Vec<SeccompRule>, action: Action) -> BpfProgram {
+  let codes: Vec<BpfProgram> = rules.into_iter().map(rule_code).collect();
+  let mut block = Vec::new();
+  let mut i = 0;
+  while i < codes.len() {
+    let run: Vec<u32> = match one_comparison(&codes[i]) {
+      Some((word, _)) => codes[i..]
+        .iter()
+        .map_while(|c| {
+          one_comparison(c)
+            .filter(|&(w, _)| w == word)
+            .map(|(_, v)| v)
+        })
+        .take(usize::from(u8::MAX))
+        .collect(),
+      None => Vec::new(),
+    };
+    if run.len() > 1 {
+      block.push(stmt(
+        BPF_LD_W_ABS,
+        one_comparison(&codes[i]).expect("a run").0,
+      ));
+      for (j, &v) in run.iter().enumerate() {
+        // Equal: on to the return after the last comparison; else the next comparison, or
+        // past the return after the last.
+        let last = j + 1 == run.len();
+        block.push(jump(
+          BPF_JMP_JEQ_K,
+          v,
+          (run.len() - 1 - j) as u8,
+          u8::from(last),
+        ));
+      }
+      i += run.len();
+    } else {
+      block.extend(codes[i].iter().cloned());
+      i += 1;
+    }
+    block.push(ret(action.ret()));
+  }
+  block.push(ret(libc::SECCOMP_RET_ALLOW));
+  block
+}
+
+/// The program for `listed`: each listed syscall gets its action where one of its rules
+/// matches (every call, for a syscall without rules); everything else is allowed. A call of
+/// another arch gets `foreign`; an x32 call, EPERM.
+pub fn program(listed: BTreeMap<i64, Listed>, foreign: Action) -> Result<BpfProgram, SeccompError> {
   let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into()?;
   let audit_arch = match arch {
     seccompiler::TargetArch::x86_64 => AUDIT_ARCH_X86_64,
     seccompiler::TargetArch::aarch64 => AUDIT_ARCH_AARCH64,
     seccompiler::TargetArch::riscv64 => AUDIT_ARCH_RISCV64,
   };
-  let mut nrs = Vec::with_capacity(listed.len());
-  let mut blocks = Vec::with_capacity(listed.len());
-  for (nr, Listed { rules, errno }) in listed {
-    nrs.push(u32::try_from(nr).map_err(|_| SeccompError::Number(nr))?);
-    let mut block: Vec<sock_filter> = Vec::new();
-    if rules.is_empty() {
-      block.push(ret_errno(errno));
+  let mut ranges: Vec<Range> = Vec::with_capacity(listed.len());
+  let mut blocks: Vec<BpfProgram> = Vec::new();
+  for (nr, Listed { rules, action }) in listed {
+    let nr = u32::try_from(nr).map_err(|_| SeccompError::Number(nr))?;
+    let target = if rules.is_empty() {
+      Target::Ret(action.ret())
     } else {
-      for rule in rules {
-        // A rule's conditions jump past its end when one fails: onto the next rule.
-        block.extend(BpfProgram::from(rule));
-        block.push(ret_errno(errno));
+      let block = block(rules, action);
+      // Syscalls with the same rules and action share one block.
+      let i = blocks.iter().position(|b| *b == block).unwrap_or_else(|| {
+        blocks.push(block);
+        blocks.len() - 1
+      });
+      Target::Block(i)
+    };
+    match ranges.last_mut() {
+      Some(last)
+        if last.target == target && matches!(target, Target::Ret(_)) && last.hi + 1 == nr =>
+      {
+        last.hi = nr
       }
-      block.push(ret_allow());
+      _ => ranges.push(Range {
+        lo: nr,
+        hi: nr,
+        target,
+      }),
     }
-    blocks.push(block);
   }
 
   let mut prog = vec![
     stmt(BPF_LD_W_ABS, SECCOMP_DATA_ARCH),
     jump(BPF_JMP_JEQ_K, audit_arch, 1, 0),
-    stmt(BPF_RET_K, libc::SECCOMP_RET_KILL_PROCESS),
+    ret(foreign.ret()),
     stmt(BPF_LD_W_ABS, SECCOMP_DATA_NR),
   ];
   if arch == seccompiler::TargetArch::x86_64 {
@@ -167,9 +394,9 @@ pub fn program(listed: BTreeMap<i64, Listed>) -> Result<BpfProgram, SeccompError
     // would let `0x40000000 | SYS_socket` through where the kernel has x32.
     const X32_SYSCALL_BIT: u32 = 0x4000_0000;
     prog.push(jump(BPF_JMP_JGE_K, X32_SYSCALL_BIT, 0, 1));
-    prog.push(ret_errno(libc::EPERM));
+    prog.push(ret(Action::Errno(libc::EPERM).ret()));
   }
-  let tree = search(&nrs, 0, nrs.len());
+  let tree = tree(&ranges, &blocks.iter().map(Vec::len).collect::<Vec<_>>());
   let start = prog.len();
   let mut at = start + tree.insns.len();
   let mut block_at = Vec::with_capacity(blocks.len());
@@ -196,19 +423,19 @@ fn fits(len: usize) -> bool {
   len <= MAX_LEN
 }
 
-#[cfg(test)]
-pub(crate) mod tests {
-  use super::*;
-  use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition};
+/// Runs the programs here without loading them: the tests of this crate and of the
+/// supervisor's guard judge a program's verdicts with it.
+pub mod interpret {
+  use seccompiler::sock_filter;
 
   /// A classic BPF interpreter for the instructions seccomp programs here use: what the kernel
   /// would return for `data`. Panics on anything else, or on a jump out of the program.
-  pub(crate) fn run(prog: &[sock_filter], data: &libc::seccomp_data) -> u32 {
+  pub fn run(prog: &[sock_filter], data: &libc::seccomp_data) -> u32 {
     trace(prog, data).0
   }
 
   /// [`run`]'s verdict, and how many instructions it took to reach it.
-  pub(crate) fn trace(prog: &[sock_filter], data: &libc::seccomp_data) -> (u32, usize) {
+  pub fn trace(prog: &[sock_filter], data: &libc::seccomp_data) -> (u32, usize) {
     let word = |off: u32| -> u32 {
       let bytes: [u8; 64] = unsafe {
         // SAFETY: seccomp_data is 64 bytes of plain integers.
@@ -240,6 +467,13 @@ pub(crate) mod tests {
       }
     }
   }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+  use super::interpret::run;
+  use super::*;
+  use seccompiler::{SeccompCmpArgLen, SeccompCmpOp, SeccompCondition};
 
   fn data(nr: i64, args: [u64; 6]) -> libc::seccomp_data {
     libc::seccomp_data {
@@ -266,12 +500,12 @@ pub(crate) mod tests {
             nr,
             Listed {
               rules: vec![],
-              errno: (i % 100 + 1) as i32,
+              action: Action::Errno((i % 100 + 1) as i32),
             },
           )
         })
         .collect();
-      let prog = program(listed).unwrap();
+      let prog = program(listed, Action::Kill).unwrap();
       for nr in 0..1000i64 {
         let want = if nr % 3 == 1 && ((nr - 1) / 3) < count as i64 {
           libc::SECCOMP_RET_ERRNO | (((nr - 1) / 3) % 100 + 1) as u32
@@ -308,18 +542,18 @@ pub(crate) mod tests {
             SeccompRule::new(vec![eq(0, 100)]).unwrap(),
             SeccompRule::new(vec![eq(0, 200), eq(1, 9)]).unwrap(),
           ],
-          errno: libc::EPERM,
+          action: Action::Errno(libc::EPERM),
         },
       ),
       (
         libc::SYS_clone3,
         Listed {
           rules: vec![],
-          errno: libc::ENOSYS,
+          action: Action::Errno(libc::ENOSYS),
         },
       ),
     ]);
-    let prog = program(listed).unwrap();
+    let prog = program(listed, Action::Kill).unwrap();
     let perm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
     let k = |a0, a1| run(&prog, &data(libc::SYS_kill, [a0, a1, 0, 0, 0, 0]));
     assert_eq!(k(100, 0), perm);
@@ -332,15 +566,17 @@ pub(crate) mod tests {
     );
   }
 
-  /// Every syscall number below `n`, refused outright with EPERM.
-  fn every_nr_below(n: i64) -> BTreeMap<i64, Listed> {
+  /// Every even syscall number below `n`, refused outright with EPERM: no two of them make a
+  /// range, so each costs its own comparison.
+  fn every_other_nr_below(n: i64) -> BTreeMap<i64, Listed> {
     (0..n)
+      .step_by(2)
       .map(|nr| {
         (
           nr,
           Listed {
             rules: vec![],
-            errno: libc::EPERM,
+            action: Action::Errno(libc::EPERM),
           },
         )
       })
@@ -353,16 +589,18 @@ pub(crate) mod tests {
   fn a_program_over_the_kernels_bound_is_refused() {
     assert!(fits(4096));
     assert!(!fits(4097));
-    assert!(matches!(program(every_nr_below(5000)), Err(SeccompError::TooLong(n)) if n > 4096));
+    assert!(
+      matches!(program(every_other_nr_below(10_000), Action::Kill), Err(SeccompError::TooLong(n)) if n > 4096)
+    );
   }
 
   /// A search whose lower half is longer than a conditional jump reaches still lands right.
   #[test]
   fn long_halves_are_skipped_by_an_unconditional_jump() {
-    let prog = program(every_nr_below(600)).unwrap();
+    let prog = program(every_other_nr_below(1200), Action::Kill).unwrap();
     assert!(prog.iter().any(|i| i.code == BPF_JMP_JA && i.k > 255));
-    for nr in 0..700 {
-      let want = if nr < 600 {
+    for nr in 0..1300 {
+      let want = if nr < 1200 && nr % 2 == 0 {
         libc::SECCOMP_RET_ERRNO | libc::EPERM as u32
       } else {
         libc::SECCOMP_RET_ALLOW

@@ -473,6 +473,14 @@ impl Isolated {
     Some((b.program.clone(), v))
   }
 
+  /// Once the command runs as `leader`: the native backend holds the job's mount namespace
+  /// until this is dropped ([`Prepared::hold_namespace`]); bwrap's are its own.
+  pub fn hold_namespace(&mut self, leader: libc::pid_t) {
+    if let Isolated::Native(p) = self {
+      p.hold_namespace(leader);
+    }
+  }
+
   /// Applies the backend's child side. Call it only in a freshly forked, single-threaded child,
   /// right before exec. Async-signal-safe.
   pub fn apply_in_child(&self) -> Result<(), ChildFailed> {

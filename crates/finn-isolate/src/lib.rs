@@ -12,9 +12,11 @@ mod mounts;
 mod plan;
 mod prepare;
 mod probe;
+mod release;
 mod seccomp;
 mod userns;
 
+pub use bpf::interpret::run as run_filter;
 pub use bwrap::{
   Bwrapped, Isolated, VERIFY_BINDS_ARG, prepare_job, set_bind_verifier, verify_binds_main,
 };
@@ -32,4 +34,4 @@ pub use probe::{
   AbiMaxError, CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe,
   doctor, landlock_abi_max, probe,
 };
-pub use seccomp::{guard_helpers, seccomp_instructions};
+pub use seccomp::{guard_helpers, hand_over, seccomp_instructions};

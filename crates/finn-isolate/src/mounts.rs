@@ -308,10 +308,7 @@ impl<'a> RootFds<'a> {
 
 /// Everything read-only but the writable roots; nothing when `/` itself is writable (nothing
 /// left to protect, and a bind over the root directory is not seen from it).
-fn writable_steps(
-  writable: &[PathBuf],
-  roots: &RootFds,
-) -> Result<Vec<MountOp>, MountPlanError> {
+fn writable_steps(writable: &[PathBuf], roots: &RootFds) -> Result<Vec<MountOp>, MountPlanError> {
   if writable.iter().any(|w| w == Path::new("/")) {
     return Ok(Vec::new());
   }

@@ -14,6 +14,7 @@ use super::error::{IsolationError, Layer};
 use super::landlock::{self as ll, FsRules};
 use super::mounts::{self, MountOp};
 use super::plan::{Layers, Plan, ResolvedLimits};
+use super::release::Held;
 use super::seccomp::{self, SeccompRules};
 
 /// What was applied, for `ExecResult.isolation` and the audit log.
@@ -45,6 +46,9 @@ pub struct Prepared {
   /// names by then.
   pub(super) cwd_fd: Option<Arc<OwnedFd>>,
   report: IsolationReport,
+  /// The job's mount namespace, held by its reaper once the command runs and released off the
+  /// job's path when this is dropped (see `release.rs`).
+  held: Option<Held>,
 }
 
 impl Prepared {
@@ -68,6 +72,16 @@ impl Prepared {
       .as_ref()
       .map(JobCgroup::pids)
       .unwrap_or_default()
+  }
+
+  /// In the reaper, once the command runs as `leader` (its child, not yet reaped): takes a
+  /// reference to the job's mount namespace, so that the job's exit does not free it and wait
+  /// for the kernel's grace period there; dropping this releases it on another thread (see
+  /// `release.rs`). Nothing to hold without a mount namespace, or once `leader` has exited.
+  pub fn hold_namespace(&mut self, leader: libc::pid_t) {
+    if self.unshare_flags & libc::CLONE_NEWNS != 0 {
+      self.held = Held::of(leader);
+    }
   }
 
   /// Kills what is left in the job's cgroup and removes it (also done on drop).
@@ -150,6 +164,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     seccomp,
     cwd_fd: plan.checked.cwd.clone(),
     report: plan.report(),
+    held: None,
   })
 }
 

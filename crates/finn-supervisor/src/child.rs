@@ -22,8 +22,8 @@ pub fn start(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> Result<Pid, Errn
   posix_spawn(spec, stdout, stderr).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
 }
 
-/// A step run in the forked child just before `execve`. It runs in a copy of the reaper (a
-/// small single-threaded process), so it may allocate; an error aborts the start and comes back
+/// A step run in the forked child just before `execve`. It runs in a copy of the reaper's main
+/// thread (a small process: see `start_watched` on its other thread), so it may allocate; an error aborts the start and comes back
 /// from [`start_with`]: an isolation layer's as [`StartError::Layer`], any other as the spawn's
 /// errno.
 pub type PreExec<'a> = &'a dyn Fn() -> Result<(), ChildFailed>;
@@ -78,8 +78,11 @@ pub fn start_watched(
     None,
     SockFlag::SOCK_CLOEXEC,
   )?;
-  // SAFETY: the reaper is single-threaded, so the child is a consistent copy of it; the child
-  // only runs `exec_child`, which ends in `execve` or `_exit`.
+  // SAFETY: the child is a copy of this thread, consistent: the reaper's only other thread
+  // (`isolate`'s namespace releaser, after the first isolated job) takes no lock the child
+  // takes (it waits in `recvmsg` and closes fds in a file table of its own; glibc's fork holds
+  // malloc's locks across the fork). The child only runs `exec_child`, which ends in `execve`
+  // or `_exit`.
   match unsafe { nix::unistd::fork() }? {
     nix::unistd::ForkResult::Child => {
       use std::os::fd::AsRawFd;

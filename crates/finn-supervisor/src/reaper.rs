@@ -105,7 +105,10 @@ fn setup(
     me: std::process::id() as i32,
     idle,
     scoped,
-    watch: super::shield::watch_program(),
+    watch: super::shield::watch_program().map_err(|e| {
+      eprintln!("finn-supervisor: the watch's program: {e}");
+      nix::errno::Errno::EINVAL
+    })?,
   })
 }
 
@@ -291,6 +294,11 @@ impl Reaper {
         });
       }
     };
+    // Its mount namespace is then freed by the preparation's drop, on another thread, rather
+    // than by the job's last exit, whose reaping would wait for the kernel's grace period.
+    if let Some(p) = prepared.as_mut() {
+      p.hold_namespace(leader.as_raw());
+    }
     let mut life = Lifecycle::<()>::owner(
       deadline.map(|(at, _)| at),
       deadline.map_or(Duration::ZERO, |(_, grace)| grace),
