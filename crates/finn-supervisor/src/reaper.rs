@@ -304,7 +304,7 @@ impl Reaper {
       deadline.map_or(Duration::ZERO, |(_, grace)| grace),
       Some(drain),
     );
-    let mut job = Job {
+    let mut job = ReaperJob {
       leader,
       spare_leader: isolation.as_ref().is_some_and(|p| p.bwrap.is_some()),
       tree: Tree::new(self.me),
@@ -416,7 +416,7 @@ impl Reaper {
 
   /// Reaps every child that has exited; returns the leader's status if it was among them,
   /// and whether no child at all is left.
-  fn reap(&self, job: &Job) -> (Option<ExitStatus>, bool) {
+  fn reap(&self, job: &ReaperJob) -> (Option<ExitStatus>, bool) {
     let mut leader = None;
     loop {
       match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
@@ -436,7 +436,7 @@ impl Reaper {
 }
 
 /// What the reaper holds for the job it runs; its life is a [`Lifecycle`] in `run`.
-struct Job {
+struct ReaperJob {
   leader: Pid,
   /// The leader is the bwrap backend's outer bwrap: a graceful stop's SIGTERM goes to the
   /// command and the rest of the tree, not to it (the SIGKILL goes to all).
@@ -450,7 +450,7 @@ struct Job {
 
 const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
 
-impl Job {
+impl ReaperJob {
   fn host_gone(&mut self, life: &mut Lifecycle<()>) {
     self.host_gone = true;
     let stop = Stop {

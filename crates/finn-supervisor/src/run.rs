@@ -340,7 +340,7 @@ pub fn resume<R>(
     }
   }
   on_spawn(reaper.pid);
-  let mut job = Job {
+  let mut job = AddonJob {
     pipes: Pipes::new(Some(out_r), Some(err_r), limits.max_output_bytes),
     status: None,
     retired: false,
@@ -468,14 +468,14 @@ fn carry_out(supervisor: &Supervisor, reaper: &mut Reaper, actions: Actions) -> 
   Ok(())
 }
 
-struct Job {
+struct AddonJob {
   pipes: Pipes,
   status: Option<ExitStatus>,
   /// The reaper retired after the job (idle past its limit before we read the end).
   retired: bool,
 }
 
-impl Job {
+impl AddonJob {
   /// Until the tree is gone (or past the reap bound after a termination), as `life` says.
   /// `Err` when the reaper failed. `later` is done once due.
   fn supervise<R>(
@@ -562,7 +562,7 @@ mod tests {
   /// `supervise` of a job its reaper has answered, started at `start`, without a stop cell or
   /// deferred work: how it ended, and whether its tree was reported gone.
   fn supervise_plain(
-    job: &mut Job,
+    job: &mut AddonJob,
     sup: &Supervisor,
     reaper: &mut Reaper,
     limits: &RunLimits,
@@ -649,8 +649,8 @@ mod tests {
   }
 
   /// A job being supervised with `stdout` as its only open pipe, under a cap of `cap` bytes.
-  fn job_reading(stdout: Option<OwnedFd>, cap: usize) -> Job {
-    Job {
+  fn job_reading(stdout: Option<OwnedFd>, cap: usize) -> AddonJob {
+    AddonJob {
       pipes: Pipes::new(stdout, None, cap),
       status: None,
       retired: false,
