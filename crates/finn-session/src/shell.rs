@@ -29,7 +29,7 @@ use crate::protocol::{
 pub struct SessionConfig {
   /// The bash to run (an absolute path).
   pub shell: PathBuf,
-  /// The first shell's working directory; a restored shell takes the snapshot's.
+  /// The first shell's working directory; a restored shell takes the snapshot's `$PWD`.
   pub cwd: PathBuf,
   /// The first shell's whole environment; a restored shell gets the snapshot's exported
   /// variables instead.
@@ -75,6 +75,8 @@ pub struct CommandResult {
 pub enum SessionError {
   #[error("run a command containing a NUL byte (bash cannot hold one)")]
   NulInCommand,
+  #[error("start the shell in {0:?}: not a directory")]
+  Cwd(PathBuf),
   #[error("start the shell: {0}")]
   Spawn(io::Error),
   #[error("talk to the shell: {0}")]
@@ -121,6 +123,9 @@ struct Output {
 impl Session {
   /// Starts the shell and takes its first snapshot.
   pub fn start(config: SessionConfig) -> Result<Self, SessionError> {
+    if !config.cwd.is_dir() {
+      return Err(SessionError::Cwd(config.cwd));
+    }
     let dir = tempfile::Builder::new()
       .prefix("finn-session-")
       .tempdir()
@@ -290,12 +295,9 @@ impl Session {
     let pidfd = pidfd::open(pid.as_raw())?;
 
     let dir = self.dir.path().as_os_str().as_bytes();
-    let cwd: &Path = if fresh {
-      &self.config.cwd
-    } else {
-      Path::new(".")
-    };
-    let cwd = cwd.as_os_str().as_bytes();
+    // A restored shell starts here too, and the restore then moves it to the snapshot's `$PWD`
+    // (or leaves it here if that directory is gone).
+    let cwd = self.config.cwd.as_os_str().as_bytes();
     let mut script = File::from(script_w);
     let mut data = File::from(data_w);
     // Blocking writes: bash reads both at once, and they are a few hundred bytes.

@@ -47,7 +47,7 @@ fn stdout(s: &mut Session, cmd: &str) -> String {
 /// A command after a restart sees every kind of state the restore brings back.
 fn set_up_state(s: &mut Session, dir: &std::path::Path) {
   let cmd = format!(
-    "cd '{}' && export FOO='a b\nc' && plain=kept && declare -a arr=(x 'y z') && f() {{ echo \"f:$1\"; }} && alias hi='echo hello' && set -o pipefail && shopt -s extglob && unset LANG",
+    "cd '{}' && export FOO='a b\nc' && plain=kept && declare -a arr=(x 'y z') && f() {{ echo \"f:$1\"; }} && export -f f && readonly ro=fixed && alias hi='echo hello' && set -o pipefail && shopt -s extglob && unset LANG",
     dir.display()
   );
   assert_eq!(run(s, &cmd).status, CommandStatus::Exited(0));
@@ -61,6 +61,15 @@ fn assert_state_restored(s: &mut Session, dir: &std::path::Path) {
     "kept y z 2\n"
   );
   assert_eq!(stdout(s, "f 1"), "f:1\n");
+  assert_eq!(
+    stdout(s, "bash -c 'f 2'"),
+    "f:2\n",
+    "the function stays exported"
+  );
+  assert_eq!(
+    stdout(s, "echo $ro; readonly -p | grep -c ' ro='"),
+    "fixed\n1\n"
+  );
   assert_eq!(stdout(s, "hi"), "hello\n");
   assert_eq!(
     stdout(s, "shopt -q extglob && [[ -o pipefail ]] && echo on"),
@@ -333,4 +342,62 @@ fn an_echo_round_trip_is_timed() {
     "echo round trip: median {:?}, p90 {:?}, max {:?}",
     times[100], times[180], times[199]
   );
+}
+
+#[test]
+fn a_background_child_does_not_hold_the_command_open() {
+  let mut s = start();
+  let t = Instant::now();
+  let r = run(&mut s, "sleep 30 & echo $!");
+  assert!(t.elapsed() < Duration::from_secs(10));
+  let pid: i32 = String::from_utf8(r.stdout).unwrap().trim().parse().unwrap();
+  assert!(
+    std::path::Path::new(&format!("/proc/{pid}")).exists(),
+    "the child runs on"
+  );
+  assert_eq!(stdout(&mut s, "kill $!; wait $! ; echo $?"), "143\n");
+}
+
+#[test]
+fn a_missing_working_directory_is_refused_at_start() {
+  let r = Session::start(SessionConfig {
+    shell: bash(),
+    cwd: PathBuf::from("/nonexistent/finn-session"),
+    env: Vec::new(),
+  });
+  assert!(matches!(r, Err(SessionError::Cwd(_))));
+}
+
+#[test]
+fn the_first_shell_starts_in_the_given_directory_with_the_given_environment() {
+  let dir = tempfile::tempdir().unwrap();
+  let dir = dir.path().canonicalize().unwrap();
+  let mut s = Session::start(SessionConfig {
+    shell: bash(),
+    cwd: dir.clone(),
+    env: vec![
+      ("ONLY".into(), "this".into()),
+      ("PATH".into(), "/usr/bin:/bin".into()),
+    ],
+  })
+  .unwrap();
+  assert_eq!(
+    stdout(&mut s, "pwd; printenv ONLY; printenv HOME || echo no-home"),
+    format!("{}\nthis\nno-home\n", dir.display())
+  );
+}
+
+#[test]
+fn a_deleted_working_directory_falls_back_to_the_configured_one_on_restart() {
+  let home = tempfile::tempdir().unwrap();
+  let home = home.path().canonicalize().unwrap();
+  let mut s = start_in(home.clone());
+  let gone = home.join("gone");
+  run(
+    &mut s,
+    &format!("mkdir '{0}' && cd '{0}' && rmdir '{0}'", gone.display()),
+  );
+  let r = run(&mut s, "exit 0");
+  assert!(r.session_restarted);
+  assert_eq!(stdout(&mut s, "pwd -P"), format!("{}\n", home.display()));
 }
