@@ -96,7 +96,7 @@ __finn_sess_pre() {{
   if [[ -n $__finn_sess_flags ]]; then builtin set -"$__finn_sess_flags"; fi
 }}
 __finn_sess_post() {{
-  {{ builtin printf '%s %s\n' "$2" "$1"; builtin set +o; builtin printf '\0'; builtin shopt -p; builtin printf '\0'; builtin declare -p; builtin printf '\0'; builtin declare -f; builtin printf '\0'; builtin declare -F; builtin printf '\0'; builtin alias -p; builtin printf '\0'; }} >&"$__finn_sess_done" || :
+  {{ builtin printf '%s %s\n' "$2" "$1"; builtin set +o; builtin printf '\0'; builtin shopt -p; builtin umask -p; builtin printf '\0'; builtin declare -p; builtin printf '\0'; builtin declare -f; builtin printf '\0'; builtin declare -F; builtin printf '\0'; builtin alias -p; builtin printf '\0'; }} >&"$__finn_sess_done" || :
   __finn_sess_flags=$-
   builtin set +aeuvxET
   builtin export -n __finn_sess_flags
@@ -145,7 +145,7 @@ pub fn request(seq: u64, text_len: usize, stdin: StdinFrom) -> String {
 pub struct Snapshot {
   /// `set +o`: one `set -o name` / `set +o name` line per option.
   pub options: Vec<u8>,
-  /// `shopt -p`.
+  /// `shopt -p`, then `umask -p`.
   pub shopts: Vec<u8>,
   /// `declare -p`: every variable with its attributes.
   pub vars: Vec<u8>,
@@ -236,7 +236,8 @@ fn parse_header(header: &str) -> Option<(u64, i32)> {
 }
 
 /// The script a fresh shell evals to take on `snapshot`'s state: variables (exported ones
-/// keep `-x`), functions and their export, aliases, `shopt` options, the working directory
+/// keep `-x`), functions and their export, aliases, `shopt` options and the umask, the working
+/// directory
 /// (`$PWD` as restored, so a logical path through a symlink stays logical), and `set` options
 /// last, so that `-e` or `-u` cannot stop the restore half-way.
 pub fn restore_script(snapshot: &Snapshot) -> Vec<u8> {

@@ -428,12 +428,12 @@ impl Session {
     }
   }
 
-  /// Forgets the current shell, reaping it (it has exited or been killed).
+  /// Forgets the current shell: SIGKILL for what is left of its process group (its background
+  /// jobs belong to it and are not restored), then reaps it. Until it is reaped its pid, the
+  /// group's id, cannot be reused, so the signal reaches no stranger.
   fn reap(&mut self) {
     if let Some(shell) = self.shell.take() {
-      if !pidfd::exited(&shell.pidfd) {
-        let _ = killpg(shell.pid, Signal::SIGKILL);
-      }
+      let _ = killpg(shell.pid, Signal::SIGKILL);
       let _ = waitpid(shell.pid, None);
     }
   }

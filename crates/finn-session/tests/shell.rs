@@ -47,7 +47,7 @@ fn stdout(s: &mut Session, cmd: &str) -> String {
 /// A command after a restart sees every kind of state the restore brings back.
 fn set_up_state(s: &mut Session, dir: &std::path::Path) {
   let cmd = format!(
-    "cd '{}' && export FOO='a b\nc' && plain=kept && declare -a arr=(x 'y z') && f() {{ echo \"f:$1\"; }} && export -f f && readonly ro=fixed && alias hi='echo hello' && set -o pipefail && shopt -s extglob && unset LANG",
+    "cd '{}' && export FOO='a b\nc' && plain=kept && declare -a arr=(x 'y z') && f() {{ echo \"f:$1\"; }} && export -f f && readonly ro=fixed && alias hi='echo hello' && set -o pipefail && shopt -s extglob && umask 0027 && unset LANG",
     dir.display()
   );
   assert_eq!(run(s, &cmd).status, CommandStatus::Exited(0));
@@ -76,6 +76,7 @@ fn assert_state_restored(s: &mut Session, dir: &std::path::Path) {
     "on\n"
   );
   assert_eq!(stdout(s, "echo \"${LANG-unset}\""), "unset\n");
+  assert_eq!(stdout(s, "umask"), "0027\n");
 }
 
 #[test]
@@ -309,14 +310,7 @@ fn a_shell_killed_between_commands_is_replaced_before_the_next() {
     nix::sys::signal::Signal::SIGKILL,
   )
   .unwrap();
-  // Wait for the kill to land (pidfd, not a sleep).
-  let fd = finn_exec::pidfd::open(pid);
-  if let Ok(fd) = fd {
-    let mut p = [finn_exec::poll::watch(Some(
-      std::os::fd::AsRawFd::as_raw_fd(&fd),
-    ))];
-    finn_exec::poll::poll(&mut p, None);
-  }
+  assert!(exits(pid));
   let r = run(&mut s, "echo $kept");
   assert_eq!(r.stdout, b"1\n");
   assert!(r.session_restarted);
@@ -400,4 +394,46 @@ fn a_deleted_working_directory_falls_back_to_the_configured_one_on_restart() {
   let r = run(&mut s, "exit 0");
   assert!(r.session_restarted);
   assert_eq!(stdout(&mut s, "pwd -P"), format!("{}\n", home.display()));
+}
+
+#[test]
+fn set_e_persists_and_a_failure_under_it_restarts_with_it_still_on() {
+  let mut s = start();
+  assert_eq!(run(&mut s, "set -e").status, CommandStatus::Exited(0));
+  assert_eq!(
+    stdout(&mut s, "[[ $- == *e* ]] && echo errexit"),
+    "errexit\n"
+  );
+  let r = run(&mut s, "false; echo not-reached");
+  assert_eq!(r.status, CommandStatus::Exited(1));
+  assert!(r.stdout.is_empty());
+  assert!(r.session_restarted);
+  assert_eq!(
+    stdout(&mut s, "[[ $- == *e* ]] && echo errexit"),
+    "errexit\n"
+  );
+  run(&mut s, "set +e");
+  assert_eq!(run(&mut s, "false; echo reached").stdout, b"reached\n");
+}
+
+/// Waits (on a pidfd, bounded) until `pid` has exited.
+fn exits(pid: i32) -> bool {
+  let Ok(fd) = finn_exec::pidfd::open(pid) else {
+    return true;
+  };
+  let mut p = [finn_exec::poll::watch(Some(
+    std::os::fd::AsRawFd::as_raw_fd(&fd),
+  ))];
+  finn_exec::poll::poll(&mut p, Some(Instant::now() + Duration::from_secs(5)));
+  finn_exec::pidfd::exited(&fd)
+}
+
+#[test]
+fn background_jobs_die_with_the_shell_and_are_not_restored() {
+  let mut s = start();
+  let r = run(&mut s, "sleep 30 & echo $!; exit 0");
+  assert!(r.session_restarted);
+  let pid: i32 = String::from_utf8(r.stdout).unwrap().trim().parse().unwrap();
+  assert!(exits(pid), "the dead shell's background job is killed");
+  assert_eq!(stdout(&mut s, "jobs | wc -l"), "0\n");
 }
