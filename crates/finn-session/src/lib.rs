@@ -99,8 +99,7 @@
 //! included; a DEBUG trap that skips commands (`extdebug`) can skip the session's; a command
 //! that closes descriptors by number can close the session's saved copies. Traps set by the
 //! user (DEBUG, RETURN with `-T`) also run around the session's own code, with its output
-//! going nowhere. A command's text is read a byte at a time (bash's `read` on a pipe), which
-//! is fine for commands and slow for megabytes of script.
+//! going nowhere.
 //!
 //! # The interface for the supervisor
 //!

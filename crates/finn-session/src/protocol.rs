@@ -96,12 +96,12 @@ __finn_sess_pre() {{
   if [[ -n $__finn_sess_flags ]]; then builtin set -"$__finn_sess_flags"; fi
 }}
 __finn_sess_post() {{
+  builtin unset -v __finn_sess_cmd
   {{ builtin printf '%s %s\n' "$2" "$1"; builtin set +o; builtin printf '\0'; builtin shopt -p; builtin umask -p; builtin printf '\0'; builtin declare -p; builtin printf '\0'; builtin declare -f; builtin printf '\0'; builtin declare -F; builtin printf '\0'; builtin alias -p; builtin printf '\0'; }} >&"$__finn_sess_done" || :
   __finn_sess_flags=$-
   builtin set +aeuvxET
   builtin export -n __finn_sess_flags
   __finn_sess_flags=${{__finn_sess_flags//[!aeuvxET]/}}
-  builtin unset -v __finn_sess_cmd
 }}
 "#
   )

@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -540,16 +540,15 @@ fn read_into(fd: &OwnedFd, reader: &mut RecordReader) -> bool {
 /// Reads a fifo until it would block; closes it at EOF.
 fn drain(fd: &mut Option<OwnedFd>, into: &mut Vec<u8>) {
   let Some(f) = fd else { return };
-  let mut file = File::from(f.try_clone().expect("dup a fifo"));
   let mut buf = [0u8; 64 * 1024];
   loop {
-    match file.read(&mut buf) {
+    match nix::unistd::read(&*f, &mut buf) {
       Ok(0) => {
         *fd = None;
         return;
       }
       Ok(n) => into.extend_from_slice(&buf[..n]),
-      Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+      Err(nix::errno::Errno::EINTR) => {}
       Err(_) => return,
     }
   }

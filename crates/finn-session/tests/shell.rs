@@ -437,3 +437,22 @@ fn background_jobs_die_with_the_shell_and_are_not_restored() {
   assert!(exits(pid), "the dead shell's background job is killed");
   assert_eq!(stdout(&mut s, "jobs | wc -l"), "0\n");
 }
+
+#[test]
+fn stdout_and_stderr_past_a_pipe_s_capacity_are_both_read_while_the_command_runs() {
+  let mut s = start();
+  let r = run(
+    &mut s,
+    "head -c 300000 /dev/zero >&2; head -c 300001 /dev/zero; head -c 5 /dev/zero >&2",
+  );
+  assert_eq!((r.stdout.len(), r.stderr.len()), (300_001, 300_005));
+}
+
+#[test]
+fn a_long_command_text_arrives_whole() {
+  let mut s = start();
+  let text = format!("x='{}'; echo ${{#x}}", "y".repeat(100_000));
+  let t = Instant::now();
+  assert_eq!(stdout(&mut s, &text), "100000\n");
+  println!("a 100 kB command text: {:?}", t.elapsed());
+}
