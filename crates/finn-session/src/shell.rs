@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use finn_exec::{pidfd, poll};
+use finn_exec::{pidfd, poll, tree};
 use nix::fcntl::{FcntlArg, OFlag, fcntl, open};
 use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
 use nix::sys::signal::{SigSet, Signal, killpg};
@@ -41,7 +41,8 @@ pub struct SessionConfig {
 pub struct RunOptions {
   /// Bytes written to the command's stdin, then EOF. `None`: EOF at once (`/dev/null`).
   pub stdin: Option<Vec<u8>>,
-  /// After this the shell's process group is killed and the shell replaced. `None`: no limit.
+  /// After this the shell, its process group and its session are killed and the shell
+  /// replaced. `None`: no limit.
   pub timeout: Option<Duration>,
 }
 
@@ -174,10 +175,7 @@ impl Session {
         });
       }
       Exchange::ShellGone(status) => status,
-      Exchange::TimedOut => {
-        self.kill();
-        CommandStatus::TimedOut
-      }
+      Exchange::TimedOut => CommandStatus::TimedOut,
     };
     self.reap();
     self.respawn()?;
@@ -250,16 +248,16 @@ impl Session {
       .add_dup2(done_w.as_raw_fd(), DONE_FD)
       .map_err(to_io)?;
     let mut attr = PosixSpawnAttr::init().map_err(to_io)?;
-    // Its own process group, so that a timeout kills the command with the shell; default
-    // dispositions and an empty mask, so that an ignored SIGPIPE here is not inherited.
+    // Its own session (and so its own process group), so that what it starts is found by group
+    // or session even after it died and its children were reparented; default dispositions
+    // and an empty mask, so that an ignored SIGPIPE here is not inherited.
     attr
       .set_flags(
-        PosixSpawnFlags::POSIX_SPAWN_SETPGROUP
+        PosixSpawnFlags::from_bits_retain(libc::POSIX_SPAWN_SETSID.into())
           | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF
           | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK,
       )
       .map_err(to_io)?;
-    attr.set_pgroup(Pid::from_raw(0)).map_err(to_io)?;
     let mut defaults = SigSet::all();
     defaults.remove(Signal::SIGKILL);
     defaults.remove(Signal::SIGSTOP);
@@ -421,19 +419,19 @@ impl Session {
     }
   }
 
-  /// SIGKILL for the shell's process group (the shell and what it started in its group).
-  fn kill(&self) {
-    if let Some(shell) = &self.shell {
-      let _ = killpg(shell.pid, Signal::SIGKILL);
-    }
-  }
-
-  /// Forgets the current shell: SIGKILL for what is left of its process group (its background
-  /// jobs belong to it and are not restored), then reaps it. Until it is reaped its pid, the
-  /// group's id, cannot be reused, so the signal reaches no stranger.
+  /// Forgets the current shell: SIGKILL for what is left of its process group and session
+  /// (its background jobs belong to it and are not restored; under `set -m` they have groups of
+  /// their own in its session), then reaps it. Until it is reaped its pid, the group's and the
+  /// session's id, cannot be reused, so the signal reaches no stranger. A `setsid` escapee
+  /// whose parent has died is out of reach here: that is the reaper's tree walk.
   fn reap(&mut self) {
     if let Some(shell) = self.shell.take() {
       let _ = killpg(shell.pid, Signal::SIGKILL);
+      for pid in tree::escapees(&tree::scan(), shell.pid.as_raw()) {
+        if let Ok(fd) = pidfd::open(pid) {
+          pidfd::send_signal(&fd, Signal::SIGKILL);
+        }
+      }
       let _ = waitpid(shell.pid, None);
     }
   }
@@ -441,7 +439,6 @@ impl Session {
 
 impl Drop for Session {
   fn drop(&mut self) {
-    self.kill();
     self.reap();
   }
 }

@@ -456,3 +456,27 @@ fn a_long_command_text_arrives_whole() {
   assert_eq!(stdout(&mut s, &text), "100000\n");
   println!("a 100 kB command text: {:?}", t.elapsed());
 }
+
+#[test]
+fn a_timeout_under_job_control_kills_the_command_in_its_own_group() {
+  let mut s = start();
+  let opts = RunOptions {
+    timeout: Some(Duration::from_millis(300)),
+    ..RunOptions::default()
+  };
+  let r = s
+    .run(b"set -m; sh -c 'echo $$; exec sleep 30'", &opts)
+    .unwrap();
+  assert_eq!(r.status, CommandStatus::TimedOut);
+  let pid: i32 = String::from_utf8(r.stdout).unwrap().trim().parse().unwrap();
+  assert!(
+    exits(pid),
+    "the command in a group of its own is killed too"
+  );
+  let r = run(&mut s, "set -m; sleep 30 & echo $!; exit 0");
+  let pid: i32 = String::from_utf8(r.stdout).unwrap().trim().parse().unwrap();
+  assert!(
+    exits(pid),
+    "a job in a group of its own dies with the shell"
+  );
+}
