@@ -70,7 +70,9 @@
 //! sees the shell's pidfd readable before a record, reaps it (the status is the command's:
 //! [`CommandStatus::Exited`] or [`CommandStatus::Signaled`]), starts a fresh bash, and runs the
 //! restore as its first command; the result says `session_restarted: true`. A command past its
-//! timeout gets the same: SIGKILL for the shell's process group, then a fresh, restored shell.
+//! timeout gets the same: SIGKILL for the shell's process group and session (the shell is
+//! started with `setsid`, so jobs under `set -m`, in groups of their own, are found by session
+//! even once the shell is gone), then a fresh, restored shell.
 //!
 //! After every command the record carries a snapshot of the shell as bash prints it (`set +o`,
 //! `shopt -p`, `umask -p`, `declare -p`, `declare -f`, `declare -F`, `alias -p`), so the last
@@ -89,7 +91,7 @@
 //!
 //! Not restored: **traps** (a trap's text may name state that died with the shell, and an EXIT
 //! trap has already run: set them again), **background jobs** (they belonged to the dead shell;
-//! in the driver they die with its process group), the directory stack, `$!`, `$?`, `$_`,
+//! the driver kills them with its group and session), the directory stack, `$!`, `$?`, `$_`,
 //! history, the command hash table, resource limits, open descriptors the user made (`exec
 //! 3>file`) and `$0` (`/dev/fd/3`). A restore that itself ends the shell is dropped, and the
 //! shell starts from the configuration.
@@ -97,7 +99,8 @@
 //! Known limits, each ended by the command's timeout (and then a restore from the snapshot
 //! taken before it): `set -n` stops the shell from running anything, the session's code
 //! included; a DEBUG trap that skips commands (`extdebug`) can skip the session's; a command
-//! that closes descriptors by number can close the session's saved copies. Traps set by the
+//! that closes descriptors by number can close the session's saved copies, and one that reads
+//! the shell's script descriptor (255) can eat the session's next request. Traps set by the
 //! user (DEBUG, RETURN with `-T`) also run around the session's own code, with its output
 //! going nowhere.
 //!
@@ -120,10 +123,11 @@
 //!   (`finn_exec::lifecycle`'s module doc): writing a request is `CommandSent { seq, deadline }`,
 //!   a record with that `seq` is `CommandEnded { seq }`, the shell's pidfd is `LeaderExited`
 //!   (the shell is the session job's leader: the driver then restores), the deadline starts the
-//!   same termination. Today the driver's termination is a SIGKILL of the shell's process group
-//!   (a non-interactive bash runs its commands in its own group), so a timeout costs the shell
-//!   and a restore; ending only the command's tree, `setsid` escapees included, is the reaper's
-//!   tree walk, once the reaper owns the shell.
+//!   same termination. Today the driver's termination is a SIGKILL of the shell's group and
+//!   session, so a timeout costs the shell and a restore, and a `setsid` escapee whose parent
+//!   has died is out of its reach; ending only the command's tree, escapees included, is the
+//!   reaper's tree walk (as a subreaper, nothing of the tree leaves it), once the reaper owns
+//!   the shell.
 
 pub mod protocol;
 pub mod shell;
