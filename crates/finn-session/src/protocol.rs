@@ -191,26 +191,23 @@ impl RecordReader {
     let Some(nl) = self.buf.iter().position(|&b| b == b'\n') else {
       return Ok(None);
     };
-    let mut ends = Vec::with_capacity(SECTIONS);
-    for (i, &b) in self.buf.iter().enumerate().skip(nl + 1) {
-      if b == 0 {
-        ends.push(i);
-        if ends.len() == SECTIONS {
-          break;
+    let body = &self.buf[nl + 1..];
+    let mut sections = body.split(|&b| b == 0);
+    let mut parts: Vec<Vec<u8>> = Vec::with_capacity(SECTIONS);
+    let mut used = nl + 1;
+    while parts.len() < SECTIONS {
+      // `split` yields the text after the last NUL too: complete only if another NUL follows.
+      match sections.next() {
+        Some(part) if used + part.len() < self.buf.len() => {
+          used += part.len() + 1;
+          parts.push(part.to_vec());
         }
+        _ => return Ok(None),
       }
-    }
-    if ends.len() < SECTIONS {
-      return Ok(None);
     }
     let header = String::from_utf8_lossy(&self.buf[..nl]).into_owned();
     let (seq, status) = parse_header(&header).ok_or(ProtocolError::Header(header))?;
-    let mut start = nl + 1;
-    let mut parts = ends.iter().map(|&end| {
-      let part = self.buf[start..end].to_vec();
-      start = end + 1;
-      part
-    });
+    let mut parts = parts.into_iter();
     let mut next = || parts.next().unwrap_or_default();
     let snapshot = Snapshot {
       options: next(),
@@ -220,7 +217,6 @@ impl RecordReader {
       function_attrs: next(),
       aliases: next(),
     };
-    let used = ends[SECTIONS - 1] + 1;
     self.buf.drain(..used);
     Ok(Some(Record {
       seq,
@@ -419,6 +415,13 @@ mod tests {
     );
     assert_eq!(entries[0], b"declare -- a=\"x\ny\"");
     assert_eq!(entries[2], b"declare -- c=$'m\\'\nn'");
+  }
+
+  #[test]
+  fn a_backslash_ends_nothing_inside_single_quotes() {
+    let entries = var_entries(b"declare -- s='a\\'\ndeclare -- t=$'b\\'\nc'\ndeclare -- u=1");
+    let names: Vec<&[u8]> = entries.iter().filter_map(|e| var_name(e)).collect();
+    assert_eq!(names, vec![b"s".as_slice(), b"t", b"u"]);
   }
 
   #[test]
