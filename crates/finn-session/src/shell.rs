@@ -17,7 +17,7 @@ use nix::fcntl::{FcntlArg, OFlag, fcntl, open};
 use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
 use nix::sys::signal::{SigSet, Signal, killpg};
 use nix::sys::stat::Mode;
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid, waitpid};
 use nix::unistd::{Pid, mkfifo, pipe2};
 
 use crate::protocol::{
@@ -561,8 +561,10 @@ fn write_some(fd: &OwnedFd, bytes: &[u8]) -> usize {
   }
 }
 
+/// How the shell ended, read without reaping it: [`Session::reap`] still signals its group and
+/// session, whose ids stay the shell's until it is reaped.
 fn wait_status(pid: Pid) -> CommandStatus {
-  match waitpid(pid, None) {
+  match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
     Ok(WaitStatus::Exited(_, code)) => CommandStatus::Exited(code),
     Ok(WaitStatus::Signaled(_, sig, _)) => CommandStatus::Signaled(sig as i32),
     _ => CommandStatus::Signaled(Signal::SIGKILL as i32),
