@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -127,8 +128,10 @@ impl Session {
     if !config.cwd.is_dir() {
       return Err(SessionError::Cwd(config.cwd));
     }
+    // Only this user may open the fifos (another user could read a command's output).
     let dir = tempfile::Builder::new()
       .prefix("finn-session-")
+      .permissions(std::fs::Permissions::from_mode(0o700))
       .tempdir()
       .map_err(SessionError::Spawn)?;
     let mut session = Session {
@@ -141,6 +144,12 @@ impl Session {
     };
     session.respawn()?;
     Ok(session)
+  }
+
+  /// The directory the commands' fifos are made in: the shell must be able to open files in
+  /// it (an isolation plan allows it).
+  pub fn fifo_dir(&self) -> &Path {
+    self.dir.path()
   }
 
   /// The shell's pid (it changes when the shell is replaced).

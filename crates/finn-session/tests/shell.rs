@@ -480,3 +480,23 @@ fn a_timeout_under_job_control_kills_the_command_in_its_own_group() {
     "a job in a group of its own dies with the shell"
   );
 }
+
+#[test]
+fn the_fifo_directory_is_private_and_emptied_after_each_command() {
+  use std::os::unix::fs::PermissionsExt;
+  let mut s = start();
+  let dir = s.fifo_dir().to_path_buf();
+  assert_eq!(
+    std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+    0o700
+  );
+  run(&mut s, "echo x");
+  let stdin = RunOptions {
+    stdin: Some(b"y".to_vec()),
+    ..RunOptions::default()
+  };
+  s.run(b"cat", &stdin).unwrap();
+  assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+  drop(s);
+  assert!(!dir.exists());
+}
