@@ -20,7 +20,8 @@
 //!
 //! bash reads its script from fd 3 as from a script file (its own copy at fd 255,
 //! close-on-exec); the bootstrap moves 4 and 5 to descriptors bash picks itself (`{var}<&4`,
-//! so never a number the user has open) and defines two functions. A request is
+//! so never a number the user has open), closes every other descriptor it inherited, and
+//! defines two functions. A request is
 //!
 //! ```text
 //! __finn_sess_pre <len> && builtin eval -- "$__finn_sess_cmd" </dev/null >"$dir/o.<seq>" 2>"$dir/e.<seq>" {data}<&- {done}>&-; __finn_sess_post "$?" <seq>

@@ -74,7 +74,12 @@ const OPTIONS_NOT_RESTORED: &[&str] = &["noexec"];
 /// `shopt` options bash refuses to set.
 const SHOPTS_NOT_RESTORED: &[&str] = &["login_shell", "restricted_shell"];
 
-/// The code a fresh shell runs first; `dir_len` bytes of the fifo directory's path, then
+/// The code a fresh shell runs first. It keeps the data and done descriptors at numbers bash
+/// picks, and closes every other descriptor it inherited but its stdio and its script (fds 3
+/// to 5 included), so that no command inherits one. Its `exec`s are plain: only the `exec`
+/// word itself makes redirections permanent (`builtin exec` undoes them), and no user function
+/// exists yet.
+/// `dir_len` bytes of the fifo directory's path, then
 /// `cwd_len` bytes of the directory to start in, follow on [`DATA_FD`].
 ///
 /// `pre` reads a command's text and puts the user's `set` flags back; `post` runs right after
@@ -84,7 +89,12 @@ const SHOPTS_NOT_RESTORED: &[&str] = &["login_shell", "restricted_shell"];
 /// variables, `-e`/`-u` could end it, `-x`/`-v` trace it, `-E`/`-T` carry traps into it).
 pub fn bootstrap(dir_len: usize, cwd_len: usize) -> String {
   format!(
-    r#"builtin exec {{__finn_sess_data}}<&{DATA_FD} {{__finn_sess_done}}>&{DONE_FD} {DATA_FD}<&- {DONE_FD}>&- {SCRIPT_FD}<&-
+    r#"exec {{__finn_sess_data}}<&{DATA_FD} {{__finn_sess_done}}>&{DONE_FD}
+for __finn_sess_fd in /proc/self/fd/*; do
+  __finn_sess_fd=${{__finn_sess_fd##*/}}
+  case $__finn_sess_fd in 0|1|2|255|"$__finn_sess_data"|"$__finn_sess_done") ;; *) exec {{__finn_sess_fd}}>&- ;; esac
+done 2>/dev/null
+builtin unset -v __finn_sess_fd
 LC_ALL=C IFS= builtin read -r -N {dir_len} -u "$__finn_sess_data" __finn_sess_dir
 LC_ALL=C IFS= builtin read -r -N {cwd_len} -u "$__finn_sess_data" __finn_sess_cwd
 builtin cd -- "$__finn_sess_cwd"

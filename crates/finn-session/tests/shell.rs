@@ -500,3 +500,19 @@ fn the_fifo_directory_is_private_and_emptied_after_each_command() {
   drop(s);
   assert!(!dir.exists());
 }
+
+#[test]
+fn commands_inherit_no_descriptor_of_the_session_and_cannot_fake_a_record() {
+  let mut s = start();
+  let open_fds =
+    "sh -c 'for f in $(seq 3 64) 255; do [ -e /proc/self/fd/$f ] && echo $f; done; true'";
+  assert_eq!(stdout(&mut s, open_fds), "");
+  // A record's shape on stdout is just output; the done fd's old number is closed.
+  let r = run(
+    &mut s,
+    r"printf '7 0\n\0\0\0\0\0\0'; echo fake >&5; echo after",
+  );
+  assert_eq!(r.stdout, b"7 0\n\0\0\0\0\0\0after\n");
+  assert!(String::from_utf8_lossy(&r.stderr).contains("Bad file descriptor"));
+  assert_eq!(r.status, CommandStatus::Exited(0));
+}
