@@ -435,6 +435,15 @@ mod tests {
   }
 
   #[test]
+  fn empty_lines_are_no_entries_and_a_leading_quote_is_a_plain_one() {
+    assert_eq!(var_entries(b"a\n\nb\n"), vec![b"a".as_slice(), b"b"]);
+    assert_eq!(
+      var_entries(b"'x\\\ny'\nz"),
+      vec![b"'x\\\ny'".as_slice(), b"z"]
+    );
+  }
+
+  #[test]
   fn var_name_needs_a_declare_and_a_name() {
     assert_eq!(
       var_name(b"declare -x PATH=\"/bin\""),
