@@ -518,3 +518,18 @@ fn commands_inherit_no_descriptor_of_the_session_and_cannot_fake_a_record() {
   assert!(String::from_utf8_lossy(&r.stderr).contains("Bad file descriptor"));
   assert_eq!(r.status, CommandStatus::Exited(0));
 }
+
+#[test]
+fn exec_redirections_last_for_their_command_and_user_descriptors_persist() {
+  let dir = tempfile::tempdir().unwrap();
+  let file = dir.path().join("three");
+  let mut s = start();
+  let r = run(
+    &mut s,
+    &format!("exec >/dev/null 2>&1 7>'{}'; echo hidden", file.display()),
+  );
+  assert_eq!((r.stdout.len(), r.stderr.len()), (0, 0));
+  assert_eq!(stdout(&mut s, "echo visible; echo seven >&7"), "visible\n");
+  assert_eq!(std::fs::read_to_string(&file).unwrap(), "seven\n");
+  assert!(!run(&mut s, "true").session_restarted);
+}
