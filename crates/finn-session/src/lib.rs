@@ -68,9 +68,10 @@
 //! `exit 3` ends the shell with status 3; `exec prog` replaces it (the done fd closes, the
 //! program's status is the command's); `set -e` and a failure end it; so do a special
 //! builtin's error in posix mode, a signal, or anything that closes its script. The driver
-//! sees the shell's pidfd readable before a record, reaps it (the status is the command's:
-//! [`CommandStatus::Exited`] or [`CommandStatus::Signaled`]), starts a fresh bash, and runs the
-//! restore as its first command; the result says `session_restarted: true`. A command past its
+//! sees the shell's pidfd readable before a record, reads its status without reaping it (the
+//! status is the command's: [`CommandStatus::Exited`] or [`CommandStatus::Signaled`]), kills
+//! what is left of its group and session, reaps it, starts a fresh bash, and runs the restore
+//! as its first command; the result says `session_restarted: true`. A command past its
 //! timeout gets the same: SIGKILL for the shell's process group and session (the shell is
 //! started with `setsid`, so jobs under `set -m`, in groups of their own, are found by session
 //! even once the shell is gone), then a fresh, restored shell.
@@ -98,7 +99,7 @@
 //! shell starts from the configuration.
 //!
 //! Known limits, each ended by the command's timeout (and then a restore from the snapshot
-//! taken before it): `set -n` stops the shell from running anything, the session's code
+//! taken before it; without a timeout the driver waits): `set -n` stops the shell from running anything, the session's code
 //! included; a DEBUG trap that skips commands (`extdebug`) can skip the session's; a command
 //! that closes descriptors by number can close the session's saved copies, and one that reads
 //! the shell's script descriptor (255) can eat the session's next request. Traps set by the
