@@ -9,8 +9,6 @@
 //! [`DONE_FD`]. Only this module's fixed code and decimal numbers are ever written to the script
 //! descriptor.
 
-use std::fmt::Write as _;
-
 /// The descriptor bash reads its script (the bootstrap, then one request line per command) from.
 pub const SCRIPT_FD: i32 = 3;
 /// The descriptor a command's text (and the fifo directory's path) arrives on, as data.
@@ -345,16 +343,14 @@ pub fn var_name(entry: &[u8]) -> Option<&[u8]> {
   Some(&rest[..end]).filter(|n| !n.is_empty())
 }
 
-/// A record's header, as `post` writes it (for tests of the reader).
-pub fn header(seq: u64, status: i32) -> String {
-  let mut s = String::new();
-  let _ = writeln!(s, "{seq} {status}");
-  s
-}
-
 #[cfg(test)]
 mod tests {
   use super::*;
+
+  /// A record's header, as `post` writes it.
+  fn header(seq: u64, status: i32) -> String {
+    format!("{seq} {status}\n")
+  }
 
   fn record_bytes(seq: u64, status: i32, sections: [&str; SECTIONS]) -> Vec<u8> {
     let mut b = header(seq, status).into_bytes();
