@@ -440,6 +440,14 @@ mod tests {
   }
 
   #[test]
+  fn each_quote_ends_only_its_own_kind() {
+    let entries =
+      var_entries(b"declare -- a=\"it's\nok\"\ndeclare -- b=$'say \"x\nz'\ndeclare -- c=1");
+    let names: Vec<&[u8]> = entries.iter().filter_map(|e| var_name(e)).collect();
+    assert_eq!(names, vec![b"a".as_slice(), b"b", b"c"]);
+  }
+
+  #[test]
   fn var_name_needs_a_declare_and_a_name() {
     assert_eq!(
       var_name(b"declare -x PATH=\"/bin\""),
