@@ -38,7 +38,7 @@
 //! - **A session's long-lived shell** is a job whose leader is the shell, with no deadline of
 //!   its own but an idle one. A command written to it is an event (`CommandSent { seq,
 //!   deadline }`) that moves `Running` into a `Busy { seq, deadline }` phase and back on the
-//!   command's end (`CommandEnded { seq }`, read from the shell's marker): the shell outlives
+//!   command's end (`CommandEnded { seq }`, the record on the session's done fd, `finn-session`): the shell outlives
 //!   its commands, so a command's end is not `LeaderExited`. A command's deadline starts the
 //!   same termination for the command's own process group; the shell's exit, idle timeout or a
 //!   stop terminates the whole tree as for any job.
