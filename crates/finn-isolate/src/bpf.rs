@@ -273,7 +273,11 @@ fn tree(ranges: &[Range], blocks: &[usize]) -> Code {
 /// other, which skips the rule: here nothing jumps to either). Its conditions jump past its
 /// end when one fails.
 fn rule_code(rule: SeccompRule) -> BpfProgram {
-  let mut code = BpfProgram::from(rule);
+  without_opening_jumps(BpfProgram::from(rule))
+}
+
+/// `code` without `ja 1; ja k` at its start, where it opens so; as it is otherwise.
+fn without_opening_jumps(mut code: BpfProgram) -> BpfProgram {
   let opens_with_jumps = code.len() > 2
     && code[0] == stmt(BPF_JMP_JA, 1)
     && code[1].code == BPF_JMP_JA
@@ -581,6 +585,277 @@ pub(crate) mod tests {
         )
       })
       .collect()
+  }
+
+  /// A search too long for one set of returns (each leaf ends in its own) still reaches the
+  /// rule blocks after it, from any leaf.
+  #[test]
+  fn rule_blocks_are_reached_from_leaves_with_returns_of_their_own() {
+    let mut listed = every_other_nr_below(1200);
+    for nr in [1, 601, 1199] {
+      listed.insert(
+        nr,
+        Listed {
+          rules: vec![SeccompRule::new(vec![eq(0, 7)]).unwrap()],
+          action: Action::Errno(libc::EACCES),
+        },
+      );
+    }
+    let prog = program(listed, Action::Kill).unwrap();
+    let allows = prog
+      .iter()
+      .filter(|i| **i == ret(libc::SECCOMP_RET_ALLOW))
+      .count();
+    assert!(allows > 4, "a return of its own per leaf: {allows}");
+    for nr in 0..1300 {
+      for a0 in [0, 7] {
+        let want = if nr < 1200 && nr % 2 == 0 {
+          Action::Errno(libc::EPERM).ret()
+        } else if [1, 601, 1199].contains(&nr) && a0 == 7 {
+          Action::Errno(libc::EACCES).ret()
+        } else {
+          libc::SECCOMP_RET_ALLOW
+        };
+        assert_eq!(
+          run(&prog, &data(nr, [a0, 0, 0, 0, 0, 0])),
+          want,
+          "nr {nr} a0 {a0}"
+        );
+      }
+    }
+  }
+
+  /// A rule block too far for the search's conditional jumps is reached through an
+  /// unconditional one among the shared returns; a syscall's 300 one-comparison rules on one
+  /// word load it once per 255 comparisons.
+  #[test]
+  fn a_far_rule_block_is_reached_through_a_jump() {
+    let many: Vec<SeccompRule> = (0..300)
+      .map(|v| SeccompRule::new(vec![eq(0, v)]).unwrap())
+      .collect();
+    let listed = BTreeMap::from([
+      (
+        10,
+        Listed {
+          rules: many,
+          action: Action::Errno(libc::EPERM),
+        },
+      ),
+      (
+        20,
+        Listed {
+          rules: vec![SeccompRule::new(vec![eq(1, 9)]).unwrap()],
+          action: Action::Notify,
+        },
+      ),
+      (
+        30,
+        Listed {
+          rules: vec![],
+          action: Action::Errno(libc::ENOSYS),
+        },
+      ),
+    ]);
+    let prog = program(listed, Action::Kill).unwrap();
+    assert!(
+      prog.iter().any(|i| i.code == BPF_JMP_JA),
+      "a jump to a block"
+    );
+    let loads = prog
+      .iter()
+      .filter(|i| i.code == BPF_LD_W_ABS && i.k == 16)
+      .count();
+    assert_eq!(loads, 2, "one load per run of 255 comparisons");
+    for a0 in [0, 1, 150, 254, 255, 256, 299, 300, 1000] {
+      let want = if a0 < 300 {
+        Action::Errno(libc::EPERM).ret()
+      } else {
+        libc::SECCOMP_RET_ALLOW
+      };
+      assert_eq!(run(&prog, &data(10, [a0, 0, 0, 0, 0, 0])), want, "a0 {a0}");
+    }
+    assert_eq!(
+      run(&prog, &data(20, [0, 9, 0, 0, 0, 0])),
+      libc::SECCOMP_RET_USER_NOTIF
+    );
+    assert_eq!(
+      run(&prog, &data(20, [9, 0, 0, 0, 0, 0])),
+      libc::SECCOMP_RET_ALLOW
+    );
+    assert_eq!(
+      run(&prog, &data(30, [0; 6])),
+      Action::Errno(libc::ENOSYS).ret()
+    );
+    assert_eq!(run(&prog, &data(31, [0; 6])), libc::SECCOMP_RET_ALLOW);
+  }
+
+  /// A range that opens a leaf whose numbers are known to be at least its start costs one
+  /// comparison (past its end goes on), elsewhere two; each lands right.
+  #[test]
+  fn a_range_opening_a_leaf_costs_one_comparison() {
+    let perm = Action::Errno(libc::EPERM);
+    let listed: BTreeMap<i64, Listed> = [0, 2, 4, 6, 200, 202, 204]
+      .into_iter()
+      .chain(100..=110)
+      .chain(50..=52)
+      .map(|nr| {
+        (
+          nr,
+          Listed {
+            rules: vec![],
+            action: perm,
+          },
+        )
+      })
+      .collect();
+    let prog = program(listed, Action::Kill).unwrap();
+    let one = |k: u32| {
+      prog
+        .iter()
+        .any(|i| i.code == BPF_JMP_JGT_K && i.k == k && i.jt == 0)
+    };
+    // Nine ranges: leaves [0, 2, 4, 6], [50..=52, 100..=110] (at least 50 there), [200, 202,
+    // 204].
+    assert!(one(52), "50..=52 opens a leaf of numbers at least 50");
+    assert!(!one(110), "100..=110 does not open its leaf");
+    for nr in 0..300 {
+      let listed = [0, 2, 4, 6, 200, 202, 204].contains(&nr)
+        || (100..=110).contains(&nr)
+        || (50..=52).contains(&nr);
+      let want = if listed {
+        perm.ret()
+      } else {
+        libc::SECCOMP_RET_ALLOW
+      };
+      assert_eq!(run(&prog, &data(nr, [0; 6])), want, "nr {nr}");
+    }
+  }
+
+  /// Numbers next to each other are one range only where they get the same return: another
+  /// errno, or rules of their own, start a range of their own.
+  #[test]
+  fn neighbours_with_other_actions_are_not_one_range() {
+    let plain = |errno| Listed {
+      rules: vec![],
+      action: Action::Errno(errno),
+    };
+    let listed = BTreeMap::from([
+      (10, plain(libc::EPERM)),
+      (11, plain(libc::ENOSYS)),
+      (12, plain(libc::EPERM)),
+      (13, plain(libc::EPERM)),
+      (
+        14,
+        Listed {
+          rules: vec![SeccompRule::new(vec![eq(0, 7)]).unwrap()],
+          action: Action::Errno(libc::EPERM),
+        },
+      ),
+      (15, plain(libc::EPERM)),
+    ]);
+    let prog = program(listed, Action::Kill).unwrap();
+    let want = |nr: i64, a0: u64| match nr {
+      10 | 12 | 13 | 15 => Action::Errno(libc::EPERM).ret(),
+      11 => Action::Errno(libc::ENOSYS).ret(),
+      14 if a0 == 7 => Action::Errno(libc::EPERM).ret(),
+      _ => libc::SECCOMP_RET_ALLOW,
+    };
+    for nr in 0..30 {
+      for a0 in [0, 7] {
+        assert_eq!(
+          run(&prog, &data(nr, [a0, 0, 0, 0, 0, 0])),
+          want(nr, a0),
+          "nr {nr} a0 {a0}"
+        );
+      }
+    }
+  }
+
+  /// Only rules of one equality on one word share a load: an inequality, a bound, or an
+  /// equality on another word keeps its own code, and each still decides as compiled.
+  #[test]
+  fn only_equalities_on_one_word_share_a_load() {
+    let cond = |arg: u8, op: SeccompCmpOp, v: u64| {
+      SeccompRule::new(vec![
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v).unwrap(),
+      ])
+      .unwrap()
+    };
+    let perm = Action::Errno(libc::EPERM);
+    let listed = BTreeMap::from([
+      (
+        1,
+        Listed {
+          rules: vec![cond(0, SeccompCmpOp::Ne, 5), cond(0, SeccompCmpOp::Ne, 5)],
+          action: perm,
+        },
+      ),
+      (
+        2,
+        Listed {
+          rules: vec![cond(0, SeccompCmpOp::Ge, 10), cond(0, SeccompCmpOp::Ge, 20)],
+          action: perm,
+        },
+      ),
+      (
+        3,
+        Listed {
+          rules: vec![
+            cond(0, SeccompCmpOp::Eq, 1),
+            cond(0, SeccompCmpOp::Eq, 2),
+            cond(1, SeccompCmpOp::Eq, 3),
+          ],
+          action: perm,
+        },
+      ),
+    ]);
+    let prog = program(listed, Action::Kill).unwrap();
+    let loads_of_arg0 = prog
+      .iter()
+      .filter(|i| i.code == BPF_LD_W_ABS && i.k == 16)
+      .count();
+    assert_eq!(
+      loads_of_arg0, 5,
+      "two for 1, two for 2, one for 3's equalities"
+    );
+    for a0 in [0u64, 1, 2, 3, 5, 9, 10, 19, 20, 21] {
+      for a1 in [0u64, 3] {
+        let refused = |nr| run(&prog, &data(nr, [a0, a1, 0, 0, 0, 0])) == perm.ret();
+        assert_eq!(refused(1), a0 != 5, "1: {a0}");
+        assert_eq!(refused(2), a0 >= 10, "2: {a0}");
+        assert_eq!(refused(3), a0 == 1 || a0 == 2 || a1 == 3, "3: {a0} {a1}");
+      }
+    }
+  }
+
+  /// Only the two jumps `seccompiler` opens a rule with go: code that opens otherwise, or has
+  /// nothing after them, stays as it is.
+  #[test]
+  fn only_the_opening_jumps_of_a_rule_go() {
+    let x = jump(BPF_JMP_JEQ_K, 5, 0, 1);
+    let ja = |k| stmt(BPF_JMP_JA, k);
+    assert_eq!(
+      without_opening_jumps(vec![ja(1), ja(4), x.clone()]),
+      vec![x.clone()]
+    );
+    let mut cond_second = ja(4);
+    cond_second.jt = 1;
+    for kept in [
+      vec![ja(2), ja(4), x.clone()],
+      vec![ja(1), x.clone(), x.clone()],
+      vec![ja(1), cond_second.clone(), x.clone()],
+      vec![ja(1), jump(BPF_JMP_JA, 4, 0, 1), x.clone()],
+      vec![x.clone(), ja(4), x.clone()],
+      vec![ja(1), ja(4)],
+    ] {
+      assert_eq!(without_opening_jumps(kept.clone()), kept);
+    }
+    // What seccompiler makes of a rule does open so.
+    let rule = SeccompRule::new(vec![eq(0, 7)]).unwrap();
+    assert_eq!(
+      BpfProgram::from(rule.clone()).len(),
+      rule_code(rule).len() + 2
+    );
   }
 
   /// A program over the kernel's 4,096 instructions is refused here, naming its length, rather

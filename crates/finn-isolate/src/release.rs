@@ -257,6 +257,31 @@ mod tests {
     assert_eq!(n, 0);
   }
 
+  /// A full socket fails the message at once (the reaper never waits on the releasing
+  /// thread), and so does a socket whose reader is gone.
+  #[test]
+  fn a_message_to_a_full_or_closed_socket_fails_at_once() {
+    let (tx, rx) = socketpair(
+      AddressFamily::Unix,
+      SockType::SeqPacket,
+      None,
+      SockFlag::SOCK_CLOEXEC,
+    )
+    .unwrap();
+    let full = (0..1_000_000).find_map(|id| send(&tx, CLOSE, id, None).err());
+    assert_eq!(full, Some(nix::errno::Errno::EAGAIN));
+    drop(rx);
+    // EPIPE, or ECONNRESET where the reader left unread messages behind; no SIGPIPE either way.
+    let gone = send(&tx, CLOSE, 0, None).unwrap_err();
+    assert!(
+      matches!(
+        gone,
+        nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET
+      ),
+      "{gone}"
+    );
+  }
+
   /// A pid with no process holds nothing.
   #[test]
   fn a_missing_process_gives_nothing_to_hold() {

@@ -586,6 +586,7 @@ mod tests {
       theirs.iter().map(Vec::len).sum::<usize>(),
       theirs.len()
     );
+    assert!(ours[0].len() <= 140, "{} instructions", ours[0].len());
     let values: Vec<u64> = [
       0i64, 1, 2, 3, 8, 15, 0x8901, 0x8902, 4242, 4243, 77, 999, -4242, -77, -999, -1,
     ]
@@ -630,12 +631,68 @@ mod tests {
     }
   }
 
+  /// What the guard refuses, call by call, for supervisor 4242 in group 999: signals to it, to
+  /// its group (a negative pid) and to everyone (-1), and I/O signals and priorities aimed the
+  /// same way; the same numbers meaning another process or group pass.
+  #[test]
+  fn the_guard_refuses_the_guarded_pid_its_group_and_everyone() {
+    let prog = guard_helpers(&[4242], &[999]).unwrap();
+    let perm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let call = |nr: i64, args: [i64; 3]| {
+      let data = libc::seccomp_data {
+        nr: nr as i32,
+        arch: bpf::AUDIT_ARCH_X86_64,
+        instruction_pointer: 0,
+        args: [args[0] as u64, args[1] as u64, args[2] as u64, 0, 0, 0],
+      };
+      verdict(&prog, &data)
+    };
+    for (pid, refused) in [
+      (4242, true),
+      (-999, true),
+      (-1, true),
+      (999, false),
+      (-4242, false),
+      (77, false),
+    ] {
+      let want = if refused {
+        perm
+      } else {
+        libc::SECCOMP_RET_ALLOW
+      };
+      assert_eq!(call(libc::SYS_kill, [pid, 9, 0]), want, "kill {pid}");
+      assert_eq!(
+        call(libc::SYS_fcntl, [3, i64::from(libc::F_SETOWN), pid]),
+        want,
+        "F_SETOWN {pid}"
+      );
+    }
+    let (process, group) = (i64::from(libc::PRIO_PROCESS), i64::from(libc::PRIO_PGRP));
+    assert_eq!(call(libc::SYS_setpriority, [process, 4242, 19]), perm);
+    assert_eq!(call(libc::SYS_setpriority, [group, 999, 19]), perm);
+    assert_eq!(
+      call(libc::SYS_setpriority, [group, 4242, 19]),
+      libc::SECCOMP_RET_ALLOW
+    );
+    assert_eq!(
+      call(libc::SYS_setpriority, [process, 999, 19]),
+      libc::SECCOMP_RET_ALLOW
+    );
+    assert_eq!(call(libc::SYS_tgkill, [4242, 4242, 9]), perm);
+    assert_eq!(call(libc::SYS_tgkill, [77, 77, 9]), libc::SECCOMP_RET_ALLOW);
+    assert_eq!(
+      call(libc::SYS_pidfd_send_signal, [3, 9, 0]),
+      libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
+    );
+  }
+
   /// The sandbox filter's instruction counts, printed for `npm run bench` to quote and kept
   /// small: the kernel emulates the program per syscall number at every load.
   #[test]
   fn the_sandbox_filter_is_one_short_program() {
     let rules = SeccompRules::STRICTEST;
     let ours = compile(rules).unwrap();
+    assert_eq!(seccomp_instructions(), ours[0].len());
     let theirs = reference(listed(rules).unwrap());
     let their_len: usize = theirs.iter().map(Vec::len).sum();
     println!(
@@ -654,6 +711,9 @@ mod tests {
     println!("read is allowed in {steps} steps");
     assert_eq!(verdict, libc::SECCOMP_RET_ALLOW);
     assert!(steps <= 16, "{steps} steps");
+    // Every instruction costs at each job's load: a longer layout of the same rules fails here
+    // (a rule more may move the bound, by what it costs).
+    assert!(ours[0].len() <= 103, "{} instructions", ours[0].len());
   }
 
   /// The time a child takes from fork to exit when it installs `progs` first: the kernel's
