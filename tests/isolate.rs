@@ -1,4 +1,4 @@
-//! finn-isolate against real processes: each attack runs from inside a shell started with
+//! The isolation layers against real processes: each attack runs from inside a shell started with
 //! `pre_exec(|| prepared.apply_in_child())`, and is judged from the host (files, listeners,
 //! /proc), never from the command's own output. Each attack also runs with `mode: "off"`, where
 //! it must succeed: that proves the probe can fail.

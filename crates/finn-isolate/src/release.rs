@@ -11,8 +11,8 @@
 //! `/proc/<leader>/ns/mnt`), and hands it at once to a thread of this process, which keeps it:
 //! the job's exit then drops a reference that is not the last. Once the tree is gone, dropping
 //! the [`Held`] asks that thread to close it, and the grace period is waited for there. The
-//! namespace is the job's own, as before, with the same mounts; only the moment and the thread
-//! that free it change.
+//! namespace and its mounts are the job's own; this decides only when, and on which thread,
+//! the kernel frees it.
 //!
 //! The thread keeps a file table of its own (`unshare(CLONE_FILES)`), holding only the end of
 //! the socket it receives on and the namespaces it keeps: those are never in the process's
