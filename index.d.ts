@@ -190,6 +190,30 @@ export declare class PoolError extends Error {
   constructor(code: PoolErrorCode, message: string, options?: ErrorOptions)
 }
 
+/** Error codes of `SessionError`; each value equals its name. */
+export declare const SessionErrorCode: {
+  /** The session was destroyed: the call came after `destroy()`, or was running or queued when it was called. */
+  readonly ESESSIONDESTROYED: 'ESESSIONDESTROYED'
+  /** A wait ran past its `timeoutMs` (a command's own timeout is a result, not this error). */
+  readonly ETIMEDOUT: 'ETIMEDOUT'
+  /** The process waited on exited first. */
+  readonly EPROCESSEXITED: 'EPROCESSEXITED'
+  /** A path does not exist (a bad `cwd`). */
+  readonly ENOENT: 'ENOENT'
+  /** A bad argument (a NUL in a command, a bad env name, a bad option value); the message names the option. */
+  readonly EINVAL: 'EINVAL'
+  /** The caller's AbortSignal fired. */
+  readonly ABORT_ERR: 'ABORT_ERR'
+}
+export type SessionErrorCode = (typeof SessionErrorCode)[keyof typeof SessionErrorCode]
+
+/** Every rejection of a session is a `SessionError`. */
+export declare class SessionError extends Error {
+  readonly name: 'SessionError'
+  readonly code: SessionErrorCode
+  constructor(code: SessionErrorCode, message: string, options?: ErrorOptions)
+}
+
 /** A command refused by the sandbox's policy. */
 export declare class SandboxError extends Error {
   readonly name: 'SandboxError'

@@ -35,8 +35,8 @@ function loadNative() {
   }
 }
 
-// Every code comes from the addon (the Rust enum `PoolErrorCode`); native errors carry theirs
-// as a `code` property set in Rust.
+// Every code comes from the addon (the Rust enums `PoolErrorCode` and `SessionErrorCode`);
+// native errors carry theirs as a `code` property set in Rust.
 const codes = native.errorCodes()
 
 /** @type {Readonly<Record<string, string>>} */
@@ -46,6 +46,17 @@ class PoolError extends Error {
   constructor(code, message, options) {
     super(message, options)
     this.name = 'PoolError'
+    this.code = code
+  }
+}
+
+/** @type {Readonly<Record<string, string>>} */
+const SessionErrorCode = Object.freeze(Object.fromEntries(codes.session.map((code) => [code, code])))
+
+class SessionError extends Error {
+  constructor(code, message, options) {
+    super(message, options)
+    this.name = 'SessionError'
     this.code = code
   }
 }
@@ -685,6 +696,8 @@ class ToolSandbox {
 module.exports.PoolErrorCode = PoolErrorCode
 module.exports.PoolError = PoolError
 module.exports.SandboxError = SandboxError
+module.exports.SessionErrorCode = SessionErrorCode
+module.exports.SessionError = SessionError
 module.exports.WorkerPool = WorkerPool
 module.exports.AuditLog = AuditLog
 module.exports.FilesystemJail = FilesystemJail

@@ -136,13 +136,18 @@ export declare class NativeWorkerPool {
 /** Per layer: available, why not, what fixes it, as JSON: `index.js`'s `doctor()`. */
 export declare function doctorJson(): string
 
-/** The codes, read once by `index.js` (its `PoolErrorCode` is built from them). */
+/**
+ * The codes, read once by `index.js` (its `PoolErrorCode` and `SessionErrorCode` are built from
+ * them).
+ */
 export declare function errorCodes(): ErrorCodes
 
 /** Every code an error of the addon can carry. */
 export interface ErrorCodes {
   /** `PoolErrorCode`, in its order. */
   pool: Array<string>
+  /** `SessionErrorCode`, in its order. */
+  session: Array<string>
   /** The code of a sandbox refusal. */
   sandbox: string
 }

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { expect, test } from 'vitest'
-import { PoolError, PoolErrorCode, SandboxError, ToolSandbox, AuditLog, WorkerPool } from '../index.js'
+import { PoolError, PoolErrorCode, SandboxError, SessionError, SessionErrorCode, ToolSandbox, AuditLog, WorkerPool } from '../index.js'
 
 const native = createRequire(import.meta.url)('../native.js') as typeof import('../native.js')
 const codes = native.errorCodes()
@@ -19,6 +19,23 @@ test('index.js and index.d.ts list exactly the codes of the Rust enum, in its or
   expect(block, 'index.d.ts declares PoolErrorCode').not.toBeNull()
   const declared = [...block![1].matchAll(/readonly (\w+): '(\w+)'/g)].map((m) => [m[1], m[2]])
   expect(declared).toEqual(codes.pool.map((code) => [code, code]))
+})
+
+test('SessionErrorCode: index.js and index.d.ts list exactly the codes of the Rust enum, in its order', () => {
+  expect(codes.session).toEqual(['ESESSIONDESTROYED', 'ETIMEDOUT', 'EPROCESSEXITED', 'ENOENT', 'EINVAL', 'ABORT_ERR'])
+  expect(Object.entries(SessionErrorCode)).toEqual(codes.session.map((code) => [code, code]))
+  const dts = readFileSync(join(import.meta.dirname, '..', 'index.d.ts'), 'utf8')
+  const block = /export declare const SessionErrorCode: \{([\s\S]*?)\n\}/.exec(dts)
+  expect(block, 'index.d.ts declares SessionErrorCode').not.toBeNull()
+  const declared = [...block![1].matchAll(/readonly (\w+): '(\w+)'/g)].map((m) => [m[1], m[2]])
+  expect(declared).toEqual(codes.session.map((code) => [code, code]))
+})
+
+test('SessionError is an Error with name SessionError and its code', () => {
+  const err = new SessionError(SessionErrorCode.EINVAL, 'options.timeoutMs must be a positive integer')
+  expect(err).toBeInstanceOf(Error)
+  expect(err).toBeInstanceOf(SessionError)
+  expect([err.name, err.code, err.message]).toEqual(['SessionError', 'EINVAL', 'options.timeoutMs must be a positive integer'])
 })
 
 function thrown(f: () => unknown): Error & { code?: unknown } {

@@ -136,7 +136,7 @@ describe('packaging', () => {
     const out = JSON.parse(stdout)
     expect(out.stdout).toBe('esm\n')
     expect(out.names).toEqual(
-      expect.arrayContaining(['PoolError', 'PoolErrorCode', 'SandboxError', 'WorkerPool', 'ToolSandbox', 'FilesystemJail', 'SecretRedactor', 'AuditLog', 'createExecutor', 'WorkerExecutor', 'ChildProcessExecutor', 'DisabledExecutor']),
+      expect.arrayContaining(['PoolError', 'PoolErrorCode', 'SandboxError', 'WorkerPool', 'ToolSandbox', 'FilesystemJail', 'SecretRedactor', 'AuditLog', 'createExecutor', 'WorkerExecutor', 'ChildProcessExecutor', 'DisabledExecutor', 'SessionError', 'SessionErrorCode']),
     )
     expect(out.classes).toEqual(Array(7).fill('function'))
     expect(out.executor).toBe('WorkerExecutor')

@@ -7,6 +7,7 @@ use napi::bindgen_prelude::JsError;
 use napi_derive::napi;
 
 use finn_pool::{PoolError, PoolErrorCode};
+use finn_session::SessionErrorCode;
 
 /// The `code` of a sandbox refusal (`index.js` turns it into a `SandboxError`).
 pub const SANDBOX_ERROR: &str = "SANDBOX_ERROR";
@@ -55,15 +56,19 @@ pub fn sandbox_error(env: &Env, message: impl ToString) -> napi::Error {
 pub struct ErrorCodes {
   /// `PoolErrorCode`, in its order.
   pub pool: Vec<&'static str>,
+  /// `SessionErrorCode`, in its order.
+  pub session: Vec<&'static str>,
   /// The code of a sandbox refusal.
   pub sandbox: &'static str,
 }
 
-/// The codes, read once by `index.js` (its `PoolErrorCode` is built from them).
+/// The codes, read once by `index.js` (its `PoolErrorCode` and `SessionErrorCode` are built from
+/// them).
 #[napi]
 pub fn error_codes() -> ErrorCodes {
   ErrorCodes {
     pool: PoolErrorCode::ALL.iter().map(|c| c.as_str()).collect(),
+    session: SessionErrorCode::ALL.iter().map(|c| c.as_str()).collect(),
     sandbox: SANDBOX_ERROR,
   }
 }

@@ -5,6 +5,7 @@
 //!
 //! - [`protocol`]: the bytes, with no process: the bootstrap, the request line for one command,
 //!   the completion record and its reader, the restore script built from a snapshot.
+//! - [`code`]: [`SessionErrorCode`], the codes JS's `SessionError` carries.
 //! - [`shell`]: a blocking driver ([`Session`]) that spawns bash, runs commands over the
 //!   protocol with `ppoll`, and replaces a dead shell; the cargo tests run it against real bash.
 //!
@@ -131,7 +132,9 @@
 //!   reaper's tree walk (as a subreaper, nothing of the tree leaves it), once the reaper owns
 //!   the shell.
 
+pub mod code;
 pub mod protocol;
 pub mod shell;
 
+pub use code::SessionErrorCode;
 pub use shell::{CommandResult, CommandStatus, RunOptions, Session, SessionConfig, SessionError};
