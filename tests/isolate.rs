@@ -1069,3 +1069,136 @@ fn a_writable_file_root_stays_writable() {
     assert!(exists(&j.root.join("mine")), "{o}: {}", r.stderr);
   }
 }
+
+/// The host's view of the network namespace `net`: its links, addresses and a sysctl, read by
+/// `ip` and `cat` started in it.
+fn view_of(net: &finn_sandbox::core::isolate::SharedNet) -> String {
+  use std::os::fd::AsRawFd;
+  let fd = net.as_fd().as_raw_fd();
+  let mut cmd = Command::new("/bin/sh");
+  cmd.args([
+    "-c",
+    "ip -o link show; ip -o addr show; ip route show table all; \
+     cat /proc/sys/net/ipv4/ping_group_range /proc/sys/net/ipv4/ip_unprivileged_port_start",
+  ]);
+  // SAFETY: setns on an fd this process holds; no allocation.
+  unsafe {
+    cmd.pre_exec(move || {
+      if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+        return Err(std::io::Error::last_os_error());
+      }
+      Ok(())
+    });
+  }
+  let out = cmd.output().unwrap();
+  assert!(out.status.success(), "{out:?}");
+  String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Jobs of one reaper enter the same network namespace (`SharedNet`), so one job must leave
+/// nothing in it that the next could see. Job A, uid 0 with its capabilities dropped, with
+/// landlock and seccomp off so that only the namespaces and mounts hold (netlink allowed):
+/// brings `lo` up, adds an address and a route, and writes the namespace's sysctls, through the
+/// host's `/proc` (made read-only by the mount namespace) and through a pid namespace's fresh
+/// `/proc`. The host then finds the namespace as it was made.
+#[test]
+fn a_shared_network_namespace_keeps_nothing_of_one_job_for_the_next() {
+  use finn_sandbox::core::isolate::{Layers, SharedNet};
+  if !probe().sys_admin {
+    // SharedNet is made only by a reaper with CAP_SYS_ADMIN; without it each job makes its
+    // own network namespace inside its own user namespace.
+    assert!(SharedNet::new().is_err(), "made without CAP_SYS_ADMIN");
+    return;
+  }
+  if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
+    eprintln!("skipped: no `ip` (iproute2) to attack and inspect the namespace with");
+    return;
+  }
+  let net = SharedNet::new().unwrap();
+  let pristine = view_of(&net);
+  assert!(pristine.contains("lo:"), "{pristine}");
+  let ns = Layers {
+    mountns: true,
+    netns: true,
+    ..Layers::default()
+  };
+  let attack = "export PATH=/usr/sbin:/usr/bin:/sbin:/bin; readlink /proc/self/ns/net >&2; \
+    ip link set lo up; ip addr add 10.77.0.1/8 dev lo; ip route add 10.78.0.0/16 dev lo; \
+    ip link add finn0 type dummy; \
+    echo '0 2147483647' > /proc/sys/net/ipv4/ping_group_range; \
+    echo 80 > /proc/sys/net/ipv4/ip_unprivileged_port_start; \
+    echo 1 > /proc/sys/net/ipv4/conf/all/forwarding; exit 0";
+  for layers in [ns, Layers { pidns: true, ..ns }] {
+    let j = jail();
+    let opts = IsolationOptions::from_json(json!({"mode": "auto", "network": "allow",
+      "namespaces": {"pid": layers.pidns, "net": true}}))
+    .unwrap();
+    let plan = Plan {
+      layers,
+      ..Plan::resolve(&opts, &j.root, probe()).unwrap().unwrap()
+    };
+    let mut p = prepare(&plan).unwrap();
+    assert!(p.may_share_net(), "{layers:?}");
+    p.enter_net(&net);
+    let p = Arc::new(p);
+    let hook = p.clone();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.args(["-c", attack]).current_dir(&j.root);
+    // SAFETY: apply_in_child is async-signal-safe.
+    unsafe {
+      cmd.pre_exec(move || hook.apply_in_child().map_err(std::io::Error::from));
+    }
+    let out = cmd.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+      stderr.starts_with(&format!("net:[{}]", net.inode())),
+      "the job ran in the shared namespace: {stderr}"
+    );
+    assert_eq!(
+      view_of(&net),
+      pristine,
+      "{layers:?}: the next job would see this; the job said: {stderr}"
+    );
+  }
+}
+
+/// A job that could write the network namespace's sysctls does not share one: without a mount
+/// namespace `/proc/sys` is writable for uid 0, and with `/proc` among the writable roots too.
+#[test]
+fn a_job_that_could_change_a_shared_network_namespace_makes_its_own() {
+  use finn_sandbox::core::isolate::Layers;
+  let j = jail();
+  let opts = IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"net": true}}));
+  let Ok(Some(plan)) = Plan::resolve(&opts.unwrap(), &j.root, probe()) else {
+    assert!(!can_ns(), "a network namespace can be made here");
+    return;
+  };
+  let with = |layers: Layers, writable: &[&str]| {
+    let mut plan = Plan {
+      layers,
+      ..plan.clone()
+    };
+    plan
+      .writable
+      .extend(writable.iter().map(std::path::PathBuf::from));
+    prepare(&plan).unwrap().may_share_net()
+  };
+  let ns = Layers {
+    netns: true,
+    mountns: true,
+    userns: plan.layers.userns,
+    ..Layers::default()
+  };
+  assert_eq!(with(ns, &[]), !plan.layers.userns);
+  assert!(!with(
+    Layers {
+      mountns: false,
+      ..ns
+    },
+    &[]
+  ));
+  for writable in ["/", "/proc", "/proc/sys/net"] {
+    assert!(!with(ns, &[writable]), "{writable}");
+  }
+  assert!(!with(Layers { netns: false, ..ns }, &[]));
+}

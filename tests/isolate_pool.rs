@@ -164,3 +164,91 @@ async fn a_fork_bomb_in_the_reaper_is_bounded_and_its_cgroup_removed() {
   assert!(!group.exists(), "the job's cgroup {group:?} outlived it");
   p.shutdown().await;
 }
+
+/// The links, addresses, routes and two sysctls of the network namespace `net`, read by `ip`
+/// and `cat` started in it from the host.
+fn net_view(net: &std::fs::File) -> String {
+  use std::os::fd::AsRawFd;
+  use std::os::unix::process::CommandExt;
+  let fd = net.as_raw_fd();
+  let mut cmd = std::process::Command::new("/bin/sh");
+  cmd.args([
+    "-c",
+    "export PATH=/usr/sbin:/usr/bin:/sbin:/bin; ip -o link show; ip -o addr show; \
+     ip route show table all; \
+     cat /proc/sys/net/ipv4/ping_group_range /proc/sys/net/ipv4/ip_unprivileged_port_start",
+  ]);
+  // SAFETY: setns on an fd this process holds; no allocation.
+  unsafe {
+    cmd.pre_exec(move || {
+      if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+        return Err(std::io::Error::last_os_error());
+      }
+      Ok(())
+    });
+  }
+  let out = cmd.output().unwrap();
+  assert!(out.status.success(), "{out:?}");
+  String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Sequential jobs of one reaper enter the one network namespace it holds, not the host's; a job
+/// that tries to change it (`lo` up, an address, a route, a device, sysctls) as uid 0 with
+/// the network allowed leaves it as it was made, for the next job. Judged from the host, in the
+/// namespace the reaper holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reapers_jobs_share_one_network_namespace_that_no_job_changes() {
+  if !probe().sys_admin {
+    eprintln!("skipped: a reaper shares a network namespace only with CAP_SYS_ADMIN");
+    return;
+  }
+  if !Path::new("/usr/sbin/ip").exists() && !Path::new("/sbin/ip").exists() {
+    eprintln!("skipped: no `ip` (iproute2) to attack and inspect the namespace with");
+    return;
+  }
+  let p = pool(None);
+  let d = dirs();
+  let iso = json!({"mode": "auto", "network": "allow", "namespaces": {"net": true}});
+  // The reaper is the command's parent (no pid namespace here).
+  let who = "echo $PPID $(readlink /proc/self/ns/net)";
+  let ran = |r: JobResult| {
+    let line = r.stdout.lines().last().unwrap_or_default().to_owned();
+    let (reaper, ns) = line.split_once(' ').expect("pid and namespace");
+    (reaper.parse::<i32>().unwrap(), ns.to_owned(), r.stderr)
+  };
+  let (reaper, ns, _) = ran(
+    run(&p, job(who, &d.jail, Some(iso.clone())).unwrap())
+      .await
+      .unwrap(),
+  );
+  assert_ne!(
+    std::fs::read_link("/proc/self/ns/net")
+      .unwrap()
+      .to_string_lossy(),
+    ns,
+    "a namespace of the job's own, not the host's"
+  );
+  // The namespace as the reaper holds it, opened from its fd table.
+  let held = std::fs::read_dir(format!("/proc/{reaper}/fd"))
+    .unwrap()
+    .flatten()
+    .find(|e| std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy() == ns))
+    .map(|e| std::fs::File::open(e.path()).unwrap())
+    .expect("the reaper holds the job's network namespace");
+  let pristine = net_view(&held);
+  let attack = format!(
+    "export PATH=/usr/sbin:/usr/bin:/sbin:/bin; ip link set lo up; \
+     ip addr add 10.77.0.1/8 dev lo; ip route add 10.78.0.0/16 dev lo; \
+     ip link add finn0 type dummy; echo '0 2147483647' > /proc/sys/net/ipv4/ping_group_range; \
+     echo 80 > /proc/sys/net/ipv4/ip_unprivileged_port_start; {who}"
+  );
+  let (again, ns_again, said) = ran(
+    run(&p, job(&attack, &d.jail, Some(iso.clone())).unwrap())
+      .await
+      .unwrap(),
+  );
+  assert_eq!(again, reaper, "an idle reaper runs the next job");
+  assert_eq!(ns_again, ns, "the reaper's jobs share its namespace");
+  assert_eq!(net_view(&held), pristine, "the job said: {said}");
+  p.shutdown().await;
+}

@@ -481,6 +481,19 @@ impl Isolated {
     }
   }
 
+  /// Whether the job may enter its reaper's network namespace: the native backend's
+  /// [`Prepared::may_share_net`]; bwrap makes its own.
+  pub fn may_share_net(&self) -> bool {
+    matches!(self, Isolated::Native(p) if p.may_share_net())
+  }
+
+  /// [`Prepared::enter_net`] for the native backend; nothing for bwrap.
+  pub fn enter_net(&mut self, net: &crate::SharedNet) {
+    if let Isolated::Native(p) = self {
+      p.enter_net(net);
+    }
+  }
+
   /// Applies the backend's child side. Call it only in a freshly forked, single-threaded child,
   /// right before exec. Async-signal-safe.
   pub fn apply_in_child(&self) -> Result<(), ChildFailed> {

@@ -49,6 +49,13 @@ impl Prepared {
         check(unsafe { libc::unshare(flag) }.into()).map_err(failed(layer))?;
       }
     }
+    if let Some(net) = &self.net {
+      use std::os::fd::AsRawFd;
+      // The reaper's empty network namespace instead of a new one (`netns.rs`).
+      // SAFETY: setns on an fd owned by `self`.
+      check(unsafe { libc::setns(net.as_raw_fd(), libc::CLONE_NEWNET) }.into())
+        .map_err(failed(Layer::Netns))?;
+    }
     if let Some((uid_map, gid_map)) = &self.id_maps {
       // Without CAP_SYS_ADMIN: the namespaces were made inside a fresh user namespace, where we
       // hold every capability until they are dropped below. Map our own ids to themselves;
@@ -154,19 +161,8 @@ fn enter_pid_namespace() -> Result<(), Errno> {
       {
         return Err(Errno::last());
       }
-      let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
-      if libc::mount(
-        c"proc".as_ptr(),
-        c"/proc".as_ptr(),
-        c"proc".as_ptr(),
-        flags,
-        std::ptr::null(),
-      ) != 0
-      {
-        return Err(Errno::last());
-      }
     }
-    return Ok(());
+    return mount_proc();
   }
   // SAFETY: the waiter only closes fds, sets signal dispositions, waits and exits.
   unsafe {
@@ -198,6 +194,47 @@ fn enter_pid_namespace() -> Result<(), Errno> {
       libc::_exit(128 + sig);
     }
     libc::_exit(libc::WEXITSTATUS(status));
+  }
+}
+
+/// Mounts a fresh `/proc` for the pid namespace the caller is pid 1 of, with its `sys` bound
+/// read-only over itself: uid 0 writes sysctls by their owner bits, without any capability, and
+/// the mount namespace made every other mount read-only already (a job may share its reaper's
+/// network namespace only while `/proc/sys/net` is read-only for it: `netns.rs`).
+fn mount_proc() -> Result<(), Errno> {
+  let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+  // SAFETY: static NUL-terminated strings and integers only.
+  unsafe {
+    check(
+      libc::mount(
+        c"proc".as_ptr(),
+        c"/proc".as_ptr(),
+        c"proc".as_ptr(),
+        flags,
+        std::ptr::null(),
+      )
+      .into(),
+    )?;
+    check(
+      libc::mount(
+        c"/proc/sys".as_ptr(),
+        c"/proc/sys".as_ptr(),
+        std::ptr::null(),
+        libc::MS_BIND | libc::MS_REC,
+        std::ptr::null(),
+      )
+      .into(),
+    )?;
+    check(
+      libc::mount(
+        std::ptr::null(),
+        c"/proc/sys".as_ptr(),
+        std::ptr::null(),
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+        std::ptr::null(),
+      )
+      .into(),
+    )
   }
 }
 

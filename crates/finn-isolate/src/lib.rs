@@ -9,6 +9,7 @@ mod child;
 mod error;
 mod landlock;
 mod mounts;
+mod netns;
 mod plan;
 mod prepare;
 mod probe;
@@ -28,6 +29,7 @@ pub use finn_job::isolation::{
   Readable, ResourceLimits, default_deny_read,
 };
 pub use landlock::{fence_tracing, scope_signals};
+pub use netns::SharedNet;
 pub use plan::{CheckedRoots, Layers, Plan, ResolvedLimits, open_checked};
 pub use prepare::{IsolationReport, Prepared, prepare};
 pub use probe::{

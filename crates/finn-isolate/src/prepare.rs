@@ -13,6 +13,7 @@ use super::cgroup::{CgroupEvents, JobCgroup};
 use super::error::{IsolationError, Layer};
 use super::landlock::{self as ll, FsRules};
 use super::mounts::{self, MountOp};
+use super::netns::SharedNet;
 use super::plan::{Layers, Plan, ResolvedLimits};
 use super::release::Held;
 use super::seccomp::{self, SeccompRules};
@@ -33,6 +34,11 @@ pub struct Prepared {
   /// `uid_map` and `gid_map` lines for a user namespace: our ids mapped to themselves.
   pub(super) id_maps: Option<(CString, CString)>,
   pub(super) mounts: Vec<MountOp>,
+  /// The reaper's network namespace, entered with `setns` instead of a new one
+  /// ([`Prepared::enter_net`]).
+  pub(super) net: Option<Arc<OwnedFd>>,
+  /// The job could not change a network namespace it shares (see `netns.rs`).
+  net_shareable: bool,
   /// Fork once more after `unshare(CLONE_NEWPID)`: the command runs as pid 1 of the namespace,
   /// its parent stays behind to pass on the exit status.
   pub(super) pidns: bool,
@@ -81,6 +87,24 @@ impl Prepared {
   pub fn hold_namespace(&mut self, leader: libc::pid_t) {
     if self.unshare_flags & libc::CLONE_NEWNS != 0 {
       self.held = Held::of(leader);
+    }
+  }
+
+  /// Whether the job may enter its reaper's network namespace ([`SharedNet`]) instead of making
+  /// one: it asked for a network namespace, the reaper can enter one without a user namespace
+  /// of the job's own, and nothing the job can write changes the namespace (`/proc/sys` is
+  /// read-only for it; see `netns.rs`).
+  pub fn may_share_net(&self) -> bool {
+    self.unshare_flags & libc::CLONE_NEWNET != 0 && self.id_maps.is_none() && self.net_shareable
+  }
+
+  /// Enters `net` in the child instead of making a network namespace. Only for a job that
+  /// [`may_share_net`](Self::may_share_net), in a reaper that runs one job at a time and starts
+  /// the next only once this one's tree is gone.
+  pub fn enter_net(&mut self, net: &SharedNet) {
+    if self.may_share_net() {
+      self.net = Some(net.0.clone());
+      self.unshare_flags &= !libc::CLONE_NEWNET;
     }
   }
 
@@ -156,6 +180,8 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     unshare_flags: unshare_flags(plan.layers),
     id_maps,
     mounts,
+    net: None,
+    net_shareable: proc_sys_read_only(plan),
     pidns: plan.layers.pidns,
     // Root holds CAP_SETPCAP; so does anyone inside their own user namespace.
     drop_bounding: plan.drop_bounding || plan.layers.userns,
@@ -166,6 +192,18 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     report: plan.report(),
     held: None,
   })
+}
+
+/// `/proc/sys` is read-only for the job: its mount namespace makes every mount read-only but
+/// the writable roots, and none of them is `/proc`, below it or above it (a pid namespace's
+/// fresh `/proc` binds its `sys` read-only in the child).
+fn proc_sys_read_only(plan: &Plan) -> bool {
+  let proc = std::path::Path::new("/proc");
+  plan.layers.mountns
+    && !plan
+      .writable
+      .iter()
+      .any(|w| proc.starts_with(w) || w.starts_with(proc))
 }
 
 /// The rlimits the child sets: no core dumps, the limits asked for, and without a memory cgroup

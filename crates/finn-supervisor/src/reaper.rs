@@ -30,7 +30,7 @@ use super::wire::Conn;
 use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
 use finn_exec::poll::{earliest, poll, watch};
 use finn_exec::{ExitStatus, SpawnSpec, Stop};
-use finn_isolate::{CheckedRoots, Plan, prepare_job};
+use finn_isolate::{CheckedRoots, Plan, SharedNet, prepare_job};
 
 /// Why the reaper must exit.
 struct Gone;
@@ -57,6 +57,12 @@ struct Reaper {
   /// The seccomp program that hands a command's calls on other processes to this reaper,
   /// for jobs that no landlock scope covers (`shield::watch_program`).
   watch: Vec<libc::sock_filter>,
+  /// The empty network namespace its jobs enter (`finn_isolate::SharedNet`), made at the first
+  /// job that may share one. Sound because this reaper runs one job at a time and starts the
+  /// next only once the previous one's tree is gone; `None` where it cannot be made (each job
+  /// then makes its own).
+  net: Option<SharedNet>,
+  net_tried: bool,
 }
 
 /// Runs the reaper on `conn` (its socket to the addon) until the addon or the supervisor goes
@@ -109,6 +115,8 @@ fn setup(
       eprintln!("finn-supervisor: the watch's program: {e}");
       nix::errno::Errno::EINVAL
     })?,
+    net: None,
+    net_tried: false,
   })
 }
 
@@ -257,6 +265,15 @@ impl Reaper {
         });
       }
     };
+    if let Some(p) = prepared.as_mut().filter(|p| p.may_share_net()) {
+      if !self.net_tried {
+        self.net_tried = true;
+        self.net = SharedNet::new().ok();
+      }
+      if let Some(net) = &self.net {
+        p.enter_net(net);
+      }
+    }
     // The bwrap backend execs bwrap, which runs the command.
     let wrapped = prepared.as_ref().and_then(|p| {
       let (program, argv) = p.wrap(&spec.program, &spec.argv, &spec.cwd)?;
