@@ -1202,3 +1202,33 @@ fn a_job_that_could_change_a_shared_network_namespace_makes_its_own() {
   }
   assert!(!with(Layers { netns: false, ..ns }, &[]));
 }
+
+/// A preparation whose pid namespace is made at the fork refuses to start a child that the fork
+/// did not make pid 1 of it (a start path that forked the usual way, or after the guard was
+/// dropped): that child would mount the /proc of the namespace it is in, the host's.
+#[test]
+fn a_pid_namespace_asked_of_the_fork_refuses_a_child_outside_it() {
+  if !probe().sys_admin {
+    // Inside a user namespace the child makes the pid namespace itself; nothing is asked of
+    // the fork.
+    return;
+  }
+  let j = jail();
+  let opts = IsolationOptions::from_json(json!({"mode": "auto", "namespaces": {"pid": true}}));
+  let plan = Plan::resolve(&opts.unwrap(), &j.root, probe())
+    .unwrap()
+    .unwrap();
+  let mut p = prepare(&plan).unwrap();
+  let guard = p.pid_namespace_at_fork().expect("made at the fork as root");
+  drop(guard);
+  let p = Arc::new(p);
+  let mut cmd = Command::new("/bin/true");
+  cmd.current_dir(&j.root);
+  // SAFETY: apply_in_child is async-signal-safe.
+  unsafe {
+    cmd.pre_exec(move || p.apply_in_child().map_err(std::io::Error::from));
+  }
+  // std's pre_exec passes on the errno alone (the reaper's start path reports the layer too).
+  let err = cmd.status().expect_err("refused before exec");
+  assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
+}

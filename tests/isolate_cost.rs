@@ -409,6 +409,8 @@ fn one_job_layer_by_layer() {
           };
           let t1 = now_ns();
           shared.set(u64::MAX);
+          // As the reaper does: a pid namespace made by the fork itself.
+          let at_fork = prepared.pid_namespace_at_fork();
           let timed = || {
             let t = now_ns();
             let r = prepared.apply_in_child();
@@ -416,6 +418,7 @@ fn one_job_layer_by_layer() {
             r
           };
           let pid = child::start_with(&spec, out, out, &timed).unwrap();
+          drop(at_fork);
           // As the reaper does once the command runs.
           prepared.hold_namespace(pid.as_raw());
           reap(pid);

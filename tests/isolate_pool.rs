@@ -252,3 +252,109 @@ async fn a_reapers_jobs_share_one_network_namespace_that_no_job_changes() {
   assert_eq!(net_view(&held), pristine, "the job said: {said}");
   p.shutdown().await;
 }
+
+/// Pids of processes whose command line holds `token`.
+fn pids_with(token: &str) -> Vec<i32> {
+  std::fs::read_dir("/proc")
+    .unwrap()
+    .flatten()
+    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    .filter(|pid| {
+      std::fs::read(format!("/proc/{pid}/cmdline"))
+        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+    })
+    .collect()
+}
+
+/// As root the reaper's fork makes a job's pid namespace: the command is pid 1 there and the
+/// reaper's own child, with no waiter between them. Its `setsid` children are gone when the
+/// job settles (a /proc scan for their token), its exit status passes through, and the
+/// reaper's next fork is back in the host's pid namespace: a job without one sees the host's,
+/// and a job with one gets a new one again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pid_namespace_made_at_the_fork_holds_one_job_and_no_more() {
+  if !probe().sys_admin && !probe().userns {
+    eprintln!("skipped: no pid namespace can be made here (no CAP_SYS_ADMIN, no user namespace)");
+    return;
+  }
+  let p = pool(None);
+  let d = dirs();
+  let host = std::fs::read_link("/proc/self/ns/pid").unwrap();
+  let host = host.to_string_lossy();
+  let pidns = json!({"mode": "auto", "namespaces": {"pid": true}});
+  // The command's parent is the reaper, whose parent is the supervisor, this process's child.
+  let token = format!("3600.{}9", std::process::id());
+  let running = p
+    .submit(job(&format!("exec sleep {token}"), &d.jail, Some(pidns.clone())).unwrap())
+    .unwrap();
+  let until = std::time::Instant::now() + Duration::from_secs(10);
+  let command = loop {
+    if let Some(&pid) = pids_with(&token).first() {
+      break pid;
+    }
+    assert!(
+      std::time::Instant::now() < until,
+      "the command never showed"
+    );
+    std::thread::sleep(Duration::from_millis(1));
+  };
+  let parent = |pid: i32| -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.split(' ').nth(1).unwrap().parse().unwrap()
+  };
+  let reaper = parent(command);
+  assert_eq!(
+    parent(parent(reaper)),
+    std::process::id() as i32,
+    "no waiter between the command {command} and its reaper {reaper}"
+  );
+  nix::sys::signal::kill(
+    nix::unistd::Pid::from_raw(command),
+    nix::sys::signal::Signal::SIGKILL,
+  )
+  .unwrap();
+  let r = tokio::time::timeout(Duration::from_secs(20), running.result)
+    .await
+    .unwrap()
+    .unwrap()
+    .unwrap();
+  assert_eq!(r.exit_code, 128 + libc::SIGKILL, "{r:?}");
+  let mut seen = Vec::new();
+  for (i, isolation) in [pidns.clone(), json!({"mode": "auto"}), pidns]
+    .into_iter()
+    .enumerate()
+  {
+    let token = format!("3600.{}{i}", std::process::id());
+    let script = format!(
+      "setsid sleep {token} >/dev/null 2>&1 & echo $$ $(readlink /proc/self/ns/pid); exit 7"
+    );
+    let r = run(&p, job(&script, &d.jail, Some(isolation.clone())).unwrap())
+      .await
+      .unwrap();
+    assert_eq!(r.exit_code, 7, "{isolation}: {}", r.stderr);
+    let line = r.stdout.trim().to_owned();
+    let (pid, ns) = line.split_once(' ').expect("pid and namespace");
+    let in_pidns = isolation["namespaces"]["pid"] == json!(true);
+    if in_pidns {
+      assert_eq!(pid, "1", "{isolation}: the command is pid 1: {line}");
+      assert_ne!(ns, host, "{isolation}");
+      assert!(
+        pids_with(&token).is_empty(),
+        "the setsid child died with the namespace"
+      );
+    } else {
+      assert_ne!(pid, "1");
+      assert_eq!(ns, host, "back in the host's pid namespace: {line}");
+      for pid in pids_with(&token) {
+        let _ = nix::sys::signal::kill(
+          nix::unistd::Pid::from_raw(pid),
+          nix::sys::signal::Signal::SIGKILL,
+        );
+      }
+    }
+    seen.push(ns.to_owned());
+  }
+  assert_ne!(seen[0], seen[2], "each job gets a new pid namespace");
+  p.shutdown().await;
+}

@@ -487,6 +487,14 @@ impl Isolated {
     matches!(self, Isolated::Native(p) if p.may_share_net())
   }
 
+  /// [`Prepared::pid_namespace_at_fork`] for the native backend; bwrap makes its own.
+  pub fn pid_namespace_at_fork(&mut self) -> Option<crate::PidnsAtFork> {
+    match self {
+      Isolated::Native(p) => p.pid_namespace_at_fork(),
+      Isolated::Bwrap(_) => None,
+    }
+  }
+
   /// [`Prepared::enter_net`] for the native backend; nothing for bwrap.
   pub fn enter_net(&mut self, net: &crate::SharedNet) {
     if let Isolated::Native(p) = self {

@@ -65,7 +65,16 @@ impl Prepared {
       write_file(c"/proc/self/gid_map", gid_map).map_err(failed(Layer::Userns))?;
     }
     mounts::apply(&self.mounts).map_err(failed(Layer::Mountns))?;
-    if self.pidns {
+    if self.pidns_at_fork {
+      // The fork made this process pid 1 of its namespace; anything else is a start path
+      // that did not fork as `pid_namespace_at_fork` asked, and would mount another
+      // namespace's /proc.
+      // SAFETY: getpid takes nothing.
+      if unsafe { libc::getpid() } != 1 {
+        return Err(LayerFailed::new(Layer::Pidns, Errno::EINVAL));
+      }
+      mount_proc().map_err(failed(Layer::Pidns))?;
+    } else if self.pidns {
       enter_pid_namespace().map_err(failed(Layer::Pidns))?;
     }
     cloexec_from_3().map_err(failed(Layer::Privileges))?;

@@ -31,7 +31,7 @@ pub use finn_job::isolation::{
 pub use landlock::{fence_tracing, scope_signals};
 pub use netns::SharedNet;
 pub use plan::{CheckedRoots, Layers, Plan, ResolvedLimits, open_checked};
-pub use prepare::{IsolationReport, Prepared, prepare};
+pub use prepare::{IsolationReport, PidnsAtFork, Prepared, prepare};
 pub use probe::{
   AbiMaxError, CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe,
   doctor, landlock_abi_max, probe,

@@ -290,6 +290,9 @@ impl Reaper {
     let watched = (!self.scoped && !isolation.as_deref().is_some_and(Plan::scopes_signals))
       .then_some(self.watch.as_slice());
     let (o, e) = (out.as_raw_fd(), err.as_raw_fd());
+    // A pid namespace is made by the fork itself: the command is then this reaper's child and
+    // pid 1 there, with no waiter between them. The guard puts later forks back here.
+    let pidns_at_fork = prepared.as_mut().and_then(|p| p.pid_namespace_at_fork());
     let started = match (&prepared, watched) {
       (Some(p), _) => child::start_watched(spec, o, e, &|| p.apply_in_child(), watched),
       (None, Some(_)) => child::start_watched(spec, o, e, &|| Ok(()), watched),
@@ -297,6 +300,7 @@ impl Reaper {
         .map(|pid| (pid, None))
         .map_err(StartError::Spawn),
     };
+    drop(pidns_at_fork);
     // The child has its own copies; ours would keep the addon from ever seeing EOF.
     drop((out, err));
     let (leader, listener) = match started {
