@@ -388,8 +388,9 @@ struct NamespaceRule {
   without: &'static str,
 }
 
-/// Not by default: seccomp (every non-Unix socket) and landlock (TCP) already deny the network,
-/// and a fresh network namespace costs 0.3-0.6 ms more per exec (README).
+/// Not by default: seccomp (every non-Unix socket) and landlock (TCP) already deny the network.
+/// As root a job enters its reaper's namespace (`netns.rs`); inside a user namespace it makes
+/// one of its own, about 0.3 ms more per exec.
 const NETNS: NamespaceRule = NamespaceRule {
   name: "netns",
   by_default: false,
