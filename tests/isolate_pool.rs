@@ -236,8 +236,11 @@ async fn a_reapers_jobs_share_one_network_namespace_that_no_job_changes() {
     .map(|e| std::fs::File::open(e.path()).unwrap())
     .expect("the reaper holds the job's network namespace");
   let pristine = net_view(&held);
+  // It also leaves a `setsid` process behind, holding the namespace.
+  let token = format!("3600.{}7", std::process::id());
   let attack = format!(
-    "export PATH=/usr/sbin:/usr/bin:/sbin:/bin; ip link set lo up; \
+    "setsid sleep {token} >/dev/null 2>&1 & \
+     export PATH=/usr/sbin:/usr/bin:/sbin:/bin; ip link set lo up; \
      ip addr add 10.77.0.1/8 dev lo; ip route add 10.78.0.0/16 dev lo; \
      ip link add finn0 type dummy; echo '0 2147483647' > /proc/sys/net/ipv4/ping_group_range; \
      echo 80 > /proc/sys/net/ipv4/ip_unprivileged_port_start; {who}"
@@ -250,6 +253,21 @@ async fn a_reapers_jobs_share_one_network_namespace_that_no_job_changes() {
   assert_eq!(again, reaper, "an idle reaper runs the next job");
   assert_eq!(ns_again, ns, "the reaper's jobs share its namespace");
   assert_eq!(net_view(&held), pristine, "the job said: {said}");
+  // Settled: no process is left in the namespace for the next job to meet, the escapee
+  // included (by its token, and by every process's namespace).
+  assert!(pids_with(&token).is_empty(), "{:?}", pids_with(&token));
+  let inside: Vec<i32> = std::fs::read_dir("/proc")
+    .unwrap()
+    .flatten()
+    .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+    .filter(|pid| {
+      std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l.to_string_lossy() == ns)
+    })
+    .collect();
+  assert!(
+    inside.is_empty(),
+    "processes left in the namespace: {inside:?}"
+  );
   p.shutdown().await;
 }
 
