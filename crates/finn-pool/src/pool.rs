@@ -51,10 +51,9 @@ impl Pool {
   /// Each running job occupies a thread of `runtime`'s blocking pool (see `supervisor::run_blocking`), so
   /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
-    let supervisor = config
-      .supervisor
-      .clone()
-      .map(|program| Supervisor::new(program).with_landlock_abi_max(config.landlock_abi_max));
+    let supervisor = config.supervisor.clone().map(|program| {
+      Arc::new(Supervisor::new(program).with_landlock_abi_max(config.landlock_abi_max))
+    });
     let state = State {
       closing: false,
       abandoned: false,
@@ -83,6 +82,17 @@ impl Pool {
 
   pub fn config(&self) -> &PoolConfig {
     &self.inner.config
+  }
+
+  /// The pool's supervisor, for a session's shell (`finn-session`), which runs under one of
+  /// its reapers beside the pool's jobs. `None`: this pool runs without one.
+  pub fn supervisor(&self) -> Option<Arc<Supervisor>> {
+    self.inner.supervisor.clone()
+  }
+
+  /// Whether `shutdown()` has begun (a new session is refused then, as a new job is).
+  pub fn is_closing(&self) -> bool {
+    self.inner.lock().closing
   }
 
   /// Admits a job synchronously: when this returns, `stats()` already counts it as active or

@@ -104,7 +104,7 @@ pub(super) struct Inner {
   /// Set by [`Pool::kill_all_now`]: a job that spawns from now on kills its own tree at once.
   pub(super) exiting: AtomicBool,
   /// Contains every job's tree; started with the first job.
-  pub(super) supervisor: Option<Supervisor>,
+  pub(super) supervisor: Option<Arc<Supervisor>>,
 }
 
 impl Inner {

@@ -137,4 +137,6 @@ pub mod protocol;
 pub mod shell;
 
 pub use code::SessionErrorCode;
-pub use shell::{CommandResult, CommandStatus, RunOptions, Session, SessionConfig, SessionError};
+pub use shell::{
+  CommandResult, CommandStatus, Cut, Host, RunOptions, Session, SessionConfig, SessionError, Stream,
+};

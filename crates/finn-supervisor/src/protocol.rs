@@ -59,6 +59,10 @@ pub enum ToReaper {
   /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
   /// request can only bring the SIGKILL forward.
   Terminate { grace_ms: u64 },
+  /// A session's command is over its time: SIGKILL every process of the tree except the
+  /// leader (the session's shell), which lives on with its state. Escapees are found as for
+  /// any job: the reaper is their subreaper.
+  EndCommand,
 }
 
 /// A job's deadline as its reaper keeps it: `after_ms` from the `Run`, the tree gets SIGTERM,
@@ -132,6 +136,7 @@ const RETIRED: u8 = 10;
 const REAPER_FAILED: u8 = 11;
 const TIMED_OUT: u8 = 12;
 const PREPARE_FAILED: u8 = 13;
+const END_COMMAND: u8 = 14;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -223,6 +228,7 @@ impl ToReaper {
         w.u8(TERMINATE).u64(*grace_ms);
         w.0
       }
+      ToReaper::EndCommand => vec![END_COMMAND],
     }
   }
 
@@ -337,6 +343,7 @@ impl ToReaper {
         }
       }
       TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
+      END_COMMAND => ToReaper::EndCommand,
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -450,7 +457,12 @@ mod tests {
       isolation: Some(Box::new(plan)),
       attached,
     };
-    for msg in [run, isolated, ToReaper::Terminate { grace_ms: 5 }] {
+    for msg in [
+      run,
+      isolated,
+      ToReaper::Terminate { grace_ms: 5 },
+      ToReaper::EndCommand,
+    ] {
       assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
     }
     for msg in [

@@ -213,7 +213,7 @@ impl Reaper {
             (linger_us > 0).then(|| Instant::now() + Duration::from_micros(u64::from(linger_us)));
         }
         // A request for a job that already ended.
-        Ok(ToReaper::Terminate { .. }) => {}
+        Ok(ToReaper::Terminate { .. } | ToReaper::EndCommand) => {}
         Err(_) => return,
       }
     }
@@ -402,6 +402,10 @@ impl Reaper {
                 };
                 let asked = life.on(Event::Stop(stop), Instant::now());
                 job.carry_out(asked);
+              }
+              // The leader is a session's shell: its command's tree ends, the shell stays.
+              Ok(ToReaper::EndCommand) => {
+                Tree::new(self.me).signal_except(Signal::SIGKILL, NO_SPARE, job.leader.as_raw());
               }
               // A second job while one runs, or garbage: the addon is confused; stop it all.
               _ => job.host_gone(&mut life),
