@@ -231,15 +231,21 @@ enum Exchange {
 impl Session {
   /// Starts the shell and takes its first snapshot.
   pub fn start(config: SessionConfig) -> Result<Self, SessionError> {
-    if !config.cwd.is_dir() {
-      return Err(SessionError::Cwd(config.cwd));
-    }
     // Only this user may open the fifos (another user could read a command's output).
     let dir = tempfile::Builder::new()
       .prefix("finn-session-")
       .permissions(std::fs::Permissions::from_mode(0o700))
       .tempdir()
       .map_err(SessionError::Spawn)?;
+    Self::start_in(config, dir)
+  }
+
+  /// [`Self::start`] with the fifo directory made by the caller (private to this user), who
+  /// needs its path first: an isolation plan must let the shell write there.
+  pub fn start_in(config: SessionConfig, dir: tempfile::TempDir) -> Result<Self, SessionError> {
+    if !config.cwd.is_dir() {
+      return Err(SessionError::Cwd(config.cwd));
+    }
     let mut session = Session {
       config,
       dir,
