@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use finn_exec::lifecycle::{Action, Actions, Event, Lifecycle};
 use finn_exec::{ExitStatus, SpawnSpec, pidfd, poll, tree};
 use finn_isolate::Plan;
 use finn_supervisor::Supervisor;
@@ -98,21 +99,14 @@ const DONE_FIFO: &str = "done";
 const TRAMPOLINE: &str =
   "exec 3<\"$1\" 4<\"$2\" 5>\"$3\" && exec \"$0\" --noprofile --norc /dev/fd/3";
 
-/// How long a shell under a reaper has, once its command's tree was killed, to write the
-/// command's record (a command that is the shell's own loop, or that keeps forking, does not
-/// end by that kill): past it the shell is replaced.
-pub const END_COMMAND_BOUND: Duration = Duration::from_millis(500);
+/// What ended a command before it ended by itself: its deadline, its idle time, or the
+/// caller's stop (the session's machine, `finn_exec::lifecycle`, decides).
+pub use finn_exec::lifecycle::CommandCut as Cut;
 
-/// What ended a command before it ended by itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Cut {
-  /// [`RunOptions::timeout`].
-  Wall,
-  /// [`RunOptions::idle_timeout`].
-  Idle,
-  /// [`RunOptions::stop`].
-  Stopped,
-}
+/// How long a shell under a reaper has, once its command's tree was killed, to write the
+/// command's record (a command that is the shell's own loop, or keeps forking, does not end by
+/// that kill): past it the shell is replaced.
+pub use finn_exec::lifecycle::COMMAND_END_BOUND as END_COMMAND_BOUND;
 
 /// Which of a command's streams a chunk comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -181,6 +175,8 @@ pub struct Session {
 
 struct Shell {
   proc: Proc,
+  /// The shell's life as a job (its watcher's side): a command is its `Busy` phase.
+  life: Lifecycle<()>,
   script: File,
   data: OwnedFd,
   done: OwnedFd,
@@ -213,7 +209,7 @@ impl Proc {
   fn exited(&mut self) -> Option<CommandStatus> {
     match self {
       Proc::Local { pid, pidfd } => pidfd::exited(pidfd).then(|| wait_status(*pid)),
-      Proc::Reaper(job) => job.poll_exit().map(|status| match status {
+      Proc::Reaper(job) => job.exited().map(|status| match status {
         ExitStatus::Exited(code) => CommandStatus::Exited(code),
         ExitStatus::Signaled(sig) => CommandStatus::Signaled(sig),
       }),
@@ -421,8 +417,11 @@ impl Session {
     write_all_fd(&data, cwd)?;
     set_nonblocking(&data)?;
     set_nonblocking(&done_r)?;
+    let mut life = Lifecycle::watcher(None, Duration::ZERO);
+    life.on(Event::Spawned, Instant::now());
     Ok(Shell {
       proc,
+      life,
       script,
       data,
       done: done_r,
@@ -552,17 +551,19 @@ impl Session {
       options.stdin.as_ref().map(|_| fifo('i')),
     )?;
     let started = Instant::now();
-    let wall = options.timeout.map(|t| started + t);
-    let mut last_output = started;
     let stdin_from = if options.stdin.is_some() {
       StdinFrom::Fifo
     } else {
       StdinFrom::Null
     };
-    let under_reaper = matches!(shell.proc, Proc::Reaper(_));
-    let mut cut: Option<Cut> = None;
-    // Under a reaper, once the command's tree was killed: when the shell counts as stuck.
-    let mut end_bound: Option<Instant> = None;
+    shell.life.on(
+      Event::CommandSent {
+        seq,
+        deadline: options.timeout.map(|t| started + t),
+        idle: options.idle_timeout,
+      },
+      started,
+    );
 
     if let Err(e) = shell
       .script
@@ -573,7 +574,7 @@ impl Session {
           .proc
           .exited()
           .unwrap_or(CommandStatus::Signaled(libc::SIGKILL));
-        return Ok((Exchange::ShellGone(status), cut));
+        return Ok((Exchange::ShellGone(status), None));
       }
       return Err(e.into());
     }
@@ -586,11 +587,7 @@ impl Session {
     let mut done = Some(shell.done.as_raw_fd());
     let mut stop = options.stop;
     loop {
-      let idle = options.idle_timeout.map(|t| last_output + t);
-      let due = match (cut, end_bound) {
-        (None, _) => [wall, idle].into_iter().flatten().min(),
-        (Some(_), bound) => bound,
-      };
+      let due = shell.life.next_wake(Instant::now());
       let mut fds = [
         poll::watch(done),
         poll::watch(stdout.as_ref().map(AsRawFd::as_raw_fd)),
@@ -604,7 +601,7 @@ impl Session {
             .map(AsRawFd::as_raw_fd),
         ),
         poll::watch(stdin_opened.as_ref().map(AsRawFd::as_raw_fd)),
-        poll::watch(stop.filter(|_| cut.is_none())),
+        poll::watch(stop),
       ];
       poll::poll(&mut fds, due);
       if fds[0].revents != 0 && !read_into(&shell.done, &mut shell.reader) {
@@ -612,18 +609,18 @@ impl Session {
         done = None;
       }
       // Only when poll says so: a fifo read before the shell has opened it reads as EOF.
-      if fds[1].revents != 0 && drain(&mut stdout, Stream::Stdout, sink) {
-        last_output = Instant::now();
-      }
-      if fds[2].revents != 0 && drain(&mut stderr, Stream::Stderr, sink) {
-        last_output = Instant::now();
+      let out = fds[1].revents != 0 && drain(&mut stdout, Stream::Stdout, sink);
+      let err = fds[2].revents != 0 && drain(&mut stderr, Stream::Stderr, sink);
+      if out || err {
+        shell.life.on(Event::CommandOutput, Instant::now());
       }
       if let Some(record) = shell.reader.next_record()? {
         if record.seq == seq {
           // Every write of the command's foreground processes precedes the record.
           drain(&mut stdout, Stream::Stdout, sink);
           drain(&mut stderr, Stream::Stderr, sink);
-          return Ok((Exchange::Done(record), cut));
+          shell.life.on(Event::CommandEnded { seq }, Instant::now());
+          return Ok((Exchange::Done(record), shell.life.command_cut()));
         }
         continue;
       }
@@ -632,7 +629,8 @@ impl Session {
       {
         drain(&mut stdout, Stream::Stdout, sink);
         drain(&mut stderr, Stream::Stderr, sink);
-        return Ok((Exchange::ShellGone(status), cut));
+        shell.life.on(Event::LeaderExited, Instant::now());
+        return Ok((Exchange::ShellGone(status), shell.life.command_cut()));
       }
       if fds[4].revents != 0 {
         text = &text[write_some(&shell.data, text).min(text.len())..];
@@ -650,29 +648,21 @@ impl Session {
         stdin_w = None;
       }
       let now = Instant::now();
-      if cut.is_none() {
-        cut = if fds[7].revents != 0 {
-          stop = None;
-          Some(Cut::Stopped)
-        } else if wall.is_some_and(|at| now >= at) {
-          Some(Cut::Wall)
-        } else if idle.is_some_and(|at| now >= at) {
-          Some(Cut::Idle)
-        } else {
-          None
-        };
-        if cut.is_some() {
-          match &shell.proc {
-            // Only the command's tree: the shell writes the record and keeps its state.
-            Proc::Reaper(job) if under_reaper => {
-              job.end_command();
-              end_bound = Some(now + END_COMMAND_BOUND);
-            }
-            _ => return Ok((Exchange::TimedOut, cut)),
+      let mut due = Actions::default();
+      if fds[7].revents != 0 {
+        stop = None;
+        due = shell.life.on(Event::StopCommand, now);
+      }
+      for action in due.iter().chain(shell.life.on(Event::Tick, now).iter()) {
+        match (action, &shell.proc) {
+          // Only the command's tree: the shell writes the record and keeps its state.
+          (Action::EndCommand, Proc::Reaper(job)) => job.end_command(),
+          // A local shell cannot end a command alone; a shell past the bound goes too.
+          (Action::EndCommand | Action::AskTerminate { .. }, _) => {
+            return Ok((Exchange::TimedOut, shell.life.command_cut()));
           }
+          _ => {}
         }
-      } else if end_bound.is_some_and(|at| now >= at) {
-        return Ok((Exchange::TimedOut, cut));
       }
     }
   }

@@ -481,8 +481,11 @@ impl ReaperJob {
           self.tree.signal(Signal::SIGKILL, NO_SPARE);
         }
         // The owner's machine asks for none of the watcher's actions.
-        Action::ReportTimedOut | Action::Nudge | Action::AskTerminate { .. } | Action::KillTree => {
-        }
+        Action::ReportTimedOut
+        | Action::Nudge
+        | Action::AskTerminate { .. }
+        | Action::KillTree
+        | Action::EndCommand => {}
       }
     }
   }

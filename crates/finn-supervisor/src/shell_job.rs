@@ -12,7 +12,7 @@
 //! stderr, nothing more, and an isolated start closes every other descriptor before `exec`.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::{OFlag, open};
@@ -21,7 +21,7 @@ use nix::sys::stat::Mode;
 use super::client::{CheckoutError, Reaper, Supervisor};
 use super::protocol::{FromReaper, ToReaper};
 use finn_exec::poll::{poll, watch};
-use finn_exec::{ExitStatus, SpawnSpec};
+use finn_exec::{ExitStatus, SpawnSpec, pidfd};
 use finn_isolate::{LayerFailed, Plan};
 
 /// Reapers that may turn out retired under one start before it gives up (as `run.rs`).
@@ -50,6 +50,9 @@ pub struct ShellJob {
   pub pid: i32,
   /// The reaper's pid: every process of the session is its descendant.
   pub reaper_pid: i32,
+  /// The shell's pidfd (`None` where the kernel has none): readable as soon as it exits,
+  /// before its reaper has said so.
+  pidfd: Option<OwnedFd>,
   status: Option<ExitStatus>,
   gone: bool,
 }
@@ -94,6 +97,9 @@ impl ShellJob {
           reaper_pid: reaper.pid,
           reaper,
           pid,
+          // The shell is the reaper's child: its pid names it until the reaper reaps it, and
+          // then the reaper's `Exited` comes.
+          pidfd: pidfd::open(pid).ok(),
           status: None,
           gone: false,
         }),
@@ -138,6 +144,28 @@ impl ShellJob {
       self.status = Some(ExitStatus::Signaled(libc::SIGKILL));
     }
     self.status
+  }
+
+  /// Whether the shell is known to have exited: its status, waiting for the reaper's report
+  /// when the shell's pidfd already says it is gone (a shell killed between two commands is
+  /// then seen before the next is sent to it).
+  pub fn exited(&mut self) -> Option<ExitStatus> {
+    if let Some(status) = self.poll_exit() {
+      return Some(status);
+    }
+    if !self.pidfd.as_ref().is_some_and(pidfd::exited) {
+      return None;
+    }
+    let until = Instant::now() + END_BOUND;
+    while self.status.is_none() && !self.gone {
+      let mut fds = [watch(Some(self.reaper.conn.raw()))];
+      poll(&mut fds, Some(until));
+      if fds[0].revents == 0 {
+        self.gone = true;
+      }
+      self.poll_exit();
+    }
+    self.poll_exit()
   }
 
   /// SIGKILLs every process of the session but the shell (a command's tree).
