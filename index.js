@@ -836,6 +836,7 @@ class Session {
   #waiting = []
   #running = null
   #destroyed = false
+  #nextId = 1
   #ended
 
   constructor(nativeSession, id, defaults, pool) {
@@ -896,7 +897,7 @@ class Session {
     this.#destroyed = true
     const destroyed = () => new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
     for (const entry of this.#waiting.splice(0)) entry.fail(destroyed())
-    if (this.#running) this.#native.stop()
+    if (this.#running) this.#native.stop(this.#running.id)
     this.#ended = this.#native.end().then(() => undefined)
     return this.#ended
   }
@@ -977,6 +978,7 @@ class Session {
   }
 
   #enqueue(entry) {
+    entry.id = this.#nextId++
     return new Promise((resolve, reject) => {
       const settle = (f) => (value) => {
         unwatch(entry.watch)
@@ -992,7 +994,7 @@ class Session {
             this.#waiting.splice(at, 1)
             entry.fail(sessionAborted(entry.watch))
           } else if (this.#running === entry) {
-            this.#native.stop()
+            this.#native.stop(entry.id)
           }
         }
       }
@@ -1027,7 +1029,7 @@ class Session {
       if (!ok) throw new SessionError(SessionErrorCode.ENOENT, `options.cwd is not a directory: ${shown(entry.cwd)}`)
     }
     if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
-    const reply = await this.#native.exec(entry.request, entry.callbacks.onStdout, entry.callbacks.onStderr)
+    const reply = await this.#native.exec(entry.id, entry.request, entry.callbacks.onStdout, entry.callbacks.onStderr)
     if (reply.errorCode != null) throw new SessionError(reply.errorCode, reply.errorMessage)
     if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
     if (reply.cut === 'stopped') throw sessionAborted(entry.watch)

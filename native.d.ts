@@ -66,13 +66,13 @@ export declare class NativeSession {
   constructor(pool: NativeWorkerPool, config: NativeSessionConfig)
   /** Starts the shell; resolves with a reply whose `pid` is the shell's (or an error code). */
   start(): Promise<NativeSessionReply>
-  /** Runs one command after those sent before it. */
-  exec(exec: NativeSessionExec, onStdout?: ((arg: Buffer) => void) | undefined | null, onStderr?: ((arg: Buffer) => void) | undefined | null): Promise<NativeSessionReply>
+  /** Runs one command after those sent before it; `id` names it for `stop`. */
+  exec(id: number, exec: NativeSessionExec, onStdout?: ((arg: Buffer) => void) | undefined | null, onStderr?: ((arg: Buffer) => void) | undefined | null): Promise<NativeSessionReply>
   /**
-   * Ends the running command, if any, as a timeout would (its tree is killed; the shell
-   * lives on). Commands sent after it are not affected.
+   * Ends command `id` as a timeout would (its tree is killed; the shell lives on): now if it
+   * runs, as soon as it starts if it has not yet. Other commands are not affected.
    */
-  stop(): void
+  stop(id: number): void
   /**
    * Ends the shell and everything the session started, after the command running now (which
    * `stop()` ends); resolves once all of it is gone.

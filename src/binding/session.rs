@@ -106,6 +106,7 @@ enum Request {
 }
 
 struct Exec {
+  id: u64,
   command: Vec<u8>,
   stdin: Option<Vec<u8>>,
   timeout: Option<Duration>,
@@ -120,10 +121,23 @@ struct Shared {
   pid: AtomicI32,
   /// The reaper's pid (0: none): every process of the session is its descendant.
   reaper: AtomicI32,
-  /// Turns readable when the running command must end (`stop()`); drained before each.
-  stop_r: OwnedFd,
-  stop_w: OwnedFd,
+  /// Stop requests by command id (see [`NativeSession::stop`]).
+  stops: Mutex<Stops>,
   ended: AtomicBool,
+}
+
+/// The running command's stop pipe, and stops asked for commands not started yet.
+#[derive(Default)]
+struct Stops {
+  /// The running command's id and the write end of the pipe it watches.
+  current: Option<(u64, OwnedFd)>,
+  early: Vec<u64>,
+}
+
+impl Shared {
+  fn stops(&self) -> std::sync::MutexGuard<'_, Stops> {
+    self.stops.lock().unwrap_or_else(|e| e.into_inner())
+  }
 }
 
 #[napi]
@@ -223,13 +237,10 @@ impl NativeSession {
         isolation: plan,
       },
     };
-    let (stop_r, stop_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
-      .map_err(|e| fail(SessionErrorCode::Invalid, format!("make a pipe: {e}")))?;
     let shared = Arc::new(Shared {
       pid: AtomicI32::new(0),
       reaper: AtomicI32::new(0),
-      stop_r,
-      stop_w,
+      stops: Mutex::default(),
       ended: AtomicBool::new(false),
     });
     let (tx, rx) = mpsc::channel();
@@ -257,11 +268,12 @@ impl NativeSession {
     Ok(PromiseRaw::new(env.raw(), promise.raw()))
   }
 
-  /// Runs one command after those sent before it.
+  /// Runs one command after those sent before it; `id` names it for `stop`.
   #[napi(catch_unwind, ts_return_type = "Promise<NativeSessionReply>")]
   pub fn exec<'env>(
     &self,
     env: &'env Env,
+    id: f64,
     exec: NativeSessionExec,
     on_stdout: Option<Function<'env, Buffer, ()>>,
     on_stderr: Option<Function<'env, Buffer, ()>>,
@@ -281,6 +293,7 @@ impl NativeSession {
     let (deferred, promise) = env.create_deferred::<NativeSessionReply, Resolver>()?;
     self.send(Request::Exec {
       exec: Exec {
+        id: id as u64,
         command: exec.command.to_vec(),
         stdin: exec.stdin.map(|b| b.to_vec()),
         timeout: ms(exec.timeout_ms),
@@ -295,11 +308,18 @@ impl NativeSession {
     Ok(PromiseRaw::new(env.raw(), promise.raw()))
   }
 
-  /// Ends the running command, if any, as a timeout would (its tree is killed; the shell
-  /// lives on). Commands sent after it are not affected.
+  /// Ends command `id` as a timeout would (its tree is killed; the shell lives on): now if it
+  /// runs, as soon as it starts if it has not yet. Other commands are not affected.
   #[napi(catch_unwind)]
-  pub fn stop(&self) {
-    let _ = nix::unistd::write(self.shared.stop_w.as_fd(), &[1]);
+  pub fn stop(&self, id: f64) {
+    let id = id as u64;
+    let mut stops = self.shared.stops();
+    match &stops.current {
+      Some((running, w)) if *running == id => {
+        let _ = nix::unistd::write(w.as_fd(), &[1]);
+      }
+      _ => stops.early.push(id),
+    }
   }
 
   /// Ends the shell and everything the session started, after the command running now (which
@@ -538,14 +558,29 @@ fn run(
   on_stderr: Option<ChunkFn>,
   shared: &Shared,
 ) -> Reply {
-  // A stop meant for an earlier command is not this one's.
-  let mut buf = [0u8; 64];
-  while matches!(nix::unistd::read(&shared.stop_r, &mut buf), Ok(n) if n > 0) {}
+  // This command's own stop pipe: a stop meant for another command never reaches it.
+  let (stop_r, stop_w) = match nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK) {
+    Ok(pair) => pair,
+    Err(e) => {
+      return error_reply(
+        SessionErrorCode::Invalid,
+        format!("failed to make a pipe: {e}"),
+      );
+    }
+  };
+  {
+    let mut stops = shared.stops();
+    if stops.early.contains(&exec.id) {
+      let _ = nix::unistd::write(stop_w.as_fd(), &[1]);
+    }
+    stops.early.retain(|&id| id > exec.id);
+    stops.current = Some((exec.id, stop_w));
+  }
   let options = RunOptions {
     stdin: exec.stdin,
     timeout: exec.timeout,
     idle_timeout: exec.idle_timeout,
-    stop: Some(shared.stop_r.as_raw_fd()),
+    stop: Some(stop_r.as_raw_fd()),
   };
   let max = exec.max_output_bytes;
   let mut out = Kept {
@@ -572,6 +607,8 @@ fn run(
     }
   });
   drop((on_stdout, on_stderr));
+  shared.stops().current = None;
+  drop(stop_r);
   shared
     .pid
     .store(session.pid().unwrap_or(0), Ordering::SeqCst);
