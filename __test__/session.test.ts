@@ -310,6 +310,24 @@ describe('containment', () => {
   })
 })
 
+describe('isolation', () => {
+  test('a session with isolation writes only in its cwd, through restarts and timeouts', async () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'finn-sess-iso-'))
+    const outside = mkdtempSync(join(tmpdir(), 'finn-sess-out-'))
+    const s = await session({ cwd, isolation: { mode: 'auto' } })
+    const write = (where: string) => `echo x > ${where}/f && echo wrote || echo refused`
+    expect((await s.exec(write(cwd))).stdout).toBe('wrote\n')
+    expect((await s.exec(write(outside))).stdout).toBe('refused\n')
+    await s.exec('export KEPT=yes')
+    expect((await s.exec('exit 4')).sessionRestarted).toBe(true)
+    expect((await s.exec(`${write(outside)}; echo $KEPT`)).stdout).toBe('refused\nyes\n')
+    const t = await s.exec('sleep 30', { timeoutMs: 300 })
+    expect([t.timedOut, t.sessionRestarted]).toEqual([true, false])
+    expect((await s.exec(write(outside))).stdout).toBe('refused\n')
+    await s.destroy()
+  })
+})
+
 describe('unprivileged', () => {
   // The same session as the user CI runs the suite as (nobody), when this run is root.
   test.skipIf(process.getuid?.() !== 0)('runs as nobody through setpriv', async () => {
