@@ -1,8 +1,9 @@
 //! A blocking driver of one session's bash: spawns it, runs one command at a time over the
 //! [`crate::protocol`], reads the command's fifos and the done descriptor with `ppoll`, and
 //! replaces a shell that died (or had to be killed) with a fresh one restored from the last
-//! snapshot. This is what the cargo tests exercise against real bash; the supervisor's reaper
-//! drives the same protocol from its own loop (see the crate's doc).
+//! snapshot. The shell is this process's child ([`Host::Local`], the protocol's tests) or the
+//! leader of a supervisor reaper's job ([`Host::Reaper`], what the addon runs); the cargo tests
+//! run against both (see the crate's doc).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
