@@ -310,6 +310,53 @@ describe('containment', () => {
   })
 })
 
+describe('Node exiting and garbage collection', () => {
+  /** Runs `body` in a fresh Node with `createSession` in scope and the commands in `ESCAPES`/`LAST` (not in argv, where the scan would find Node itself). */
+  function child(tok: string, body: string, flags: string[] = []) {
+    const script = `const { createSession } = require(${JSON.stringify(join(root, 'index.js'))});\n${body}`
+    const env = { ...process.env, ESCAPES: escapes(tok), LAST: `bash -c 'exec -a ${tok} sleep 300'` }
+    return run(process.execPath, [...flags, '-e', script], { env, timeout: 20_000 })
+  }
+
+  test('process.exit() with a command running leaves no process of the session', async () => {
+    const tok = token('exit')
+    const { stdout } = await child(
+      tok,
+      `createSession().then(async (s) => {
+        await s.exec(process.env.ESCAPES)
+        s.exec(process.env.LAST)
+        setTimeout(() => { console.log('exiting'); process.exit(0) }, 300)
+      })`,
+    )
+    expect(stdout).toBe('exiting\n')
+    // The exit hook SIGKILLs and waits briefly; the kernel ends each once it is scheduled.
+    await until(() => holders(tok).length === 0, 5_000)
+    expect(holders(tok)).toEqual([])
+  })
+
+  test('a session collected by the garbage collector leaves no process', async () => {
+    const tok = token('gc')
+    const { stdout } = await child(
+      tok,
+      `(async () => {
+        let s = await createSession()
+        await s.exec(process.env.ESCAPES)
+        console.log('started')
+        s = null
+        // Judged while this Node still runs: its exit would end the session anyway.
+        const fs = require('node:fs')
+        const left = () => fs.readdirSync('/proc').filter((p) => /^\\d+$/.test(p) && Number(p) !== process.pid).filter((p) => {
+          try { return fs.readFileSync('/proc/' + p + '/cmdline', 'latin1').includes(${JSON.stringify(tok)}) } catch { return false }
+        }).length
+        for (let i = 0; i < 200 && left() > 0; i++) { global.gc(); await new Promise((r) => setTimeout(r, 50)) }
+        console.log('left ' + left())
+      })()`,
+      ['--expose-gc'],
+    )
+    expect(stdout).toBe('started\nleft 0\n')
+  })
+})
+
 describe('isolation', () => {
   test('a session with isolation writes only in its cwd, through restarts and timeouts', async () => {
     const cwd = mkdtempSync(join(tmpdir(), 'finn-sess-iso-'))
