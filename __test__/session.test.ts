@@ -7,7 +7,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { afterAll, describe, expect, test } from 'vitest'
-import { createSession, Session, SessionError, SessionErrorCode, WorkerPool } from '../index.js'
+import { createSession, probeIsolation, Session, SessionError, SessionErrorCode, WorkerPool } from '../index.js'
 import { holders, readOr, until } from './helpers.js'
 
 const run = promisify(execFile)
@@ -371,6 +371,20 @@ describe('isolation', () => {
     const t = await s.exec('sleep 30', { timeoutMs: 300 })
     expect([t.timedOut, t.sessionRestarted]).toEqual([true, false])
     expect((await s.exec(write(outside))).stdout).toBe('refused\n')
+    await s.destroy()
+  })
+})
+
+describe('isolation by bwrap', () => {
+  // bwrap is the job's leader and the shell its child: a timeout ends the shell too, and the
+  // session comes back restored.
+  test.skipIf(!probeIsolation().bwrap)('a bwrap session restores its state after a timeout', async () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'finn-sess-bwrap-'))
+    const s = await session({ cwd, isolation: { mode: 'bwrap' } })
+    await s.exec('export KEPT=yes')
+    const t = await s.exec('sleep 30', { timeoutMs: 300 })
+    expect([t.timedOut, t.sessionRestarted]).toEqual([true, true])
+    expect((await s.exec('echo $KEPT; pwd')).stdout).toBe(`yes\n${cwd}\n`)
     await s.destroy()
   })
 })
