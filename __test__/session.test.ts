@@ -287,6 +287,21 @@ describe('containment', () => {
     expect((await rejection(s.exec('true'))).code).toBe('ESESSIONDESTROYED')
   })
 
+  test("a session outlives its pool's idle time: the pool keeps its supervisor while a session lives", async () => {
+    // A pool 10 s without a job lets its worker threads and its supervisor go; a session's shell
+    // lives under that supervisor, so the pool must keep it. The wait is the idle time itself.
+    const own = new WorkerPool()
+    await own.exec({ binaryPath: '/bin/true', args: [], cwd: '/', env: {} })
+    const s = await createSession({ pool: own, cwd: tmpdir() })
+    await s.exec('export KEPT=yes')
+    const shell = s.pid
+    await new Promise((r) => setTimeout(r, 11_500))
+    const r = await s.exec('echo $KEPT')
+    expect([r.stdout, r.sessionRestarted, s.pid]).toEqual(['yes\n', false, shell])
+    await s.destroy()
+    await own.shutdown()
+  })
+
   test('Node killed by SIGKILL leaves no process of its sessions', async () => {
     const tok = token('sigkill')
     const dir = mkdtempSync(join(tmpdir(), 'finn-sess-kill-'))

@@ -155,7 +155,8 @@ impl NativeSession {
     let pool = pool.pool.clone();
     let fail =
       |code: SessionErrorCode, message: String| super::error::coded(&env, code.as_str(), message);
-    let Some(supervisor) = pool.supervisor() else {
+    // Held by the session's thread: the pool keeps its supervisor while the session lives.
+    let Some((supervisor, lease)) = pool.lease_supervisor() else {
       return Err(fail(
         SessionErrorCode::Invalid,
         "options.pool runs without a supervisor (FINN_SANDBOX_SUPERVISOR=off): a session needs one"
@@ -247,7 +248,10 @@ impl NativeSession {
     let thread_shared = Arc::clone(&shared);
     std::thread::Builder::new()
       .name("finn-session".into())
-      .spawn(move || serve(pool, session_config, dir, rx, &thread_shared))
+      .spawn(move || {
+        serve(pool, session_config, dir, rx, &thread_shared);
+        drop(lease);
+      })
       .map_err(|e| {
         fail(
           SessionErrorCode::Invalid,

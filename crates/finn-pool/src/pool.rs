@@ -61,6 +61,7 @@ impl Pool {
       interactive: LaneQueue::new(config.interactive_workers, config.max_queue_depth),
       system: LaneQueue::new(1, config.max_queue_depth),
       running: HashMap::new(),
+      leases: 0,
       totals: Totals::default(),
       next_id: 1,
     };
@@ -85,9 +86,17 @@ impl Pool {
   }
 
   /// The pool's supervisor, for a session's shell (`finn-session`), which runs under one of
-  /// its reapers beside the pool's jobs. `None`: this pool runs without one.
-  pub fn supervisor(&self) -> Option<Arc<Supervisor>> {
-    self.inner.supervisor.clone()
+  /// its reapers beside the pool's jobs, and a lease that keeps it: an idle pool lets its
+  /// supervisor go only when no lease is held. `None`: this pool runs without one.
+  pub fn lease_supervisor(&self) -> Option<(Arc<Supervisor>, SupervisorLease)> {
+    let supervisor = self.inner.supervisor.clone()?;
+    self.inner.lock().leases += 1;
+    Some((
+      supervisor,
+      SupervisorLease {
+        inner: Arc::clone(&self.inner),
+      },
+    ))
   }
 
   /// Whether `shutdown()` has begun (a new session is refused then, as a new job is).
@@ -252,6 +261,27 @@ impl Pool {
         }
         idle.await;
       }
+    }
+  }
+}
+
+/// Keeps the pool's supervisor while held (see [`Pool::lease_supervisor`]). The last one
+/// dropped on a pool with no job and no parked worker thread lets the supervisor go, as that
+/// pool's last worker thread would have.
+pub struct SupervisorLease {
+  inner: Arc<Inner>,
+}
+
+impl Drop for SupervisorLease {
+  fn drop(&mut self) {
+    let mut state = self.inner.lock();
+    state.leases -= 1;
+    if state.leases == 0
+      && state.parked.is_empty()
+      && state.running.is_empty()
+      && let Some(supervisor) = &self.inner.supervisor
+    {
+      supervisor.stop();
     }
   }
 }

@@ -71,6 +71,9 @@ pub(super) struct State {
   pub(super) interactive: LaneQueue<Queued>,
   pub(super) system: LaneQueue<Queued>,
   pub(super) running: HashMap<u64, Running>,
+  /// Live [`super::pool::SupervisorLease`]s: sessions whose shell runs under the supervisor,
+  /// which an idle pool then keeps.
+  pub(super) leases: usize,
   pub(super) totals: Totals,
   pub(super) next_id: u64,
 }
