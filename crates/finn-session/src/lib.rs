@@ -124,8 +124,10 @@
 //! the record is `CommandEnded`, a stop is `StopCommand`, and the shell's exit is
 //! `LeaderExited`. At the command's deadline, idle deadline or stop the machine asks for
 //! `EndCommand`: the reaper SIGKILLs every process of its tree but the shell (its frozen tree
-//! walk: double forks and `setsid` escapees included), the shell writes the command's record
-//! (status 137) and keeps its state. A command that is the shell's own loop, or keeps forking,
+//! walk: double forks and `setsid` escapees included) until none is left and answers
+//! `CommandEnded`; the shell writes the command's record (status 137) and keeps its state. The
+//! driver ends the command only with both: the shell reports its foreground child's death
+//! before the other processes killed with it are gone. A command that is the shell's own loop, or keeps forking,
 //! does not end by that; past `COMMAND_END_BOUND` the machine terminates the whole job and the
 //! driver restores a fresh shell. A local shell ([`Host::Local`], the protocol's tests) ends a
 //! command past its time by killing the shell's group and session and restoring.

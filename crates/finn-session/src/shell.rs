@@ -587,6 +587,9 @@ impl Session {
     let mut stderr = fifos.stderr.take();
     let mut done = Some(shell.done.as_raw_fd());
     let mut stop = options.stop;
+    // The command's record, held until the reaper has confirmed the end of its tree.
+    let mut ended: Option<Record> = None;
+    let mut asked_end = false;
     loop {
       let due = shell.life.next_wake(Instant::now());
       let mut fds = [
@@ -615,19 +618,32 @@ impl Session {
       if out || err {
         shell.life.on(Event::CommandOutput, Instant::now());
       }
-      if let Some(record) = shell.reader.next_record()? {
+      while let Some(record) = shell.reader.next_record()? {
         if record.seq == seq {
           // Every write of the command's foreground processes precedes the record.
           drain(&mut stdout, Stream::Stdout, sink);
           drain(&mut stderr, Stream::Stderr, sink);
-          shell.life.on(Event::CommandEnded { seq }, Instant::now());
-          return Ok((Exchange::Done(record), shell.life.command_cut()));
+          ended = Some(record);
+          break;
         }
-        continue;
       }
-      if fds[3].revents != 0
-        && let Some(status) = shell.proc.exited()
-      {
+      let exited = if fds[3].revents != 0 {
+        shell.proc.exited()
+      } else {
+        None
+      };
+      // Once its tree was asked to end, the command is over when the reaper says that tree is
+      // gone, not at the record alone (the shell reports its foreground child's death before
+      // the other processes killed with it have gone).
+      let acked = match &shell.proc {
+        Proc::Reaper(job) => !asked_end || job.command_ended(),
+        Proc::Local { .. } => true,
+      };
+      if acked && let Some(record) = ended.take() {
+        shell.life.on(Event::CommandEnded { seq }, Instant::now());
+        return Ok((Exchange::Done(record), shell.life.command_cut()));
+      }
+      if let Some(status) = exited {
         drain(&mut stdout, Stream::Stdout, sink);
         drain(&mut stderr, Stream::Stderr, sink);
         shell.life.on(Event::LeaderExited, Instant::now());
@@ -655,9 +671,12 @@ impl Session {
         due = shell.life.on(Event::StopCommand, now);
       }
       for action in due.iter().chain(shell.life.on(Event::Tick, now).iter()) {
-        match (action, &shell.proc) {
+        match (action, &mut shell.proc) {
           // Only the command's tree: the shell writes the record and keeps its state.
-          (Action::EndCommand, Proc::Reaper(job)) => job.end_command(),
+          (Action::EndCommand, Proc::Reaper(job)) => {
+            asked_end = true;
+            job.end_command();
+          }
           // A local shell cannot end a command alone; a shell past the bound goes too.
           (Action::EndCommand | Action::AskTerminate { .. }, _) => {
             return Ok((Exchange::TimedOut, shell.life.command_cut()));

@@ -121,6 +121,11 @@ pub enum FromReaper {
   /// The reaper was idle for too long and exits without reading anything more: a `Run` sent
   /// to it meanwhile was not started, and can go to another reaper.
   Retired,
+  /// After `EndCommand`: every process of the tree but the leader is gone (or the reaper's
+  /// bound passed: `all_gone` false).
+  CommandEnded {
+    all_gone: bool,
+  },
 }
 
 const NEW_REAPER: u8 = 1;
@@ -137,6 +142,7 @@ const REAPER_FAILED: u8 = 11;
 const TIMED_OUT: u8 = 12;
 const PREPARE_FAILED: u8 = 13;
 const END_COMMAND: u8 = 14;
+const COMMAND_ENDED: u8 = 15;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -370,6 +376,7 @@ impl FromReaper {
       FromReaper::TimedOut => w.u8(TIMED_OUT),
       FromReaper::TreeGone => w.u8(TREE_GONE),
       FromReaper::Retired => w.u8(RETIRED),
+      FromReaper::CommandEnded { all_gone } => w.u8(COMMAND_ENDED).u8(*all_gone as u8),
     };
     w.0
   }
@@ -398,6 +405,9 @@ impl FromReaper {
       TIMED_OUT => FromReaper::TimedOut,
       TREE_GONE => FromReaper::TreeGone,
       RETIRED => FromReaper::Retired,
+      COMMAND_ENDED => FromReaper::CommandEnded {
+        all_gone: r.u8()? != 0,
+      },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -479,6 +489,8 @@ mod tests {
       FromReaper::TimedOut,
       FromReaper::TreeGone,
       FromReaper::Retired,
+      FromReaper::CommandEnded { all_gone: true },
+      FromReaper::CommandEnded { all_gone: false },
     ] {
       assert_eq!(FromReaper::decode(&msg.encode()).unwrap(), msg);
     }

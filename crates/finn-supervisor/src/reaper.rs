@@ -23,11 +23,11 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use super::child::{self, StartError};
-use super::descendants::Tree;
+use super::descendants::{Tree, descendants};
 use super::protocol::{FromReaper, Timeout, ToReaper};
 use super::shield::{Guard, Watch};
 use super::wire::Conn;
-use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
+use finn_exec::lifecycle::{Action, Actions, COMMAND_END_BOUND, End, Event, Lifecycle};
 use finn_exec::poll::{earliest, poll, watch};
 use finn_exec::{ExitStatus, SpawnSpec, Stop};
 use finn_isolate::{CheckedRoots, Plan, prepare_job};
@@ -405,7 +405,10 @@ impl Reaper {
               }
               // The leader is a session's shell: its command's tree ends, the shell stays.
               Ok(ToReaper::EndCommand) => {
-                Tree::new(self.me).signal_except(Signal::SIGKILL, NO_SPARE, job.leader.as_raw());
+                let all_gone = self.end_command(job.leader.as_raw());
+                if !job.host_gone && self.send(FromReaper::CommandEnded { all_gone }).is_err() {
+                  job.host_gone(&mut life);
+                }
               }
               // A second job while one runs, or garbage: the addon is confused; stop it all.
               _ => job.host_gone(&mut life),
@@ -414,6 +417,27 @@ impl Reaper {
         } else {
           job.host_gone(&mut life);
         }
+      }
+    }
+  }
+
+  /// SIGKILLs every process of the tree but `leader`, again until a scan finds none alive or
+  /// [`COMMAND_END_BOUND`] has passed (a process forked between a walk and the kill is found by
+  /// the next); returns whether none is left. The addon counts the command as over only then.
+  fn end_command(&self, leader: i32) -> bool {
+    let until = Instant::now() + COMMAND_END_BOUND;
+    loop {
+      let mut tree = Tree::new(self.me);
+      tree.signal_except(Signal::SIGKILL, NO_SPARE, leader);
+      tree.wait_gone_except(leader, until);
+      let left = descendants(&finn_exec::tree::scan(), self.me, NO_SPARE)
+        .iter()
+        .any(|p| p.pid != leader);
+      if !left {
+        return true;
+      }
+      if Instant::now() >= until {
+        return false;
       }
     }
   }

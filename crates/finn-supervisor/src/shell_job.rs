@@ -55,6 +55,8 @@ pub struct ShellJob {
   pidfd: Option<OwnedFd>,
   status: Option<ExitStatus>,
   gone: bool,
+  /// The reaper's answer to the last [`Self::end_command`]: the command's tree is gone.
+  command_ended: bool,
 }
 
 impl ShellJob {
@@ -102,6 +104,7 @@ impl ShellJob {
           pidfd: pidfd::open(pid).ok(),
           status: None,
           gone: false,
+          command_ended: false,
         }),
         FromReaper::Retired => continue,
         FromReaper::SpawnFailed { errno } => {
@@ -136,6 +139,7 @@ impl ShellJob {
         match FromReaper::decode(&frame) {
           Ok(FromReaper::Exited(status)) => self.status = Some(status),
           Ok(FromReaper::TreeGone) => self.gone = true,
+          Ok(FromReaper::CommandEnded { .. }) => self.command_ended = true,
           _ => {}
         }
       }
@@ -168,9 +172,16 @@ impl ShellJob {
     self.poll_exit()
   }
 
-  /// SIGKILLs every process of the session but the shell (a command's tree).
-  pub fn end_command(&self) {
+  /// SIGKILLs every process of the session but the shell (a command's tree); the reaper
+  /// answers once they are gone ([`Self::command_ended`]).
+  pub fn end_command(&mut self) {
+    self.command_ended = false;
     let _ = self.reaper.conn.send(&ToReaper::EndCommand.encode(), &[]);
+  }
+
+  /// Whether the reaper has answered the last [`Self::end_command`] (read by [`Self::poll_exit`]).
+  pub fn command_ended(&self) -> bool {
+    self.command_ended
   }
 
   /// SIGKILLs the whole tree, the shell included, and waits (up to [`END_BOUND`]) until the
