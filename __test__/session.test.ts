@@ -119,6 +119,27 @@ describe('a session', () => {
     await s.destroy()
   })
 
+  test('a slow onStdout holds the command back: no chunk is dropped and memory stays bounded', async () => {
+    const s = await session()
+    const total = 256 * 1024 * 1024
+    let seen = 0
+    let peak = 0
+    const r = await s.exec(`head -c ${total} /dev/zero`, {
+      maxOutputBytes: 1024,
+      onStdout: (chunk) => {
+        seen += chunk.length
+        peak = Math.max(peak, process.memoryUsage().arrayBuffers)
+        // A consumer slower than the producer: without backpressure chunks would pile up (or be dropped).
+        const until = performance.now() + 0.1
+        while (performance.now() < until);
+      },
+    })
+    expect([seen, r.stdout.length, r.stdoutTruncated, r.exitCode]).toEqual([total, 1024, true, 0])
+    // The queue holds 16 chunks of at most 64 KiB; the rest waits in the command's pipe.
+    expect(peak).toBeLessThan(64 * 1024 * 1024)
+    await s.destroy()
+  })
+
   test('maxOutputBytes cuts a stream without splitting a character and says so', async () => {
     const s = await session()
     // 'é' is two bytes: 5 bytes hold two of them and half of a third.
