@@ -404,3 +404,95 @@ export declare class DisabledExecutor implements SandboxExecutor {
 
 /** `worker` | `child_process` | `disabled`; anything else throws `PoolError` SANDBOX_DISABLED. */
 export declare function createExecutor(mode: SandboxMode, pool: WorkerPool): SandboxExecutor
+
+// ── Sessions (docs/sessions.md) ─────────────────────────────────────────────────────────────
+
+/** Options of `createSession`. Bad values reject `SessionError` EINVAL naming the option. */
+export interface SessionOptions {
+  /** Default: a random UUID. */
+  id?: string
+  /** The first shell's working directory. Default `process.cwd()`; missing: ENOENT. */
+  cwd?: string
+  /** Variables for the first shell, over the inherited ones; `undefined` removes one. */
+  env?: Record<string, string | undefined>
+  /** Start from Node's `process.env`. Default `true`. */
+  inheritEnv?: boolean
+  /** `timeoutMs` of every `exec` that gives none. Default: none. */
+  defaultTimeoutMs?: number
+  /** Per stream, in bytes of output. Default 16 MiB. */
+  maxOutputBytes?: number
+  /** Applied once to the shell's start, as for a `WorkerPool` job; the session's private fifo directory is added to the writable roots. */
+  isolation?: IsolationOptions
+  /** An absolute path or a name looked up in the session's `PATH`. Default `"bash"`. */
+  shell?: string
+  /** The pool whose supervisor runs the shell. Default: a pool shared by the module. */
+  pool?: WorkerPool
+}
+
+/** Options of `Session.exec`. Bad values reject `SessionError` EINVAL naming the option. */
+export interface SessionExecOptions {
+  /** Wall-clock limit: the command's whole tree is killed, the result has `timedOut: true`, the session keeps its state. Default: the session's `defaultTimeoutMs`. */
+  timeoutMs?: number
+  /** The same, once neither stream has had a byte for this long. */
+  idleTimeoutMs?: number
+  /** Only `"kill"` (the default); `"background"` is refused (EINVAL) until background processes are wired to sessions. */
+  onTimeout?: 'kill'
+  /** Aborting kills the command's tree and rejects `SessionError` ABORT_ERR; a queued call is dropped. */
+  signal?: AbortSignal
+  /** Working directory for this command only (it runs in a subshell); missing: ENOENT. */
+  cwd?: string
+  /** Variables for this command only (it runs in a subshell); `undefined` unsets one. */
+  env?: Record<string, string | undefined>
+  /** With `false`, this command sees only `env`. Default `true`. */
+  inheritEnv?: boolean
+  /** Written to the command's stdin, then EOF. Default: EOF at once. */
+  stdin?: string | Uint8Array
+  /** Each chunk as it is read, in order; the command waits while callbacks fall behind. */
+  onStdout?(chunk: Buffer): void
+  onStderr?(chunk: Buffer): void
+  /** `"utf8"` (default: strings, invalid sequences as U+FFFD) or `"buffer"` (the bytes exactly). */
+  encoding?: 'utf8' | 'buffer'
+  /** Per stream; past it the rest is dropped (`stdoutTruncated`/`stderrTruncated`), never splitting a UTF-8 character in `"utf8"`. Default: the session's. */
+  maxOutputBytes?: number
+}
+
+/** What `Session.exec` resolves with. A non-zero exit, a signal or a timeout is a result, not an error. */
+export interface SessionExecResult<Output extends string | Buffer = string | Buffer> {
+  command: string
+  /** `$?`, or the status of a shell the command ended (`exit 3`: 3); 137 when the shell had to be killed to end a timed-out command; `null` when a signal killed the shell. */
+  exitCode: number | null
+  /** The signal that killed the shell (`"SIGKILL"`), else `null`. */
+  signal: string | null
+  /** `exitCode === 0` and not timed out. */
+  success: boolean
+  stdout: Output
+  stderr: Output
+  stdoutTruncated: boolean
+  stderrTruncated: boolean
+  timedOut: boolean
+  timedOutBy: 'wall' | 'idle' | null
+  durationMs: number
+  /** The shell was replaced (after `exit`, `exec`, `set -e`, a signal, or a command only its death could end) and its state restored. */
+  sessionRestarted: boolean
+}
+
+/** A bash kept alive between commands: `cd`, `export`, functions, aliases and `set` options persist. */
+export declare class Session implements AsyncDisposable {
+  private constructor()
+  readonly id: string
+  /** The shell's pid (a new one after a restart). */
+  readonly pid: number
+  readonly destroyed: boolean
+  /** Runs `command` after the calls made before it. Rejects `SessionError` (EINVAL, ENOENT, ABORT_ERR, ESESSIONDESTROYED). */
+  exec(command: string, options: SessionExecOptions & { encoding: 'buffer' }): Promise<SessionExecResult<Buffer>>
+  exec(command: string, options?: SessionExecOptions & { encoding?: 'utf8' }): Promise<SessionExecResult<string>>
+  exec(command: string, options?: SessionExecOptions): Promise<SessionExecResult>
+  /** Exports (or, for `undefined`, unsets) variables in the shell, in call order. */
+  setEnv(vars: Record<string, string | undefined>): Promise<void>
+  /** Kills the shell and everything the session started, and resolves once all are gone; running and queued calls reject ESESSIONDESTROYED. Idempotent. */
+  destroy(): Promise<void>
+  [Symbol.asyncDispose](): Promise<void>
+}
+
+/** Starts a session run by a reaper of `options.pool`'s supervisor. Rejects `SessionError`. */
+export declare function createSession(options?: SessionOptions): Promise<Session>

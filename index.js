@@ -298,6 +298,8 @@ function killAllOnExit() {
   }
 }
 const forgetPool = new FinalizationRegistry((ref) => livePools.delete(ref))
+// Each WorkerPool's native pool, for a session run by its supervisor.
+const nativePools = new WeakMap()
 
 class WorkerPool {
   #native
@@ -313,6 +315,7 @@ class WorkerPool {
     } catch (err) {
       throw toPoolError(err)
     }
+    nativePools.set(this, this.#native)
     const ref = new WeakRef(this.#native)
     livePools.add(ref)
     forgetPool.register(this.#native, ref)
@@ -693,11 +696,375 @@ class ToolSandbox {
   }
 }
 
+// ── Sessions ──────────────────────────────────────────────────────────────────────────────
+// A Session is one long-lived bash run by a reaper of a pool's supervisor (native
+// `NativeSession`, binding/session.rs; the shell protocol is finn-session's). This side
+// validates options (an error names the option), keeps the calls in order (each waits for the
+// one before; destroy, abort and a timeout do not wait), and turns replies into results or
+// SessionErrors. docs/sessions.md describes the API and its guarantees.
+
+const DEFAULT_SESSION_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
+const MAX_SESSION_MS = 2 ** 31 - 1
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/
+const signalNames = Object.fromEntries(Object.entries(require('node:os').constants.signals).map(([name, n]) => [n, name]))
+const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')
+
+let sharedSessionPool
+function sessionPool(pool) {
+  if (pool === undefined) {
+    if (sharedSessionPool === undefined) sharedSessionPool = new WorkerPool()
+    return nativePools.get(sharedSessionPool)
+  }
+  const native = pool === null || typeof pool !== 'object' ? undefined : nativePools.get(pool)
+  if (native === undefined) throw new SessionError(SessionErrorCode.EINVAL, 'options.pool must be a WorkerPool')
+  return native
+}
+
+const invalidSession = (message) => new SessionError(SessionErrorCode.EINVAL, message)
+
+function sessionOptions(options, field) {
+  if (options == null) return {}
+  if (typeof options !== 'object') throw invalidSession(`${field} must be an object, not ${typeof options}`)
+  return options
+}
+
+function checkMs(value, field) {
+  if (value === undefined) return undefined
+  if (!Number.isSafeInteger(value) || value <= 0 || value > MAX_SESSION_MS) {
+    throw invalidSession(`${field} must be a positive integer of milliseconds up to ${MAX_SESSION_MS}, not ${shown(value)}`)
+  }
+  return value
+}
+
+function checkBytes(value, field) {
+  if (value === undefined) return undefined
+  if (!Number.isSafeInteger(value) || value <= 0) throw invalidSession(`${field} must be a positive integer, not ${shown(value)}`)
+  return value
+}
+
+function checkBool(value, field) {
+  if (value !== undefined && typeof value !== 'boolean') throw invalidSession(`${field} must be a boolean, not ${typeof value}`)
+  return value
+}
+
+function checkText(value, field) {
+  if (typeof value !== 'string') throw invalidSession(`${field} must be a string, not ${typeof value}`)
+  if (value.includes('\0')) throw invalidSession(`${field} must not contain NUL bytes`)
+  return value
+}
+
+/** `env` options: names a shell accepts, string values without NUL, undefined to unset. */
+function checkEnv(env, field) {
+  if (env === undefined) return []
+  if (env === null || typeof env !== 'object') throw invalidSession(`${field} must be an object`)
+  const out = []
+  for (const [name, value] of Object.entries(env)) {
+    if (!ENV_NAME.test(name)) throw invalidSession(`${field} has an invalid variable name: ${shown(name)}`)
+    if (value !== undefined) checkText(value, `${field}.${name}`)
+    out.push([name, value])
+  }
+  return out
+}
+
+/** A word for bash: single-quoted, so nothing in it is expanded. */
+const quote = (text) => `'${text.replaceAll("'", `'\\''`)}'`
+
+/**
+ * Starts a session: a bash kept alive between commands, run by a reaper of `options.pool`'s
+ * supervisor (default: a pool shared by the module). Rejects with a SessionError.
+ */
+async function createSession(options) {
+  const opts = sessionOptions(options, 'options')
+  const id = opts.id === undefined ? require('node:crypto').randomUUID() : checkText(opts.id, 'options.id')
+  const cwd = opts.cwd === undefined ? process.cwd() : checkText(opts.cwd, 'options.cwd')
+  const inheritEnv = checkBool(opts.inheritEnv, 'options.inheritEnv') ?? true
+  const vars = new Map()
+  if (inheritEnv) for (const [k, v] of Object.entries(process.env)) if (v !== undefined && ENV_NAME.test(k) && !v.includes('\0')) vars.set(k, v)
+  for (const [k, v] of checkEnv(opts.env, 'options.env')) {
+    if (v === undefined) vars.delete(k)
+    else vars.set(k, v)
+  }
+  const defaults = {
+    timeoutMs: checkMs(opts.defaultTimeoutMs, 'options.defaultTimeoutMs'),
+    maxOutputBytes: checkBytes(opts.maxOutputBytes, 'options.maxOutputBytes') ?? DEFAULT_SESSION_MAX_OUTPUT_BYTES,
+  }
+  const shell = opts.shell === undefined ? 'bash' : checkText(opts.shell, 'options.shell')
+  if (opts.isolation !== undefined && (opts.isolation === null || typeof opts.isolation !== 'object')) {
+    throw invalidSession('options.isolation must be an object')
+  }
+  const pool = sessionPool(opts.pool)
+  let nativeSession
+  try {
+    nativeSession = new native.NativeSession(pool, {
+      shell,
+      cwd,
+      env: [...vars].map(([k, v]) => `${k}=${v}`),
+      isolation: opts.isolation === undefined ? undefined : JSON.stringify(opts.isolation),
+    })
+  } catch (err) {
+    throw toSessionError(err)
+  }
+  const reply = await nativeSession.start()
+  if (reply.errorCode != null) throw new SessionError(reply.errorCode, reply.errorMessage)
+  return new Session(nativeSession, id, defaults, opts.pool ?? sharedSessionPool)
+}
+
+function toSessionError(err) {
+  if (err instanceof SessionError) return err
+  if (err instanceof Error && typeof err.code === 'string' && Object.hasOwn(SessionErrorCode, err.code)) {
+    return new SessionError(err.code, err.message)
+  }
+  return new SessionError(SessionErrorCode.EINVAL, String(err && err.message !== undefined ? err.message : err), { cause: err })
+}
+
+// Sessions alive in this process: when Node exits, each one's tree is SIGKILLed synchronously.
+const liveSessions = new Set()
+const forgetSession = new FinalizationRegistry((ref) => liveSessions.delete(ref))
+let sessionExitHook = false
+function killSessionsOnExit() {
+  for (const ref of liveSessions) {
+    const s = ref.deref()
+    if (s) s.killNow()
+  }
+}
+
+class Session {
+  #native
+  #id
+  #defaults
+  #pool
+  #waiting = []
+  #running = null
+  #destroyed = false
+  #nextId = 1
+  #ended
+
+  constructor(nativeSession, id, defaults, pool) {
+    this.#native = nativeSession
+    this.#id = id
+    this.#defaults = defaults
+    this.#pool = pool
+    const ref = new WeakRef(nativeSession)
+    liveSessions.add(ref)
+    forgetSession.register(nativeSession, ref)
+    if (!sessionExitHook) {
+      process.on('exit', killSessionsOnExit)
+      sessionExitHook = true
+    }
+  }
+
+  get id() {
+    return this.#id
+  }
+
+  /** The shell's pid (a new one after a restart). */
+  get pid() {
+    return this.#native.pid
+  }
+
+  get destroyed() {
+    return this.#destroyed
+  }
+
+  exec(command, options) {
+    try {
+      if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session is destroyed')
+      const entry = this.#execEntry(command, options)
+      return this.#enqueue(entry)
+    } catch (err) {
+      return Promise.reject(toSessionError(err))
+    }
+  }
+
+  /** Sets (or, for `undefined`, unsets) exported variables of the session's shell. */
+  setEnv(vars) {
+    try {
+      if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session is destroyed')
+      const list = checkEnv(vars, 'vars')
+      const text = list.map(([k, v]) => (v === undefined ? `builtin unset ${k}` : `builtin export ${k}=${quote(v)}`)).join('; ')
+      const entry = this.#execEntry(text || ':', undefined)
+      return this.#enqueue(entry).then((r) => {
+        if (r.exitCode !== 0) throw new SessionError(SessionErrorCode.EINVAL, `vars could not be set: ${r.stderr.trim()}`)
+      })
+    } catch (err) {
+      return Promise.reject(toSessionError(err))
+    }
+  }
+
+  /** Ends the shell and everything it started; rejects running and queued calls. Idempotent. */
+  destroy() {
+    if (this.#ended !== undefined) return this.#ended
+    this.#destroyed = true
+    const destroyed = () => new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
+    for (const entry of this.#waiting.splice(0)) entry.fail(destroyed())
+    if (this.#running) this.#native.stop(this.#running.id)
+    this.#ended = this.#native.end().then(() => undefined)
+    return this.#ended
+  }
+
+  [asyncDispose]() {
+    return this.destroy()
+  }
+
+  /** Validates one call's options synchronously; the entry runs when its turn comes. */
+  #execEntry(command, options) {
+    let text
+    if (typeof command === 'string') text = command
+    else throw invalidSession(`command must be a string, not ${typeof command}`)
+    if (text.includes('\0')) throw invalidSession('command must not contain NUL bytes')
+    const opts = sessionOptions(options, 'options')
+    for (const field of ['yieldMs', 'backgroundTimeoutMs']) {
+      if (opts[field] !== undefined) throw invalidSession(`options.${field} is not supported yet (background processes are not wired to sessions)`)
+    }
+    if (opts.onTimeout !== undefined && opts.onTimeout !== 'kill') {
+      throw invalidSession(opts.onTimeout === 'background'
+        ? 'options.onTimeout "background" is not supported yet (background processes are not wired to sessions)'
+        : `options.onTimeout must be "kill", not ${shown(opts.onTimeout)}`)
+    }
+    const timeoutMs = checkMs(opts.timeoutMs, 'options.timeoutMs') ?? this.#defaults.timeoutMs
+    const idleTimeoutMs = checkMs(opts.idleTimeoutMs, 'options.idleTimeoutMs')
+    const maxOutputBytes = checkBytes(opts.maxOutputBytes, 'options.maxOutputBytes') ?? this.#defaults.maxOutputBytes
+    const encoding = opts.encoding ?? 'utf8'
+    if (encoding !== 'utf8' && encoding !== 'buffer') throw invalidSession(`options.encoding must be "utf8" or "buffer", not ${shown(encoding)}`)
+    let stdin
+    if (opts.stdin === 'pipe') throw invalidSession('options.stdin "pipe" is not supported yet (it needs the process handle)')
+    else if (typeof opts.stdin === 'string') stdin = Buffer.from(opts.stdin)
+    else if (opts.stdin instanceof Uint8Array) stdin = Buffer.from(opts.stdin)
+    else if (opts.stdin !== undefined) throw invalidSession('options.stdin must be a string or a Uint8Array')
+    const callbacks = {}
+    for (const field of ['onStdout', 'onStderr']) {
+      const f = opts[field]
+      if (f === undefined) continue
+      if (typeof f !== 'function') throw invalidSession(`options.${field} must be a function`)
+      callbacks[field] = (chunk) => {
+        try {
+          f(chunk)
+        } catch (err) {
+          process.emitWarning(`finn-sandbox: session ${field} threw: ${messageOf(err)}`)
+        }
+      }
+    }
+    const cwd = opts.cwd === undefined ? undefined : checkText(opts.cwd, 'options.cwd')
+    const env = checkEnv(opts.env, 'options.env')
+    const inheritEnv = checkBool(opts.inheritEnv, 'options.inheritEnv') ?? true
+    // A command-scoped cwd or environment: the command runs in a subshell that has them, so
+    // they do not outlive it (nor does what the command changes).
+    let wrapped = text
+    if (cwd !== undefined || env.length > 0 || !inheritEnv) {
+      const parts = []
+      if (cwd !== undefined) parts.push(`builtin cd -- ${quote(cwd)} || builtin exit 1`)
+      if (!inheritEnv) parts.push('for __finn_v in $(builtin compgen -e); do builtin unset "$__finn_v" 2>/dev/null; done; builtin unset __finn_v')
+      for (const [k, v] of env) parts.push(v === undefined ? `builtin unset ${k}` : `builtin export ${k}=${quote(v)}`)
+      parts.push(`builtin eval -- ${quote(text)}`)
+      wrapped = `(\n${parts.join('\n')}\n)`
+    }
+    const watch = watchSignal(opts, invalidSession)
+    return {
+      command: text,
+      cwd,
+      watch,
+      request: {
+        command: Buffer.from(wrapped),
+        stdin,
+        timeoutMs,
+        idleTimeoutMs,
+        maxOutputBytes,
+        utf8: encoding === 'utf8',
+      },
+      callbacks,
+      encoding,
+      fail: undefined,
+    }
+  }
+
+  #enqueue(entry) {
+    entry.id = this.#nextId++
+    return new Promise((resolve, reject) => {
+      const settle = (f) => (value) => {
+        unwatch(entry.watch)
+        f(value)
+      }
+      entry.resolve = settle(resolve)
+      entry.fail = settle(reject)
+      if (entry.watch) {
+        if (entry.watch.aborted) return entry.fail(sessionAborted(entry.watch))
+        entry.watch.onAbort = () => {
+          const at = this.#waiting.indexOf(entry)
+          if (at >= 0) {
+            this.#waiting.splice(at, 1)
+            entry.fail(sessionAborted(entry.watch))
+          } else if (this.#running === entry) {
+            this.#native.stop(entry.id)
+          }
+        }
+      }
+      this.#waiting.push(entry)
+      this.#pump()
+    })
+  }
+
+  #pump() {
+    if (this.#running !== null || this.#waiting.length === 0 || this.#destroyed) return
+    const entry = this.#waiting.shift()
+    this.#running = entry
+    const done = () => {
+      this.#running = null
+      this.#pump()
+    }
+    this.#start(entry).then(
+      (result) => {
+        entry.resolve(result)
+        done()
+      },
+      (err) => {
+        entry.fail(toSessionError(err))
+        done()
+      },
+    )
+  }
+
+  async #start(entry) {
+    if (entry.cwd !== undefined) {
+      const ok = await require('node:fs/promises').stat(entry.cwd).then((s) => s.isDirectory(), () => false)
+      if (!ok) throw new SessionError(SessionErrorCode.ENOENT, `options.cwd is not a directory: ${shown(entry.cwd)}`)
+    }
+    if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
+    const reply = await this.#native.exec(entry.id, entry.request, entry.callbacks.onStdout, entry.callbacks.onStderr)
+    if (reply.errorCode != null) throw new SessionError(reply.errorCode, reply.errorMessage)
+    if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
+    if (reply.cut === 'stopped') throw sessionAborted(entry.watch)
+    const timedOut = reply.cut === 'wall' || reply.cut === 'idle'
+    const exitCode = reply.status === 'exited' ? reply.code : reply.status === 'replaced' ? 137 : null
+    const signal = reply.status === 'signaled' ? (signalNames[reply.signal] ?? String(reply.signal)) : null
+    const text = (b) => (entry.encoding === 'buffer' ? b : b.toString('utf8'))
+    return {
+      command: entry.command,
+      exitCode,
+      signal,
+      success: exitCode === 0 && !timedOut,
+      stdout: text(reply.stdout),
+      stderr: text(reply.stderr),
+      stdoutTruncated: reply.stdoutTruncated,
+      stderrTruncated: reply.stderrTruncated,
+      timedOut,
+      timedOutBy: timedOut ? reply.cut : null,
+      durationMs: reply.durationMs,
+      sessionRestarted: reply.sessionRestarted,
+    }
+  }
+}
+
+function sessionAborted(watch) {
+  return new SessionError(SessionErrorCode.ABORT_ERR, 'The operation was aborted', { cause: watch && watch.reason })
+}
+
 module.exports.PoolErrorCode = PoolErrorCode
 module.exports.PoolError = PoolError
 module.exports.SandboxError = SandboxError
 module.exports.SessionErrorCode = SessionErrorCode
 module.exports.SessionError = SessionError
+module.exports.Session = Session
+module.exports.createSession = createSession
 module.exports.WorkerPool = WorkerPool
 module.exports.AuditLog = AuditLog
 module.exports.FilesystemJail = FilesystemJail

@@ -58,6 +58,35 @@ export declare class NativeRedactor {
   redact(text: string): string
 }
 
+export declare class NativeSession {
+  /**
+   * Starts the session's thread; `start()` then starts the shell. Throws (EINVAL, ENOENT,
+   * the message naming the option) for what can be refused at once.
+   */
+  constructor(pool: NativeWorkerPool, config: NativeSessionConfig)
+  /** Starts the shell; resolves with a reply whose `pid` is the shell's (or an error code). */
+  start(): Promise<NativeSessionReply>
+  /** Runs one command after those sent before it; `id` names it for `stop`. */
+  exec(id: number, exec: NativeSessionExec, onStdout?: ((arg: Buffer) => void) | undefined | null, onStderr?: ((arg: Buffer) => void) | undefined | null): Promise<NativeSessionReply>
+  /**
+   * Ends command `id` as a timeout would (its tree is killed; the shell lives on): now if it
+   * runs, as soon as it starts if it has not yet. Other commands are not affected.
+   */
+  stop(id: number): void
+  /**
+   * Ends the shell and everything the session started, after the command running now (which
+   * `stop()` ends); resolves once all of it is gone.
+   */
+  end(): Promise<NativeSessionReply>
+  /**
+   * SIGKILLs every process of the session now and waits (briefly) until they are dead: for
+   * Node's exit, when nothing will be awaited any more.
+   */
+  killNow(): void
+  /** The shell's pid (0 before it started). */
+  get pid(): number
+}
+
 /** loa-finn's ToolSandbox pipeline. */
 export declare class NativeToolSandbox {
   /** `secretsEnv` is the environment the redactor takes its secret values from. */
@@ -219,6 +248,56 @@ export interface Limits {
   maxInteractiveWorkers: number
   defaultMaxQueueDepth: number
   defaultSandboxMaxOutput: number
+}
+
+/**
+ * How a session's shell is started (validated by `index.js`; checked again here where a bad
+ * value would reach the system).
+ */
+export interface NativeSessionConfig {
+  /** The shell: an absolute path, or a name looked up in `PATH`. */
+  shell: string
+  cwd: string
+  /** `KEY=value` entries: the first shell's whole environment. */
+  env: Array<string>
+  /** `IsolationOptions` as JSON. */
+  isolation?: string
+}
+
+/** One command. */
+export interface NativeSessionExec {
+  /** The command's text (UTF-8 from a string, or the caller's bytes). */
+  command: Buffer
+  stdin?: Buffer
+  timeoutMs?: number
+  idleTimeoutMs?: number
+  /** Per stream. */
+  maxOutputBytes: number
+  /** The output is decoded as UTF-8 by `index.js`: a cut must not split a character. */
+  utf8: boolean
+}
+
+/** A command's settlement: a result, or an error code and message (`errorCode` set). */
+export interface NativeSessionReply {
+  /**
+   * `"exited"`, `"signaled"` (the shell was killed by `signal`), `"replaced"` (the shell was
+   * killed to end the command).
+   */
+  status: string
+  code?: number
+  signal?: number
+  stdout: Buffer
+  stderr: Buffer
+  stdoutTruncated: boolean
+  stderrTruncated: boolean
+  /** `"wall"`, `"idle"`, `"stopped"`: what ended the command early. */
+  cut?: string
+  sessionRestarted: boolean
+  durationMs: number
+  /** The shell's pid after the command (it changes when the shell is replaced). */
+  pid: number
+  errorCode?: string
+  errorMessage?: string
 }
 
 export interface PoolTotals {

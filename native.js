@@ -841,6 +841,7 @@ module.exports.NativeCheckedCommand = nativeBinding.NativeCheckedCommand
 module.exports.NativeJail = nativeBinding.NativeJail
 module.exports.NativePrepared = nativeBinding.NativePrepared
 module.exports.NativeRedactor = nativeBinding.NativeRedactor
+module.exports.NativeSession = nativeBinding.NativeSession
 module.exports.NativeToolSandbox = nativeBinding.NativeToolSandbox
 module.exports.NativeWorkerPool = nativeBinding.NativeWorkerPool
 module.exports.doctorJson = nativeBinding.doctorJson

@@ -526,6 +526,7 @@ async function main() {
   results.kill = await phaseKill()
   // Issue 17's cost of isolation per exec, at 0 and 2 GiB (bench/isolation.js).
   if (want('isolation')) results.isolation = await require('./isolation.js').phase({ node, log, rotate, quick })
+  if (want('session')) results.session = await require('./session.js').phase({ node, log, rotate, quick })
 
   results.meta.loadAvgEnd = os.loadavg()
   // Someone rebuilding the addon during the run means later rounds measured another binary.

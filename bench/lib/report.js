@@ -164,6 +164,7 @@ function targets(res) {
   }
   aims(res, add, out)
   if (res.isolation) require('../isolation.js').targets(res.isolation, add)
+  if (res.session) require('../session.js').targets(res.session, add)
   return out
 }
 
@@ -703,6 +704,7 @@ function markdown(res, files) {
   }
 
   if (res.isolation) lines.push(...require('../isolation.js').markdown(res.isolation, files.link))
+  if (res.session) lines.push(...require('../session.js').markdown(res.session, files.link))
   p('## Method')
   p()
   p('- One run measures everything. Every measurement runs in fresh child processes, one contender per process, in rounds; each round visits the contenders in a rotated order, so slow periods of the machine fall on all contenders.')

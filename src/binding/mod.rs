@@ -10,4 +10,5 @@ pub mod logging;
 pub mod pool;
 pub mod pool_runner;
 pub mod sandbox;
+pub mod session;
 pub mod spec;

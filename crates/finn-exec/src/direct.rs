@@ -160,8 +160,11 @@ impl Group {
       match action {
         Action::SignalTerm => self.signal(Signal::SIGTERM),
         Action::SignalKill => self.signal(Signal::SIGKILL),
-        Action::ReportTimedOut | Action::Nudge | Action::AskTerminate { .. } | Action::KillTree => {
-        }
+        Action::ReportTimedOut
+        | Action::Nudge
+        | Action::AskTerminate { .. }
+        | Action::KillTree
+        | Action::EndCommand => {}
       }
     }
   }

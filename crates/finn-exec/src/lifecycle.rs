@@ -36,12 +36,15 @@
 //! [`Lifecycle::on`] and driven by the same two loops, and each ends through the same
 //! [`Phase::Terminating`]:
 //! - **A session's long-lived shell** is a job whose leader is the shell, with no deadline of
-//!   its own but an idle one. A command written to it is an event (`CommandSent { seq,
-//!   deadline }`) that moves `Running` into a `Busy { seq, deadline }` phase and back on the
-//!   command's end (`CommandEnded { seq }`, the record on the session's done fd, `finn-session`): the shell outlives
-//!   its commands, so a command's end is not `LeaderExited`. A command's deadline starts the
-//!   same termination for the command's own process group; the shell's exit, idle timeout or a
-//!   stop terminates the whole tree as for any job.
+//!   its own. A command written to it is an event ([`Event::CommandSent`]) that moves `Running`
+//!   into [`Phase::Busy`] and back on the command's end ([`Event::CommandEnded`], the record on
+//!   the session's done fd, `finn-session`): the shell outlives its commands, so a command's end
+//!   is not `LeaderExited`. The command's deadline, its idle deadline (moved by
+//!   [`Event::CommandOutput`]) or [`Event::StopCommand`] asks the owner to end the command's
+//!   tree alone ([`Action::EndCommand`]: every process but the shell); a shell that has not
+//!   reported the command's end [`COMMAND_END_BOUND`] later (the command is its own loop, or
+//!   keeps forking) is terminated as a whole, and the session replaces it. The shell's exit or
+//!   a stop terminates the whole tree as for any job.
 //! - **A command moved to the background** leaves `Running` on an event (`Backgrounded {
 //!   wall_deadline }`) for a `Background` phase: the watcher answers the caller at once (its
 //!   result so far) while the tree runs on under the wall deadline, which takes the place of the
@@ -65,6 +68,33 @@ pub const FALLBACK_AFTER: Duration = Duration::from_millis(100);
 /// How often the watcher sends SIGCONT to an owner (and the supervisor) that a command may have
 /// stopped, and kills the owner's tree again once its own fallback has started.
 pub const NUDGE_EVERY: Duration = Duration::from_millis(50);
+
+/// How long a session's shell has, once its command's tree was killed, to report the command's
+/// end before the whole shell is terminated.
+pub const COMMAND_END_BOUND: Duration = Duration::from_millis(500);
+
+/// What ended a session's command before it ended by itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandCut {
+  /// Its deadline.
+  Wall,
+  /// No output for its idle time.
+  Idle,
+  /// The caller's request ([`Event::StopCommand`]).
+  Stopped,
+}
+
+/// A session's command in the shell: the terms of [`Phase::Busy`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Command {
+  pub seq: u64,
+  pub deadline: Option<Instant>,
+  pub idle: Option<Duration>,
+  pub last_output: Instant,
+  /// The command's tree was asked to end; the shell is terminated if its end has not come
+  /// by then.
+  pub ending: Option<Instant>,
+}
 
 /// The terms a job runs under.
 #[derive(Debug, Clone)]
@@ -100,6 +130,8 @@ pub enum Phase {
   Sending { due: Option<Instant>, killed: bool },
   /// The leader runs; the deadline counts.
   Running,
+  /// A session's shell runs a command (see the module's doc).
+  Busy(Command),
   /// The leader has exited; the rest of the tree may run until `until` (the owner's drain; the
   /// watcher leaves it to the owner: `None`). The deadline no longer counts.
   Draining { until: Option<Instant> },
@@ -159,6 +191,18 @@ pub enum Event<R> {
   OutputOverCap,
   /// Time passed: whatever is due by `now` happens.
   Tick,
+  /// A session's command was written to its shell.
+  CommandSent {
+    seq: u64,
+    deadline: Option<Instant>,
+    idle: Option<Duration>,
+  },
+  /// The running command wrote output (its idle deadline moves).
+  CommandOutput,
+  /// The shell reported the end of command `seq`.
+  CommandEnded { seq: u64 },
+  /// The caller wants the running command ended (its abort), the shell kept.
+  StopCommand,
 }
 
 /// What a driver carries out.
@@ -176,6 +220,8 @@ pub enum Action {
   AskTerminate { grace: Duration },
   /// Watcher: kill the owner's tree itself.
   KillTree,
+  /// Watcher: ask the owner to kill every process of the session's tree but the shell.
+  EndCommand,
 }
 
 /// The actions of one transition, in order (at most three).
@@ -228,6 +274,8 @@ pub struct Lifecycle<R> {
   /// the running job (after the answers that came with the first).
   pending: Option<Stop<R>>,
   ended_by: Option<EndedBy<R>>,
+  /// What ended the last session command early, if anything did.
+  cut: Option<CommandCut>,
 }
 
 impl<R> Lifecycle<R> {
@@ -241,6 +289,7 @@ impl<R> Lifecycle<R> {
       phase: Phase::Running,
       pending: None,
       ended_by: None,
+      cut: None,
     }
   }
 
@@ -257,6 +306,7 @@ impl<R> Lifecycle<R> {
       },
       pending: None,
       ended_by: None,
+      cut: None,
     }
   }
 
@@ -280,6 +330,11 @@ impl<R> Lifecycle<R> {
   /// Why the job ended, taken out: what it was stopped for, else an exit.
   pub fn take_ended_by(&mut self) -> EndedBy<R> {
     self.ended_by.take().unwrap_or(EndedBy::Exit)
+  }
+
+  /// What ended the last session command early (`None`: it ended by itself).
+  pub fn command_cut(&self) -> Option<CommandCut> {
+    self.cut
   }
 
   /// [`Self::on`] as a function of the state: the next state and its actions.
@@ -308,7 +363,7 @@ impl<R> Lifecycle<R> {
         }
       }
       Event::LeaderExited => {
-        if self.phase == Phase::Running {
+        if matches!(self.phase, Phase::Running | Phase::Busy(_)) {
           let until = self.drain.map(|d| now + d);
           self.phase = Phase::Draining { until };
         }
@@ -331,8 +386,48 @@ impl<R> Lifecycle<R> {
         }
       }
       Event::Tick => self.tick(now, &mut actions),
+      Event::CommandSent {
+        seq,
+        deadline,
+        idle,
+      } => {
+        if self.phase == Phase::Running {
+          self.cut = None;
+          self.phase = Phase::Busy(Command {
+            seq,
+            deadline,
+            idle,
+            last_output: now,
+            ending: None,
+          });
+        }
+      }
+      Event::CommandOutput => {
+        if let Phase::Busy(command) = &mut self.phase {
+          command.last_output = now;
+        }
+      }
+      Event::CommandEnded { seq } => {
+        if let Phase::Busy(command) = self.phase
+          && command.seq == seq
+        {
+          self.phase = Phase::Running;
+        }
+      }
+      Event::StopCommand => self.cut_command(CommandCut::Stopped, now, &mut actions),
     }
     actions
+  }
+
+  /// Asks for the end of the running command's tree, once.
+  fn cut_command(&mut self, cut: CommandCut, now: Instant, actions: &mut Actions) {
+    if let Phase::Busy(command) = &mut self.phase
+      && command.ending.is_none()
+    {
+      command.ending = Some(now + COMMAND_END_BOUND);
+      self.cut = Some(cut);
+      actions.push(Action::EndCommand);
+    }
   }
 
   /// When the driver must tick next, at the latest (`None`: only an event moves it).
@@ -345,6 +440,13 @@ impl<R> Lifecycle<R> {
         due.map(|at| if now >= at { now + NUDGE_EVERY } else { at })
       }
       (Phase::Running, _) => self.deadline,
+      (Phase::Busy(c), _) => match c.ending {
+        Some(at) => Some(at),
+        None => [c.deadline, c.idle.map(|idle| c.last_output + idle)]
+          .into_iter()
+          .flatten()
+          .min(),
+      },
       (Phase::Draining { until }, _) => until,
       (Phase::Terminating(Termination::Graceful { kill_at }), Role::Owner) => Some(kill_at),
       (Phase::Terminating(Termination::Graceful { kill_at }), Role::Watcher) => {
@@ -366,7 +468,7 @@ impl<R> Lifecycle<R> {
   fn is_live(&self) -> bool {
     matches!(
       self.phase,
-      Phase::Running | Phase::Draining { .. } | Phase::Terminating(_)
+      Phase::Running | Phase::Busy(_) | Phase::Draining { .. } | Phase::Terminating(_)
     )
   }
 
@@ -472,6 +574,21 @@ impl<R> Lifecycle<R> {
       Phase::Draining { until: Some(at) } if now >= at => {
         self.terminate(Duration::ZERO, now, actions);
       }
+      Phase::Busy(c) => match c.ending {
+        // The shell has not finished the command by the kill of its tree: it goes.
+        Some(at) if now >= at => {
+          self.ended_by = Some(EndedBy::Timeout);
+          self.terminate(Duration::ZERO, now, actions);
+        }
+        Some(_) => {}
+        None => {
+          if c.deadline.is_some_and(|at| now >= at) {
+            self.cut_command(CommandCut::Wall, now, actions);
+          } else if c.idle.is_some_and(|idle| now >= c.last_output + idle) {
+            self.cut_command(CommandCut::Idle, now, actions);
+          }
+        }
+      },
       Phase::Terminating(Termination::Graceful { kill_at }) => match self.role {
         Role::Owner if now >= kill_at => self.kill(now, actions),
         Role::Watcher if now >= kill_at + FALLBACK_AFTER => {
@@ -735,10 +852,61 @@ mod tests {
     ]
   }
 
+  /// A session's shell (watcher, no deadline of its own) running command 7: deadline at 1000,
+  /// idle 200 ms, last output at `last`, its tree asked to end with the shell's bound at `ending`.
+  fn busy(last: u64, ending: Option<u64>) -> Phase {
+    Phase::Busy(Command {
+      seq: 7,
+      deadline: Some(t(1000)),
+      idle: Some(ms(200)),
+      last_output: t(last),
+      ending: ending.map(t),
+    })
+  }
+
+  fn shell(phase: Phase) -> Job {
+    Lifecycle {
+      phase,
+      ..Lifecycle::watcher(None, ms(0))
+    }
+  }
+
+  fn cut(mut job: Job, cut: CommandCut) -> Job {
+    job.cut = Some(cut);
+    job
+  }
+
+  #[rustfmt::skip]
+  fn session_rows() -> Vec<Row> {
+    let sent = Event::CommandSent { seq: 7, deadline: Some(t(1000)), idle: Some(ms(200)) };
+    let bound = COMMAND_END_BOUND.as_millis() as u64;
+    vec![
+      ("a command sent to an idle shell: busy", shell(RUNNING), sent.clone(), 100, shell(busy(100, None)), none()),
+      ("a command is never sent to a busy shell", shell(busy(100, None)), sent, 150, shell(busy(100, None)), none()),
+      ("output moves the idle deadline", shell(busy(100, None)), Event::CommandOutput, 250, shell(busy(250, None)), none()),
+      ("before both deadlines nothing happens", shell(busy(100, None)), Event::Tick, 299, shell(busy(100, None)), none()),
+      ("no output for the idle time ends the command's tree", shell(busy(100, None)), Event::Tick, 300, cut(shell(busy(100, Some(300 + bound))), CommandCut::Idle), [Action::EndCommand].into()),
+      ("the deadline ends the command's tree", shell(busy(990, None)), Event::Tick, 1000, cut(shell(busy(990, Some(1000 + bound))), CommandCut::Wall), [Action::EndCommand].into()),
+      ("a stop ends the command's tree", shell(busy(100, None)), Event::StopCommand, 150, cut(shell(busy(100, Some(150 + bound))), CommandCut::Stopped), [Action::EndCommand].into()),
+      ("the end is asked for once", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::StopCommand, 400, cut(shell(busy(100, Some(800))), CommandCut::Wall), none()),
+      ("the command's end: idle again, the cut kept", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::CommandEnded { seq: 7 }, 400, cut(shell(RUNNING), CommandCut::Wall), none()),
+      ("another command's end changes nothing", shell(busy(100, None)), Event::CommandEnded { seq: 6 }, 150, shell(busy(100, None)), none()),
+      ("no end by the bound: the shell is terminated", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::Tick, 800, ended(cut(shell(graceful(800)), CommandCut::Wall), TIMEOUT), [ask(0)].into()),
+      ("the shell's exit while busy: draining", shell(busy(100, None)), Event::LeaderExited, 150, shell(draining(None)), none()),
+      ("a stop of the session while busy terminates the whole tree", shell(busy(100, None)), stop(0), 150, ended(shell(graceful(150)), ABORT), [ask(0)].into()),
+      ("the tree gone while busy settles", shell(busy(100, None)), Event::TreeGone, 150, shell(GONE), none()),
+      ("a new command clears the last cut", cut(shell(RUNNING), CommandCut::Idle), Event::CommandSent { seq: 8, deadline: None, idle: None }, 900, shell(Phase::Busy(Command { seq: 8, deadline: None, idle: None, last_output: t(900), ending: None })), none()),
+    ]
+  }
+
   /// Every transition of both roles, as (state, event, now) -> (state, actions).
   #[test]
   fn every_transition_of_a_job_is_a_row() {
-    for (name, from, event, now, want, actions) in owner_rows().into_iter().chain(watcher_rows()) {
+    for (name, from, event, now, want, actions) in owner_rows()
+      .into_iter()
+      .chain(watcher_rows())
+      .chain(session_rows())
+    {
       let (got, did) = from.clone().step(event.clone(), t(now));
       assert_eq!(
         (&got, &did),
@@ -768,6 +936,10 @@ mod tests {
       ("a stop kept while running: now", pending(watcher(RUNNING), 20), 600, Some(600)),
       ("a stop kept while sending: when due", pending(watcher(sending(Some(500), false)), 20), 400, Some(500)),
       ("a stop kept, settled: never", pending(watcher(GONE), 20), 600, None),
+      ("busy: the idle deadline when sooner", shell(busy(100, None)), 150, Some(300)),
+      ("busy: the deadline when sooner", shell(busy(950, None)), 960, Some(1000)),
+      ("busy, its tree ending: the shell's bound", shell(busy(100, Some(800))), 400, Some(800)),
+      ("busy without deadlines: never", shell(Phase::Busy(Command { seq: 1, deadline: None, idle: None, last_output: t(0), ending: None })), 400, None),
     ];
     for (name, job, now, want) in rows {
       assert_eq!(job.next_wake(t(now)), want.map(t), "{name}");

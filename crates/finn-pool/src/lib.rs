@@ -18,7 +18,7 @@ pub use error::{BinaryProblem, Crashed, NoThread, PoolError, PoolErrorCode, Unav
 pub use finn_job::{Lane, RawJob, TRUNCATION_MARKER};
 pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
 pub use job::{JobOutcome, JobResult};
-pub use pool::{Completion, ExitHandle, Pool, Submitted};
+pub use pool::{Completion, ExitHandle, Pool, Submitted, SupervisorLease};
 pub use stats::PoolStats;
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::TEST_PANIC_SESSION;

@@ -51,10 +51,9 @@ impl Pool {
   /// Each running job occupies a thread of `runtime`'s blocking pool (see `supervisor::run_blocking`), so
   /// the runtime's `max_blocking_threads` must cover every slot.
   pub fn new(config: PoolConfig, runtime: Handle) -> Pool {
-    let supervisor = config
-      .supervisor
-      .clone()
-      .map(|program| Supervisor::new(program).with_landlock_abi_max(config.landlock_abi_max));
+    let supervisor = config.supervisor.clone().map(|program| {
+      Arc::new(Supervisor::new(program).with_landlock_abi_max(config.landlock_abi_max))
+    });
     let state = State {
       closing: false,
       abandoned: false,
@@ -62,6 +61,7 @@ impl Pool {
       interactive: LaneQueue::new(config.interactive_workers, config.max_queue_depth),
       system: LaneQueue::new(1, config.max_queue_depth),
       running: HashMap::new(),
+      leases: 0,
       totals: Totals::default(),
       next_id: 1,
     };
@@ -83,6 +83,25 @@ impl Pool {
 
   pub fn config(&self) -> &PoolConfig {
     &self.inner.config
+  }
+
+  /// The pool's supervisor, for a session's shell (`finn-session`), which runs under one of
+  /// its reapers beside the pool's jobs, and a lease that keeps it: an idle pool lets its
+  /// supervisor go only when no lease is held. `None`: this pool runs without one.
+  pub fn lease_supervisor(&self) -> Option<(Arc<Supervisor>, SupervisorLease)> {
+    let supervisor = self.inner.supervisor.clone()?;
+    self.inner.lock().leases += 1;
+    Some((
+      supervisor,
+      SupervisorLease {
+        inner: Arc::clone(&self.inner),
+      },
+    ))
+  }
+
+  /// Whether `shutdown()` has begun (a new session is refused then, as a new job is).
+  pub fn is_closing(&self) -> bool {
+    self.inner.lock().closing
   }
 
   /// Admits a job synchronously: when this returns, `stats()` already counts it as active or
@@ -242,6 +261,27 @@ impl Pool {
         }
         idle.await;
       }
+    }
+  }
+}
+
+/// Keeps the pool's supervisor while held (see [`Pool::lease_supervisor`]). The last one
+/// dropped on a pool with no job and no parked worker thread lets the supervisor go, as that
+/// pool's last worker thread would have.
+pub struct SupervisorLease {
+  inner: Arc<Inner>,
+}
+
+impl Drop for SupervisorLease {
+  fn drop(&mut self) {
+    let mut state = self.inner.lock();
+    state.leases -= 1;
+    if state.leases == 0
+      && state.parked.is_empty()
+      && state.running.is_empty()
+      && let Some(supervisor) = &self.inner.supervisor
+    {
+      supervisor.stop();
     }
   }
 }

@@ -71,6 +71,9 @@ pub(super) struct State {
   pub(super) interactive: LaneQueue<Queued>,
   pub(super) system: LaneQueue<Queued>,
   pub(super) running: HashMap<u64, Running>,
+  /// Live [`super::pool::SupervisorLease`]s: sessions whose shell runs under the supervisor,
+  /// which an idle pool then keeps.
+  pub(super) leases: usize,
   pub(super) totals: Totals,
   pub(super) next_id: u64,
 }
@@ -104,7 +107,7 @@ pub(super) struct Inner {
   /// Set by [`Pool::kill_all_now`]: a job that spawns from now on kills its own tree at once.
   pub(super) exiting: AtomicBool,
   /// Contains every job's tree; started with the first job.
-  pub(super) supervisor: Option<Supervisor>,
+  pub(super) supervisor: Option<Arc<Supervisor>>,
 }
 
 impl Inner {

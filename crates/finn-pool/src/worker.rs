@@ -170,9 +170,11 @@ impl Inner {
             // the reapers it still has (they retire after as long without a job anyway). No
             // job holds a reaper: a job leases one only while it is running, and none is (in
             // this lock, which admits jobs). The next job starts a new supervisor. An idle pool
-            // then costs no process, only Node's own share (`npm run bench`, idle RSS).
+            // then costs no process, only Node's own share (`npm run bench`, idle RSS). A
+            // session's shell runs under the supervisor too: it stays while one holds a lease.
             if state.parked.is_empty()
               && state.running.is_empty()
+              && state.leases == 0
               && let Some(supervisor) = &self.supervisor
             {
               supervisor.stop();

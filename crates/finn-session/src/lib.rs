@@ -1,7 +1,8 @@
 //! A session's long-lived bash: the protocol by which it runs one command at a time, and the
-//! restore of its state when it dies. May use `finn-exec` (pidfds, `ppoll`) and `finn-job`;
-//! nothing else of ours. Not yet used by the supervisor or the addon: this crate is the layer
-//! they will drive (see "The interface for the supervisor" below).
+//! restore of its state when it dies. May use `finn-exec` (pidfds, `ppoll`, the lifecycle
+//! machine), `finn-supervisor` (the reaper that holds the shell) with `finn-isolate`'s plan, and
+//! `finn-job`; nothing else of ours. The addon (`src/binding/session.rs`) runs one [`Session`]
+//! per JS session, with [`Host::Reaper`] (see "Under a reaper" below).
 //!
 //! - [`protocol`]: the bytes, with no process: the bootstrap, the request line for one command,
 //!   the completion record and its reader, the restore script built from a snapshot.
@@ -72,10 +73,11 @@
 //! sees the shell's pidfd readable before a record, reads its status without reaping it (the
 //! status is the command's: [`CommandStatus::Exited`] or [`CommandStatus::Signaled`]), kills
 //! what is left of its group and session, reaps it, starts a fresh bash, and runs the restore
-//! as its first command; the result says `session_restarted: true`. A command past its
-//! timeout gets the same: SIGKILL for the shell's process group and session (the shell is
-//! started with `setsid`, so jobs under `set -m`, in groups of their own, are found by session
-//! even once the shell is gone), then a fresh, restored shell.
+//! as its first command; the result says `session_restarted: true`. A local shell's command
+//! past its timeout gets the same (under a reaper only the command's tree dies: see "Under a
+//! reaper"): SIGKILL for the shell's process group and session (the shell is started with
+//! `setsid`, so jobs under `set -m`, in groups of their own, are found by session even once the
+//! shell is gone), then a fresh, restored shell.
 //!
 //! After every command the record carries a snapshot of the shell as bash prints it (`set +o`,
 //! `shopt -p`, `umask -p`, `declare -p`, `declare -f`, `declare -F`, `alias -p`), so the last
@@ -107,34 +109,34 @@
 //! user (DEBUG, RETURN with `-T`) also run around the session's own code, with its output
 //! going nowhere.
 //!
-//! # The interface for the supervisor
+//! # Under a reaper
 //!
-//! The protocol is plain bytes on three descriptors plus fifos in one directory, so the shell
-//! need not be a child of the process that talks to it. What this crate offers for that:
+//! With [`Host::Reaper`] the shell is the leader of a job of one of the pool's supervisor's
+//! reapers (`finn_supervisor::shell_job`), started as a normal `Run` with the session's
+//! isolation plan (the fifo directory among its writable roots). Its three pipes are then fifos
+//! in the session's directory (`script`, `data`, `done`), which the driver holds open read-write
+//! so that neither side's open waits; a `bash -c` trampoline opens them at fds 3 to 5 and execs
+//! the shell in place, so the reaper's leader is the shell itself. The reaper's socket takes the
+//! place of the pidfd: it reports the shell's exit, and its end means the reaper is gone.
 //!
-//! - [`protocol`] builds and parses everything without a process: a reaper or the addon's
-//!   side can write [`protocol::bootstrap`] and [`protocol::request`] to the script descriptor,
-//!   a command's text to the data descriptor, and feed the done descriptor's bytes to a
-//!   [`protocol::RecordReader`].
-//! - The shell needs only its three pipe ends at fds 3 to 5, `/dev/null` as stdio, and the
-//!   fifo directory visible and writable to it. A reaper can `posix_spawn` it as its own child
-//!   (the subreaper's containment, the session's isolation applied once to that fork, with the
-//!   fifo directory added to its landlock rules), keep its pidfd, and hand the other ends of
-//!   the script, data and done pipes to the addon by `SCM_RIGHTS`, as it hands over a job's
-//!   stdout and stderr today.
-//! - [`shell`]'s `exchange` loop is the shape the lifecycle machine drives
-//!   (`finn_exec::lifecycle`'s module doc): writing a request is `CommandSent { seq, deadline }`,
-//!   a record with that `seq` is `CommandEnded { seq }`, the shell's pidfd is `LeaderExited`
-//!   (the shell is the session job's leader: the driver then restores), the deadline starts the
-//!   same termination. Today the driver's termination is a SIGKILL of the shell's group and
-//!   session, so a timeout costs the shell and a restore, and a `setsid` escapee whose parent
-//!   has died is out of its reach; ending only the command's tree, escapees included, is the
-//!   reaper's tree walk (as a subreaper, nothing of the tree leaves it), once the reaper owns
-//!   the shell.
+//! Each command is the `Busy` phase of the shell's job in `finn_exec::lifecycle` (the watcher's
+//! side): writing the request is `CommandSent`, output is `CommandOutput` (the idle deadline),
+//! the record is `CommandEnded`, a stop is `StopCommand`, and the shell's exit is
+//! `LeaderExited`. At the command's deadline, idle deadline or stop the machine asks for
+//! `EndCommand`: the reaper SIGKILLs every process of its tree but the shell (its frozen tree
+//! walk: double forks and `setsid` escapees included) until none is left and answers
+//! `CommandEnded`; the shell writes the command's record (status 137) and keeps its state. The
+//! driver ends the command only with both: the shell reports its foreground child's death
+//! before the other processes killed with it are gone. A command that is the shell's own loop, or keeps forking,
+//! does not end by that; past `COMMAND_END_BOUND` the machine terminates the whole job and the
+//! driver restores a fresh shell. A local shell ([`Host::Local`], the protocol's tests) ends a
+//! command past its time by killing the shell's group and session and restoring.
 
 pub mod code;
 pub mod protocol;
 pub mod shell;
 
 pub use code::SessionErrorCode;
-pub use shell::{CommandResult, CommandStatus, RunOptions, Session, SessionConfig, SessionError};
+pub use shell::{
+  CommandResult, CommandStatus, Cut, Host, RunOptions, Session, SessionConfig, SessionError, Stream,
+};

@@ -1,8 +1,9 @@
 //! A blocking driver of one session's bash: spawns it, runs one command at a time over the
 //! [`crate::protocol`], reads the command's fifos and the done descriptor with `ppoll`, and
 //! replaces a shell that died (or had to be killed) with a fresh one restored from the last
-//! snapshot. This is what the cargo tests exercise against real bash; the supervisor's reaper
-//! drives the same protocol from its own loop (see the crate's doc).
+//! snapshot. The shell is this process's child ([`Host::Local`], the protocol's tests) or the
+//! leader of a supervisor reaper's job ([`Host::Reaper`], what the addon runs); the cargo tests
+//! run against both (see the crate's doc).
 
 use std::ffi::{CString, OsStr, OsString};
 use std::fs::File;
@@ -11,9 +12,14 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use finn_exec::{pidfd, poll, tree};
+use finn_exec::lifecycle::{Action, Actions, Event, Lifecycle};
+use finn_exec::{ExitStatus, SpawnSpec, pidfd, poll, tree};
+use finn_isolate::Plan;
+use finn_supervisor::Supervisor;
+use finn_supervisor::shell_job::{ShellJob, ShellStartError};
 use nix::fcntl::{FcntlArg, OFlag, fcntl, open};
 use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_spawn};
 use nix::sys::signal::{SigSet, Signal, killpg};
@@ -25,6 +31,33 @@ use crate::protocol::{
   self, DATA_FD, DONE_FD, ProtocolError, Record, RecordReader, SCRIPT_FD, Snapshot, StdinFrom,
 };
 
+/// Who starts and holds the shell.
+#[derive(Clone, Default)]
+pub enum Host {
+  /// This process, as its child (the cargo tests of the protocol).
+  #[default]
+  Local,
+  /// A reaper of `supervisor`, with `isolation` applied once to the shell's start (its
+  /// writable roots must include the fifo directory). A command's timeout then ends only the
+  /// command's tree, and the shell keeps its state.
+  Reaper {
+    supervisor: Arc<Supervisor>,
+    isolation: Option<Box<Plan>>,
+  },
+}
+
+impl std::fmt::Debug for Host {
+  fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    match self {
+      Host::Local => f.write_str("Local"),
+      Host::Reaper { isolation, .. } => f
+        .debug_struct("Reaper")
+        .field("isolated", &isolation.is_some())
+        .finish(),
+    }
+  }
+}
+
 /// How a session's shell is started.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
@@ -35,6 +68,7 @@ pub struct SessionConfig {
   /// The first shell's whole environment; a restored shell gets the snapshot's exported
   /// variables instead.
   pub env: Vec<(OsString, OsString)>,
+  pub host: Host,
 }
 
 /// One command's terms.
@@ -42,9 +76,44 @@ pub struct SessionConfig {
 pub struct RunOptions {
   /// Bytes written to the command's stdin, then EOF. `None`: EOF at once (`/dev/null`).
   pub stdin: Option<Vec<u8>>,
-  /// After this the shell, its process group and its session are killed and the shell
+  /// After this the command ends: under a reaper, its tree is killed and the shell lives on
+  /// (if the shell itself does not finish the command within [`END_COMMAND_BOUND`], it is
+  /// replaced too); a local shell, its process group and its session are killed and the shell
   /// replaced. `None`: no limit.
   pub timeout: Option<Duration>,
+  /// The same end once neither stdout nor stderr has had a byte for this long.
+  pub idle_timeout: Option<Duration>,
+  /// A descriptor that turns readable when the caller wants the command ended (an abort, a
+  /// destroy): the same end as a timeout.
+  pub stop: Option<RawFd>,
+}
+
+/// The fifos of a shell under a reaper (its script, data and done descriptors), in the session's
+/// directory beside the commands' (`o.<seq>`, `e.<seq>`, `i.<seq>`).
+const SCRIPT_FIFO: &str = "script";
+const DATA_FIFO: &str = "data";
+const DONE_FIFO: &str = "done";
+
+/// Run by `bash -c` with the shell and the three fifos as `$0` to `$3`: opens the fifos at the
+/// protocol's descriptors and becomes the session's shell (same pid, so the reaper's leader is
+/// the shell itself).
+const TRAMPOLINE: &str =
+  "exec 3<\"$1\" 4<\"$2\" 5>\"$3\" && exec \"$0\" --noprofile --norc /dev/fd/3";
+
+/// What ended a command before it ended by itself: its deadline, its idle time, or the
+/// caller's stop (the session's machine, `finn_exec::lifecycle`, decides).
+pub use finn_exec::lifecycle::CommandCut as Cut;
+
+/// How long a shell under a reaper has, once its command's tree was killed, to write the
+/// command's record (a command that is the shell's own loop, or keeps forking, does not end by
+/// that kill): past it the shell is replaced.
+pub use finn_exec::lifecycle::COMMAND_END_BOUND as END_COMMAND_BOUND;
+
+/// Which of a command's streams a chunk comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+  Stdout,
+  Stderr,
 }
 
 /// How a command ended.
@@ -55,7 +124,7 @@ pub enum CommandStatus {
   Exited(i32),
   /// The shell itself was killed by this signal while running the command.
   Signaled(i32),
-  /// The command outlived [`RunOptions::timeout`].
+  /// The command was cut ([`CommandResult::cut`]) and the shell had to be replaced to end it.
   TimedOut,
 }
 
@@ -70,6 +139,8 @@ pub struct CommandResult {
   /// The shell was replaced and its state restored: during this command (it ended the shell,
   /// or timed out) or between the previous command and this one.
   pub session_restarted: bool,
+  /// Why the command was ended early, if it was.
+  pub cut: Option<Cut>,
 }
 
 /// Why a session could not run a command.
@@ -81,6 +152,8 @@ pub enum SessionError {
   Cwd(PathBuf),
   #[error("start the shell: {0}")]
   Spawn(io::Error),
+  #[error(transparent)]
+  Reaper(#[from] ShellStartError),
   #[error("talk to the shell: {0}")]
   Io(#[from] io::Error),
   #[error("read the shell's record: {0}")]
@@ -102,12 +175,47 @@ pub struct Session {
 }
 
 struct Shell {
-  pid: Pid,
-  pidfd: OwnedFd,
+  proc: Proc,
+  /// The shell's life as a job (its watcher's side): a command is its `Busy` phase.
+  life: Lifecycle<()>,
   script: File,
   data: OwnedFd,
   done: OwnedFd,
   reader: RecordReader,
+}
+
+/// The shell's process, as whoever holds it.
+enum Proc {
+  Local { pid: Pid, pidfd: OwnedFd },
+  Reaper(ShellJob),
+}
+
+impl Proc {
+  fn pid(&self) -> i32 {
+    match self {
+      Proc::Local { pid, .. } => pid.as_raw(),
+      Proc::Reaper(job) => job.pid,
+    }
+  }
+
+  /// Readable once the shell may have exited.
+  fn fd(&self) -> RawFd {
+    match self {
+      Proc::Local { pidfd, .. } => pidfd.as_raw_fd(),
+      Proc::Reaper(job) => job.fd(),
+    }
+  }
+
+  /// The shell's status once it has exited (`None`: it runs).
+  fn exited(&mut self) -> Option<CommandStatus> {
+    match self {
+      Proc::Local { pid, pidfd } => pidfd::exited(pidfd).then(|| wait_status(*pid)),
+      Proc::Reaper(job) => job.exited().map(|status| match status {
+        ExitStatus::Exited(code) => CommandStatus::Exited(code),
+        ExitStatus::Signaled(sig) => CommandStatus::Signaled(sig),
+      }),
+    }
+  }
 }
 
 /// What one exchange with a shell came to.
@@ -117,23 +225,24 @@ enum Exchange {
   TimedOut,
 }
 
-struct Output {
-  stdout: Vec<u8>,
-  stderr: Vec<u8>,
-}
-
 impl Session {
   /// Starts the shell and takes its first snapshot.
   pub fn start(config: SessionConfig) -> Result<Self, SessionError> {
-    if !config.cwd.is_dir() {
-      return Err(SessionError::Cwd(config.cwd));
-    }
     // Only this user may open the fifos (another user could read a command's output).
     let dir = tempfile::Builder::new()
       .prefix("finn-session-")
       .permissions(std::fs::Permissions::from_mode(0o700))
       .tempdir()
       .map_err(SessionError::Spawn)?;
+    Self::start_in(config, dir)
+  }
+
+  /// [`Self::start`] with the fifo directory made by the caller (private to this user), who
+  /// needs its path first: an isolation plan must let the shell write there.
+  pub fn start_in(config: SessionConfig, dir: tempfile::TempDir) -> Result<Self, SessionError> {
+    if !config.cwd.is_dir() {
+      return Err(SessionError::Cwd(config.cwd));
+    }
     let mut session = Session {
       config,
       dir,
@@ -154,7 +263,16 @@ impl Session {
 
   /// The shell's pid (it changes when the shell is replaced).
   pub fn pid(&self) -> Option<i32> {
-    self.shell.as_ref().map(|s| s.pid.as_raw())
+    self.shell.as_ref().map(|s| s.proc.pid())
+  }
+
+  /// The reaper that holds the shell (`None`: a local shell): every process of the session
+  /// is its descendant.
+  pub fn reaper_pid(&self) -> Option<i32> {
+    match self.shell.as_ref().map(|s| &s.proc) {
+      Some(Proc::Reaper(job)) => Some(job.reaper_pid),
+      _ => None,
+    }
   }
 
   /// Runs `command` in the shell, to its end, and replaces the shell if the command ended it.
@@ -163,24 +281,48 @@ impl Session {
     command: &[u8],
     options: &RunOptions,
   ) -> Result<CommandResult, SessionError> {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let mut result = self.run_streaming(command, options, &mut |stream, bytes| match stream {
+      Stream::Stdout => stdout.extend_from_slice(bytes),
+      Stream::Stderr => stderr.extend_from_slice(bytes),
+    })?;
+    result.stdout = stdout;
+    result.stderr = stderr;
+    Ok(result)
+  }
+
+  /// [`Self::run`], with the output handed to `sink` as it is read, in order per stream (the
+  /// result's `stdout` and `stderr` are empty). `sink` may block: the command then waits on its
+  /// full pipe, which is the backpressure.
+  pub fn run_streaming(
+    &mut self,
+    command: &[u8],
+    options: &RunOptions,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+  ) -> Result<CommandResult, SessionError> {
     if command.contains(&0) {
       return Err(SessionError::NulInCommand);
     }
-    if self.shell.as_ref().is_none_or(|s| pidfd::exited(&s.pidfd)) {
+    if self
+      .shell
+      .as_mut()
+      .is_none_or(|s| s.proc.exited().is_some())
+    {
       self.reap();
       self.respawn()?;
       self.replaced = true;
     }
     let restarted_before = std::mem::take(&mut self.replaced);
-    let (exchange, out) = self.exchange(command, options)?;
+    let (exchange, cut) = self.exchange(command, options, sink)?;
     let status = match exchange {
       Exchange::Done(record) => {
         self.snapshot = Some(record.snapshot);
         return Ok(CommandResult {
-          stdout: out.stdout,
-          stderr: out.stderr,
+          stdout: Vec::new(),
+          stderr: Vec::new(),
           status: CommandStatus::Exited(record.status),
           session_restarted: restarted_before,
+          cut,
         });
       }
       Exchange::ShellGone(status) => status,
@@ -189,11 +331,18 @@ impl Session {
     self.reap();
     self.respawn()?;
     Ok(CommandResult {
-      stdout: out.stdout,
-      stderr: out.stderr,
+      stdout: Vec::new(),
+      stderr: Vec::new(),
       status,
       session_restarted: true,
+      cut,
     })
+  }
+
+  /// Ends the shell and everything the session started, and waits until it is all gone (under
+  /// a reaper, up to its bound). The session starts a fresh, restored shell if used again.
+  pub fn end(&mut self) {
+    self.reap();
   }
 
   /// Starts a fresh shell and brings it to the last snapshot (none yet: the config's state).
@@ -203,11 +352,11 @@ impl Session {
     for script in [restore, None] {
       let Some(script) = script else {
         self.shell = Some(self.spawn(true)?);
-        let (exchange, _) = self.exchange(b"", &RunOptions::default())?;
+        let (exchange, _) = self.exchange(b"", &RunOptions::default(), &mut |_, _| {})?;
         return self.adopt(exchange);
       };
       self.shell = Some(self.spawn(false)?);
-      let (exchange, _) = self.exchange(&script, &RunOptions::default())?;
+      let (exchange, _) = self.exchange(&script, &RunOptions::default(), &mut |_, _| {})?;
       if self.adopt(exchange).is_ok() {
         return Ok(());
       }
@@ -227,9 +376,105 @@ impl Session {
     }
   }
 
+  /// The environment a shell starts with: the config's for a fresh one; none for a restored
+  /// one, the restore providing it.
+  fn start_env(&self, fresh: bool) -> Result<Vec<CString>, SessionError> {
+    if !fresh {
+      return Ok(Vec::new());
+    }
+    self
+      .config
+      .env
+      .iter()
+      .map(|(k, v)| {
+        let mut kv = k.clone();
+        kv.push("=");
+        kv.push(v);
+        cstring(&kv)
+      })
+      .collect()
+  }
+
   /// Spawns bash reading its script from [`SCRIPT_FD`], and sends the bootstrap. `fresh`: with
   /// the config's environment and cwd; otherwise with none, the restore providing both.
   fn spawn(&self, fresh: bool) -> Result<Shell, SessionError> {
+    let (proc, script_w, data_w, done_r) = match &self.config.host {
+      Host::Local => self.spawn_local(fresh)?,
+      Host::Reaper {
+        supervisor,
+        isolation,
+      } => self.spawn_under(supervisor, isolation.as_deref(), fresh)?,
+    };
+    let dir = self.dir.path().as_os_str().as_bytes();
+    // A restored shell starts here too, and the restore then moves it to the snapshot's `$PWD`
+    // (or leaves it here if that directory is gone).
+    let cwd = self.config.cwd.as_os_str().as_bytes();
+    let mut script = File::from(script_w);
+    let data = File::from(data_w);
+    // Both are a few hundred bytes: they fit in the pipes whether or not bash reads yet.
+    script.write_all(protocol::bootstrap(dir.len(), cwd.len()).as_bytes())?;
+    let data = OwnedFd::from(data);
+    write_all_fd(&data, dir)?;
+    write_all_fd(&data, cwd)?;
+    set_nonblocking(&data)?;
+    set_nonblocking(&done_r)?;
+    let mut life = Lifecycle::watcher(None, Duration::ZERO);
+    life.on(Event::Spawned, Instant::now());
+    Ok(Shell {
+      proc,
+      life,
+      script,
+      data,
+      done: done_r,
+      reader: RecordReader::default(),
+    })
+  }
+
+  /// The shell under a reaper: its three pipes are fifos in the session's directory, which
+  /// this side holds open read-write (neither side's open then waits for the other); a
+  /// trampoline puts them at fds 3 to 5 and execs the shell on its script, in the same process.
+  fn spawn_under(
+    &self,
+    supervisor: &Supervisor,
+    isolation: Option<&Plan>,
+    fresh: bool,
+  ) -> Result<(Proc, OwnedFd, OwnedFd, OwnedFd), SessionError> {
+    let path = |name: &str| self.dir.path().join(name);
+    let mut ends = Vec::new();
+    for name in [SCRIPT_FIFO, DATA_FIFO, DONE_FIFO] {
+      let p = path(name);
+      let _ = std::fs::remove_file(&p);
+      mkfifo(p.as_path(), Mode::S_IRUSR | Mode::S_IWUSR).map_err(to_io)?;
+      let end =
+        open(p.as_path(), OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(to_io)?;
+      ends.push(end);
+    }
+    let program = cstring(self.config.shell.as_os_str())?;
+    let fifo_arg = |name: &str| cstring(path(name).as_os_str());
+    let spec = SpawnSpec {
+      program: program.clone(),
+      argv: vec![
+        program,
+        c"--noprofile".to_owned(),
+        c"--norc".to_owned(),
+        c"-c".to_owned(),
+        CString::new(TRAMPOLINE).expect("no NUL"),
+        cstring(self.config.shell.as_os_str())?,
+        fifo_arg(SCRIPT_FIFO)?,
+        fifo_arg(DATA_FIFO)?,
+        fifo_arg(DONE_FIFO)?,
+      ],
+      env: self.start_env(fresh)?,
+      cwd: cstring(self.config.cwd.as_os_str())?,
+    };
+    let job = ShellJob::start(supervisor, &spec, isolation)?;
+    let done = ends.pop().expect("three ends");
+    let data = ends.pop().expect("three ends");
+    let script = ends.pop().expect("three ends");
+    Ok((Proc::Reaper(job), script, data, done))
+  }
+
+  fn spawn_local(&self, fresh: bool) -> Result<(Proc, OwnedFd, OwnedFd, OwnedFd), SessionError> {
     let (script_r, script_w) = pipe2(OFlag::O_CLOEXEC).map_err(to_io)?;
     let (data_r, data_w) = pipe2(OFlag::O_CLOEXEC).map_err(to_io)?;
     let (done_r, done_w) = pipe2(OFlag::O_CLOEXEC).map_err(to_io)?;
@@ -281,55 +526,22 @@ impl Session {
       c"--norc".to_owned(),
       CString::new(script_path).expect("no NUL"),
     ];
-    let env: Vec<CString> = if fresh {
-      self
-        .config
-        .env
-        .iter()
-        .map(|(k, v)| {
-          let mut kv = k.clone();
-          kv.push("=");
-          kv.push(v);
-          cstring(&kv)
-        })
-        .collect::<Result<_, _>>()?
-    } else {
-      Vec::new()
-    };
+    let env = self.start_env(fresh)?;
     let pid = posix_spawn(program.as_c_str(), &actions, &attr, &args, &env)
       .map_err(|e| SessionError::Spawn(e.into()))?;
     drop((script_r, data_r, done_w, null));
     let pidfd = pidfd::open(pid.as_raw())?;
-
-    let dir = self.dir.path().as_os_str().as_bytes();
-    // A restored shell starts here too, and the restore then moves it to the snapshot's `$PWD`
-    // (or leaves it here if that directory is gone).
-    let cwd = self.config.cwd.as_os_str().as_bytes();
-    let mut script = File::from(script_w);
-    let mut data = File::from(data_w);
-    // Blocking writes: bash reads both at once, and they are a few hundred bytes.
-    script.write_all(protocol::bootstrap(dir.len(), cwd.len()).as_bytes())?;
-    data.write_all(dir)?;
-    data.write_all(cwd)?;
-    let data = OwnedFd::from(data);
-    set_nonblocking(&data)?;
-    set_nonblocking(&done_r)?;
-    Ok(Shell {
-      pid,
-      pidfd,
-      script,
-      data,
-      done: done_r,
-      reader: RecordReader::default(),
-    })
+    Ok((Proc::Local { pid, pidfd }, script_w, data_w, done_r))
   }
 
-  /// Sends one command and follows it to its record, the shell's end, or its timeout.
+  /// Sends one command and follows it to its record, the shell's end, or its timeout; the
+  /// output goes to `sink` as it is read.
   fn exchange(
     &mut self,
     command: &[u8],
     options: &RunOptions,
-  ) -> Result<(Exchange, Output), SessionError> {
+    sink: &mut dyn FnMut(Stream, &[u8]),
+  ) -> Result<(Exchange, Option<Cut>), SessionError> {
     self.seq += 1;
     let seq = self.seq;
     let shell = self.shell.as_mut().expect("a shell runs");
@@ -339,23 +551,31 @@ impl Session {
       fifo('e'),
       options.stdin.as_ref().map(|_| fifo('i')),
     )?;
-    let deadline = options.timeout.map(|t| Instant::now() + t);
+    let started = Instant::now();
     let stdin_from = if options.stdin.is_some() {
       StdinFrom::Fifo
     } else {
       StdinFrom::Null
     };
+    shell.life.on(
+      Event::CommandSent {
+        seq,
+        deadline: options.timeout.map(|t| started + t),
+        idle: options.idle_timeout,
+      },
+      started,
+    );
 
-    let mut out = Output {
-      stdout: Vec::new(),
-      stderr: Vec::new(),
-    };
     if let Err(e) = shell
       .script
       .write_all(protocol::request(seq, command.len(), stdin_from).as_bytes())
     {
       if e.kind() == io::ErrorKind::BrokenPipe {
-        return Ok((Exchange::ShellGone(wait_status(shell.pid)), out));
+        let status = shell
+          .proc
+          .exited()
+          .unwrap_or(CommandStatus::Signaled(libc::SIGKILL));
+        return Ok((Exchange::ShellGone(status), None));
       }
       return Err(e.into());
     }
@@ -366,12 +586,17 @@ impl Session {
     let mut stdout = fifos.stdout.take();
     let mut stderr = fifos.stderr.take();
     let mut done = Some(shell.done.as_raw_fd());
+    let mut stop = options.stop;
+    // The command's record, held until the reaper has confirmed the end of its tree.
+    let mut ended: Option<Record> = None;
+    let mut asked_end = false;
     loop {
+      let due = shell.life.next_wake(Instant::now());
       let mut fds = [
         poll::watch(done),
         poll::watch(stdout.as_ref().map(AsRawFd::as_raw_fd)),
         poll::watch(stderr.as_ref().map(AsRawFd::as_raw_fd)),
-        poll::watch(Some(shell.pidfd.as_raw_fd())),
+        poll::watch(Some(shell.proc.fd())),
         writable((!text.is_empty()).then(|| shell.data.as_raw_fd())),
         writable(
           stdin_w
@@ -380,32 +605,49 @@ impl Session {
             .map(AsRawFd::as_raw_fd),
         ),
         poll::watch(stdin_opened.as_ref().map(AsRawFd::as_raw_fd)),
+        poll::watch(stop),
       ];
-      poll::poll(&mut fds, deadline);
+      poll::poll(&mut fds, due);
       if fds[0].revents != 0 && !read_into(&shell.done, &mut shell.reader) {
         // The shell closed it: it exec'd or is ending; its pidfd says when it has.
         done = None;
       }
       // Only when poll says so: a fifo read before the shell has opened it reads as EOF.
-      if fds[1].revents != 0 {
-        drain(&mut stdout, &mut out.stdout);
+      let out = fds[1].revents != 0 && drain(&mut stdout, Stream::Stdout, sink);
+      let err = fds[2].revents != 0 && drain(&mut stderr, Stream::Stderr, sink);
+      if out || err {
+        shell.life.on(Event::CommandOutput, Instant::now());
       }
-      if fds[2].revents != 0 {
-        drain(&mut stderr, &mut out.stderr);
-      }
-      if let Some(record) = shell.reader.next_record()? {
+      while let Some(record) = shell.reader.next_record()? {
         if record.seq == seq {
           // Every write of the command's foreground processes precedes the record.
-          drain(&mut stdout, &mut out.stdout);
-          drain(&mut stderr, &mut out.stderr);
-          return Ok((Exchange::Done(record), out));
+          drain(&mut stdout, Stream::Stdout, sink);
+          drain(&mut stderr, Stream::Stderr, sink);
+          ended = Some(record);
+          break;
         }
-        continue;
       }
-      if fds[3].revents != 0 {
-        drain(&mut stdout, &mut out.stdout);
-        drain(&mut stderr, &mut out.stderr);
-        return Ok((Exchange::ShellGone(wait_status(shell.pid)), out));
+      let exited = if fds[3].revents != 0 {
+        shell.proc.exited()
+      } else {
+        None
+      };
+      // Once its tree was asked to end, the command is over when the reaper says that tree is
+      // gone, not at the record alone (the shell reports its foreground child's death before
+      // the other processes killed with it have gone).
+      let acked = match &shell.proc {
+        Proc::Reaper(job) => !asked_end || job.command_ended(),
+        Proc::Local { .. } => true,
+      };
+      if acked && let Some(record) = ended.take() {
+        shell.life.on(Event::CommandEnded { seq }, Instant::now());
+        return Ok((Exchange::Done(record), shell.life.command_cut()));
+      }
+      if let Some(status) = exited {
+        drain(&mut stdout, Stream::Stdout, sink);
+        drain(&mut stderr, Stream::Stderr, sink);
+        shell.life.on(Event::LeaderExited, Instant::now());
+        return Ok((Exchange::ShellGone(status), shell.life.command_cut()));
       }
       if fds[4].revents != 0 {
         text = &text[write_some(&shell.data, text).min(text.len())..];
@@ -422,26 +664,55 @@ impl Session {
         // EOF for the command once it has read everything.
         stdin_w = None;
       }
-      if deadline.is_some_and(|d| Instant::now() >= d) {
-        return Ok((Exchange::TimedOut, out));
+      let now = Instant::now();
+      let mut due = Actions::default();
+      if fds[7].revents != 0 {
+        stop = None;
+        due = shell.life.on(Event::StopCommand, now);
+      }
+      for action in due.iter().chain(shell.life.on(Event::Tick, now).iter()) {
+        match (action, &mut shell.proc) {
+          // Only the command's tree: the shell writes the record and keeps its state.
+          (Action::EndCommand, Proc::Reaper(job)) => {
+            asked_end = true;
+            job.end_command();
+          }
+          // A local shell cannot end a command alone; a shell past the bound goes too.
+          (Action::EndCommand | Action::AskTerminate { .. }, _) => {
+            return Ok((Exchange::TimedOut, shell.life.command_cut()));
+          }
+          _ => {}
+        }
       }
     }
   }
 
-  /// Forgets the current shell: SIGKILL for what is left of its process group and session
-  /// (its background jobs belong to it and are not restored; under `set -m` they have groups of
-  /// their own in its session), then reaps it. Until it is reaped its pid, the group's and the
-  /// session's id, cannot be reused, so the signal reaches no stranger. A `setsid` escapee
-  /// whose parent has died is out of reach here: that is the reaper's tree walk.
+  /// Forgets the current shell and everything it started. Under a reaper: the reaper kills
+  /// its whole tree (escapees included) and reports it gone. Locally: SIGKILL for what is left
+  /// of its process group and session (its background jobs belong to it and are not restored;
+  /// under `set -m` they have groups of their own in its session), then it is reaped. Until it
+  /// is reaped its pid, the group's and the session's id, cannot be reused, so the signal
+  /// reaches no stranger. A `setsid` escapee whose parent has died is out of reach locally:
+  /// that is the reaper's tree walk.
   fn reap(&mut self) {
-    if let Some(shell) = self.shell.take() {
-      let _ = killpg(shell.pid, Signal::SIGKILL);
-      for pid in tree::escapees(&tree::scan(), shell.pid.as_raw()) {
-        if let Ok(fd) = pidfd::open(pid) {
-          pidfd::send_signal(&fd, Signal::SIGKILL);
+    let Some(shell) = self.shell.take() else {
+      return;
+    };
+    match shell.proc {
+      Proc::Reaper(job) => {
+        if let Host::Reaper { supervisor, .. } = &self.config.host {
+          job.end(supervisor);
         }
       }
-      let _ = waitpid(shell.pid, None);
+      Proc::Local { pid, .. } => {
+        let _ = killpg(pid, Signal::SIGKILL);
+        for pid in tree::escapees(&tree::scan(), pid.as_raw()) {
+          if let Ok(fd) = pidfd::open(pid) {
+            pidfd::send_signal(&fd, Signal::SIGKILL);
+          }
+        }
+        let _ = waitpid(pid, None);
+      }
     }
   }
 }
@@ -543,21 +814,38 @@ fn read_into(fd: &OwnedFd, reader: &mut RecordReader) -> bool {
   }
 }
 
-/// Reads a fifo until it would block; closes it at EOF.
-fn drain(fd: &mut Option<OwnedFd>, into: &mut Vec<u8>) {
-  let Some(f) = fd else { return };
+/// Reads a fifo until it would block, handing each read to `sink`; closes it at EOF. Returns
+/// whether any byte came.
+fn drain(fd: &mut Option<OwnedFd>, stream: Stream, sink: &mut dyn FnMut(Stream, &[u8])) -> bool {
+  let Some(f) = fd else { return false };
   let mut buf = [0u8; 64 * 1024];
+  let mut any = false;
   loop {
     match nix::unistd::read(&*f, &mut buf) {
       Ok(0) => {
         *fd = None;
-        return;
+        return any;
       }
-      Ok(n) => into.extend_from_slice(&buf[..n]),
+      Ok(n) => {
+        any = true;
+        sink(stream, &buf[..n]);
+      }
       Err(nix::errno::Errno::EINTR) => {}
-      Err(_) => return,
+      Err(_) => return any,
     }
   }
+}
+
+/// Writes all of `bytes` to a blocking descriptor.
+fn write_all_fd(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+  while !bytes.is_empty() {
+    match nix::unistd::write(fd.as_fd(), bytes) {
+      Ok(n) => bytes = &bytes[n..],
+      Err(nix::errno::Errno::EINTR) => {}
+      Err(e) => return Err(e.into()),
+    }
+  }
+  Ok(())
 }
 
 /// Writes what fits; how many bytes went.

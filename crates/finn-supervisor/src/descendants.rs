@@ -202,6 +202,25 @@ impl Tree {
     }
   }
 
+  /// [`Tree::wait_gone`] for every process held but `except` (which lives on).
+  pub fn wait_gone_except(&self, except: i32, until: std::time::Instant) -> bool {
+    loop {
+      let mut fds: Vec<libc::pollfd> = self
+        .held
+        .iter()
+        .filter(|(pid, fd)| *pid != except && !pidfd::exited(fd))
+        .map(|(_, fd)| finn_exec::poll::watch(Some(std::os::fd::AsRawFd::as_raw_fd(fd))))
+        .collect();
+      if fds.is_empty() {
+        return true;
+      }
+      if std::time::Instant::now() >= until {
+        return false;
+      }
+      finn_exec::poll::poll(&mut fds, Some(until));
+    }
+  }
+
   /// Pids held and still alive.
   pub fn alive(&self) -> Vec<i32> {
     self

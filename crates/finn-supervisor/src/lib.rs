@@ -12,6 +12,7 @@ pub mod protocol;
 pub mod reaper;
 pub mod run;
 pub mod server;
+pub mod shell_job;
 pub mod shield;
 pub mod wire;
 

@@ -59,6 +59,10 @@ pub enum ToReaper {
   /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
   /// request can only bring the SIGKILL forward.
   Terminate { grace_ms: u64 },
+  /// A session's command is over its time: SIGKILL every process of the tree except the
+  /// leader (the session's shell), which lives on with its state. Escapees are found as for
+  /// any job: the reaper is their subreaper.
+  EndCommand,
 }
 
 /// A job's deadline as its reaper keeps it: `after_ms` from the `Run`, the tree gets SIGTERM,
@@ -117,6 +121,11 @@ pub enum FromReaper {
   /// The reaper was idle for too long and exits without reading anything more: a `Run` sent
   /// to it meanwhile was not started, and can go to another reaper.
   Retired,
+  /// After `EndCommand`: every process of the tree but the leader is gone (or the reaper's
+  /// bound passed: `all_gone` false).
+  CommandEnded {
+    all_gone: bool,
+  },
 }
 
 const NEW_REAPER: u8 = 1;
@@ -132,6 +141,8 @@ const RETIRED: u8 = 10;
 const REAPER_FAILED: u8 = 11;
 const TIMED_OUT: u8 = 12;
 const PREPARE_FAILED: u8 = 13;
+const END_COMMAND: u8 = 14;
+const COMMAND_ENDED: u8 = 15;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -223,6 +234,7 @@ impl ToReaper {
         w.u8(TERMINATE).u64(*grace_ms);
         w.0
       }
+      ToReaper::EndCommand => vec![END_COMMAND],
     }
   }
 
@@ -337,6 +349,7 @@ impl ToReaper {
         }
       }
       TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
+      END_COMMAND => ToReaper::EndCommand,
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -363,6 +376,7 @@ impl FromReaper {
       FromReaper::TimedOut => w.u8(TIMED_OUT),
       FromReaper::TreeGone => w.u8(TREE_GONE),
       FromReaper::Retired => w.u8(RETIRED),
+      FromReaper::CommandEnded { all_gone } => w.u8(COMMAND_ENDED).u8(*all_gone as u8),
     };
     w.0
   }
@@ -391,6 +405,9 @@ impl FromReaper {
       TIMED_OUT => FromReaper::TimedOut,
       TREE_GONE => FromReaper::TreeGone,
       RETIRED => FromReaper::Retired,
+      COMMAND_ENDED => FromReaper::CommandEnded {
+        all_gone: r.u8()? != 0,
+      },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -450,7 +467,12 @@ mod tests {
       isolation: Some(Box::new(plan)),
       attached,
     };
-    for msg in [run, isolated, ToReaper::Terminate { grace_ms: 5 }] {
+    for msg in [
+      run,
+      isolated,
+      ToReaper::Terminate { grace_ms: 5 },
+      ToReaper::EndCommand,
+    ] {
       assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
     }
     for msg in [
@@ -467,6 +489,8 @@ mod tests {
       FromReaper::TimedOut,
       FromReaper::TreeGone,
       FromReaper::Retired,
+      FromReaper::CommandEnded { all_gone: true },
+      FromReaper::CommandEnded { all_gone: false },
     ] {
       assert_eq!(FromReaper::decode(&msg.encode()).unwrap(), msg);
     }

@@ -23,11 +23,11 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 
 use super::child::{self, StartError};
-use super::descendants::Tree;
+use super::descendants::{Tree, descendants};
 use super::protocol::{FromReaper, Timeout, ToReaper};
 use super::shield::{Guard, Watch};
 use super::wire::Conn;
-use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
+use finn_exec::lifecycle::{Action, Actions, COMMAND_END_BOUND, End, Event, Lifecycle};
 use finn_exec::poll::{earliest, poll, watch};
 use finn_exec::{ExitStatus, SpawnSpec, Stop};
 use finn_isolate::{CheckedRoots, Plan, SharedNet, prepare_job};
@@ -221,7 +221,7 @@ impl Reaper {
             (linger_us > 0).then(|| Instant::now() + Duration::from_micros(u64::from(linger_us)));
         }
         // A request for a job that already ended.
-        Ok(ToReaper::Terminate { .. }) => {}
+        Ok(ToReaper::Terminate { .. } | ToReaper::EndCommand) => {}
         Err(_) => return,
       }
     }
@@ -424,6 +424,13 @@ impl Reaper {
                 let asked = life.on(Event::Stop(stop), Instant::now());
                 job.carry_out(asked);
               }
+              // The leader is a session's shell: its command's tree ends, the shell stays.
+              Ok(ToReaper::EndCommand) => {
+                let all_gone = self.end_command(job.leader.as_raw());
+                if !job.host_gone && self.send(FromReaper::CommandEnded { all_gone }).is_err() {
+                  job.host_gone(&mut life);
+                }
+              }
               // A second job while one runs, or garbage: the addon is confused; stop it all.
               _ => job.host_gone(&mut life),
             }
@@ -431,6 +438,27 @@ impl Reaper {
         } else {
           job.host_gone(&mut life);
         }
+      }
+    }
+  }
+
+  /// SIGKILLs every process of the tree but `leader`, again until a scan finds none alive or
+  /// [`COMMAND_END_BOUND`] has passed (a process forked between a walk and the kill is found by
+  /// the next); returns whether none is left. The addon counts the command as over only then.
+  fn end_command(&self, leader: i32) -> bool {
+    let until = Instant::now() + COMMAND_END_BOUND;
+    loop {
+      let mut tree = Tree::new(self.me);
+      tree.signal_except(Signal::SIGKILL, NO_SPARE, leader);
+      tree.wait_gone_except(leader, until);
+      let left = descendants(&finn_exec::tree::scan(), self.me, NO_SPARE)
+        .iter()
+        .any(|p| p.pid != leader);
+      if !left {
+        return true;
+      }
+      if Instant::now() >= until {
+        return false;
       }
     }
   }
@@ -498,8 +526,11 @@ impl ReaperJob {
           self.tree.signal(Signal::SIGKILL, NO_SPARE);
         }
         // The owner's machine asks for none of the watcher's actions.
-        Action::ReportTimedOut | Action::Nudge | Action::AskTerminate { .. } | Action::KillTree => {
-        }
+        Action::ReportTimedOut
+        | Action::Nudge
+        | Action::AskTerminate { .. }
+        | Action::KillTree
+        | Action::EndCommand => {}
       }
     }
   }

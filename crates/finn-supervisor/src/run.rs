@@ -461,8 +461,9 @@ fn carry_out(supervisor: &Supervisor, reaper: &mut Reaper, actions: Actions) -> 
         reaper.conn.send(&msg.encode(), &[])?;
       }
       Action::KillTree => descendants::kill_now(reaper.pid, &|_| false),
-      // The reaper's own: it signals its tree and reports its timeout.
-      Action::SignalTerm | Action::SignalKill | Action::ReportTimedOut => {}
+      // The reaper's own: it signals its tree and reports its timeout. A pool job is no
+      // session: its machine never ends a command alone.
+      Action::SignalTerm | Action::SignalKill | Action::ReportTimedOut | Action::EndCommand => {}
     }
   }
   Ok(())
