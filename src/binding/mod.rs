@@ -9,5 +9,6 @@ pub mod limits;
 pub mod logging;
 pub mod pool;
 pub mod pool_runner;
+pub mod process;
 pub mod sandbox;
 pub mod spec;

@@ -64,6 +64,18 @@ impl<R> StopCell<R> {
     }
   }
 
+  /// Asks the run to stop even after an earlier request: a caller's second `kill` with a
+  /// shorter grace. It replaces a request the runner has not taken yet, and wakes it; the job's
+  /// [`crate::lifecycle::Lifecycle`] keeps only a sooner SIGKILL from it.
+  pub fn escalate(&self, stop: Stop<R>) {
+    let mut state = self.lock();
+    state.requested = true;
+    state.request = Some(stop);
+    if let Some(fd) = state.waker {
+      wake(fd);
+    }
+  }
+
   /// Registers the calling thread's eventfd for the length of a run, until the returned guard
   /// is dropped; or says why the eventfd could not be created. A request made before the run
   /// started leaves it readable.
@@ -97,7 +109,7 @@ impl<R> Attached<'_, R> {
   }
 
   /// The request, once (the eventfd is drained with it). After it the eventfd stays quiet: only
-  /// the first request wakes.
+  /// the first request wakes, or an [`StopCell::escalate`].
   pub fn take(&self) -> Option<Stop<R>> {
     drain(self.fd);
     self.cell.lock().request.take()
@@ -195,5 +207,18 @@ mod tests {
     // Detached: a late request no longer writes to this thread's eventfd.
     cell.request(stop("late"));
     assert!(!readable(fd));
+  }
+
+  #[test]
+  fn an_escalation_wakes_the_run_after_the_first_request_was_taken() {
+    let cell = StopCell::new();
+    let attached = cell.attach().unwrap();
+    cell.request(stop("term"));
+    assert_eq!(attached.take().map(|s| s.reason), Some("term"));
+    cell.request(stop("ignored"));
+    assert!(!readable(attached.fd()));
+    cell.escalate(stop("kill"));
+    assert!(readable(attached.fd()));
+    assert_eq!(attached.take().map(|s| s.reason), Some("kill"));
   }
 }

@@ -42,8 +42,10 @@ impl Drop for Reply {
   }
 }
 
+/// Why a running job or process was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StopReason {
+pub enum StopReason {
+  /// The caller's abort (for a background process: its `kill`).
   Abort,
   Shutdown,
 }

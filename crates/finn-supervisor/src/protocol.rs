@@ -80,9 +80,12 @@ impl Timeout {
   }
 }
 
-/// How many checked fds follow a `Run`'s pipes: the cwd's (if any), then the writable roots'.
+/// What follows a `Run`'s stdout and stderr write ends: the read end of the command's stdin
+/// pipe (if it has one: else its stdin is `/dev/null`), then the checked fds, the cwd's (if
+/// any), then the writable roots'.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attached {
+  pub stdin: bool,
   pub cwd: bool,
   pub writable: u32,
 }
@@ -90,6 +93,7 @@ pub struct Attached {
 impl Attached {
   pub fn of(plan: Option<&Plan>) -> Attached {
     plan.map_or_else(Attached::default, |p| Attached {
+      stdin: false,
       cwd: p.checked.cwd.is_some(),
       writable: p.checked.writable.len() as u32,
     })
@@ -227,13 +231,15 @@ impl ToReaper {
   }
 
   /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
-  /// With the plan's own checked fds attached (`Plan::checked`, sent by the caller).
+  /// With the plan's own checked fds attached (`Plan::checked`, sent by the caller), and a
+  /// stdin pipe's read end before them when `stdin`.
   pub fn encode_run(
     spec: &SpawnSpec,
     drain_ms: u64,
     linger_us: u32,
     timeout: Option<Timeout>,
     isolation: Option<&Plan>,
+    stdin: bool,
   ) -> Vec<u8> {
     Self::encode_run_with(
       spec,
@@ -241,7 +247,10 @@ impl ToReaper {
       linger_us,
       timeout,
       isolation,
-      Attached::of(isolation),
+      Attached {
+        stdin,
+        ..Attached::of(isolation)
+      },
     )
   }
 
@@ -277,7 +286,9 @@ impl ToReaper {
     // The plan as JSON (empty: no isolation): it is small, and only isolated jobs pay for it.
     let plan = isolation.map(|p| serde_json::to_vec(p).expect("a plan always serializes"));
     w.bytes(plan.as_deref().unwrap_or_default());
-    w.u8(attached.cwd as u8).u32(attached.writable);
+    w.u8(attached.cwd as u8)
+      .u32(attached.writable)
+      .u8(attached.stdin as u8);
     w.0
   }
 
@@ -315,6 +326,7 @@ impl ToReaper {
         let attached = Attached {
           cwd: r.u8()? != 0,
           writable: r.u32()?,
+          stdin: r.u8()? != 0,
         };
         if attached.writable as usize > finn_isolate::MAX_WRITABLE_ROOTS {
           return Err(io::Error::new(
@@ -431,10 +443,15 @@ mod tests {
     assert_eq!(
       attached,
       Attached {
+        stdin: false,
         cwd: true,
         writable: 1
       }
     );
+    let attached = Attached {
+      stdin: true,
+      ..attached
+    };
     let plan = Plan {
       checked: Default::default(),
       ..plan
@@ -515,7 +532,8 @@ mod tests {
         .u32(0)
         .bytes(b"")
         .u8(cwd)
-        .u32(writable);
+        .u32(writable)
+        .u8(0);
       w.0
     };
     // A NUL inside a string.

@@ -173,6 +173,14 @@ impl Reaper {
           let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
             return;
           };
+          let stdin = if attached.stdin {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            Some(fd)
+          } else {
+            None
+          };
           // The fds that passed the addon's check; every one missing means a confused addon.
           // Taken into the plan, they are closed with it when the job is done (or on any
           // return from here).
@@ -199,8 +207,7 @@ impl Reaper {
             .run(
               &spec,
               isolation,
-              out,
-              err,
+              Stdio { stdin, out, err },
               Duration::from_millis(drain_ms),
               timeout,
             )
@@ -229,8 +236,7 @@ impl Reaper {
     &mut self,
     spec: &SpawnSpec,
     mut isolation: Option<Box<Plan>>,
-    out: OwnedFd,
-    err: OwnedFd,
+    stdio: Stdio,
     drain: Duration,
     timeout: Option<Timeout>,
   ) -> Result<(), Gone> {
@@ -272,16 +278,22 @@ impl Reaper {
     // call on another process goes to this reaper, which allows only the job's own.
     let watched = (!self.scoped && !isolation.as_deref().is_some_and(Plan::scopes_signals))
       .then_some(self.watch.as_slice());
-    let (o, e) = (out.as_raw_fd(), err.as_raw_fd());
+    let Stdio { stdin, out, err } = stdio;
+    let (i, o, e) = (
+      stdin.as_ref().map(AsRawFd::as_raw_fd),
+      out.as_raw_fd(),
+      err.as_raw_fd(),
+    );
     let started = match (&prepared, watched) {
-      (Some(p), _) => child::start_watched(spec, o, e, &|| p.apply_in_child(), watched),
-      (None, Some(_)) => child::start_watched(spec, o, e, &|| Ok(()), watched),
-      (None, None) => child::start(spec, o, e)
+      (Some(p), _) => child::start_watched(spec, i, o, e, &|| p.apply_in_child(), watched),
+      (None, Some(_)) => child::start_watched(spec, i, o, e, &|| Ok(()), watched),
+      (None, None) => child::start_fed(spec, i, o, e)
         .map(|pid| (pid, None))
         .map_err(StartError::Spawn),
     };
-    // The child has its own copies; ours would keep the addon from ever seeing EOF.
-    drop((out, err));
+    // The child has its own copies; ours would keep the addon from ever seeing EOF (and the
+    // command, on its stdin, from seeing the addon close it).
+    drop((stdin, out, err));
     let (leader, listener) = match started {
       Ok(started) => started,
       Err(e) => {
@@ -433,6 +445,14 @@ impl Reaper {
       }
     }
   }
+}
+
+/// A job's standard descriptors as its `Run` brought them.
+struct Stdio {
+  /// `None`: the command's stdin is `/dev/null`.
+  stdin: Option<OwnedFd>,
+  out: OwnedFd,
+  err: OwnedFd,
 }
 
 /// What the reaper holds for the job it runs; its life is a [`Lifecycle`] in `run`.
