@@ -578,11 +578,14 @@ class Process {
     if (this.#callbacks.onExit) this.#callbacks.onExit(exit)
   }
 
-  /** Appends to the ring, dropping the oldest events past `maxLogBytes` (the newest stays). */
+  /**
+   * Appends to the ring, dropping the oldest events past `maxLogBytes` when the event brings
+   * output (the newest output event always stays, and so does the exit event).
+   */
   #append(event) {
     this.#ring.push(event)
     this.#ringBytes += event.data ? event.data.length : 0
-    while (this.#ringBytes > this.#maxLogBytes && this.#ring.length > 1) {
+    while (event.data && this.#ringBytes > this.#maxLogBytes && this.#ring.length > 1) {
       const old = this.#ring.shift()
       this.#firstSeq++
       this.#ringBytes -= old.data ? old.data.length : 0
