@@ -182,7 +182,7 @@ describe('a background process', () => {
     await proc.waitForLog('one')
     const first = proc.streamLogs()
     const seen = (await first.next()).value as LogEvent
-    await first.return(undefined)
+    await first.return!(undefined)
     const rest = collect(proc, seen.seq + 1)
     await proc.writeStdin('two\n')
     await proc.closeStdin()
@@ -357,16 +357,18 @@ describe('containment beyond kill', () => {
     expect(await codeOf(startProcess(own, 'true'))).toBe('PoolError POOL_SHUTTING_DOWN')
   })
 
-  test('SIGKILL of the Node process that started it leaves no process of the tree', async () => {
+  test.each(['SIGKILL', 'process.exit()'])('%s of the Node process that started it leaves no process of the tree', async (how) => {
     const tok = token()
     // The command comes through the environment: Node's own command line must not hold the token.
     const script = `
       const sandbox = require(${JSON.stringify(join(root, 'index.js'))})
-      sandbox._startProcess(new sandbox.WorkerPool(), process.env.TREE).then((p) => console.log(p.pid))`
+      sandbox._startProcess(new sandbox.WorkerPool(), process.env.TREE).then((p) => console.log(p.pid))
+      process.stdin.on('data', () => process.exit(0))`
     const child = execFile(process.execPath, ['-e', script], { env: { ...process.env, TREE: escapingTree(tok) } })
     try {
       await until(() => holders(tok).length === 4, 20_000)
-      child.kill('SIGKILL')
+      if (how === 'SIGKILL') child.kill('SIGKILL')
+      else child.stdin!.write('exit\n')
       // The kernel ends the reaper's tree once the reaper sees its socket close: bounded, not instant.
       await until(() => holders(tok).length === 0, 5_000)
     } finally {
