@@ -393,24 +393,6 @@ class WorkerPool {
 
 // ── Background processes ─────────────────────────────────────────────────────
 
-// The session branch brings `SessionError` and `SessionErrorCode` (one source with
-// `PoolErrorCode`); until it lands these stand in for them, same shape, not exported.
-const SessionErrorCode = Object.freeze({
-  ESESSIONDESTROYED: 'ESESSIONDESTROYED',
-  ETIMEDOUT: 'ETIMEDOUT',
-  EPROCESSEXITED: 'EPROCESSEXITED',
-  ENOENT: 'ENOENT',
-  EINVAL: 'EINVAL',
-  ABORT_ERR: 'ABORT_ERR',
-})
-class SessionError extends Error {
-  constructor(code, message, options) {
-    super(message, options)
-    this.name = 'SessionError'
-    this.code = code
-  }
-}
-
 const limits = native.limits()
 /** Signal numbers to names (`9` -> `SIGKILL`), from Node's own table. */
 const signalNames = Object.fromEntries(Object.entries(require('node:os').constants.signals).map(([name, n]) => [n, name]))
@@ -890,7 +872,8 @@ async function startProcess(pool, command, options) {
       })
     } catch (err) {
       const e = toPoolError(err)
-      throw e.code === PoolErrorCode.INVALID_SPEC ? new SessionError(SessionErrorCode.EINVAL, e.message) : e
+      // The addon names the spec's fields; the caller gave them as options.
+      throw e.code === PoolErrorCode.INVALID_SPEC ? new SessionError(SessionErrorCode.EINVAL, e.message.replace(/^spec\./, 'options.')) : e
     }
     hold()
     return handle
