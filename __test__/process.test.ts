@@ -370,6 +370,21 @@ describe('containment beyond kill', () => {
     expect(await codeOf(startProcess(own, 'true'))).toBe('PoolError POOL_SHUTTING_DOWN')
   })
 
+  test('a pool going idle keeps its supervisor, and so the process, while the process runs', async () => {
+    const own = new WorkerPool()
+    const tok = token()
+    const proc = await startProcess(own, `exec -a ${tok} cat`, { stdin: 'pipe' })
+    // A job's worker thread parks, and after 10 s idle leaves; the last one to leave an idle
+    // pool lets the supervisor go, with every reaper under it.
+    await own.exec({ binaryPath: '/bin/true', args: [], cwd: '/', env: {} })
+    await new Promise((r) => setTimeout(r, 11_000))
+    expect(holders(tok)).toEqual([proc.pid])
+    await proc.writeStdin('still here\n')
+    expect(await proc.waitForLog('still here')).toEqual({ line: 'still here', stream: 'stdout' })
+    await own.shutdown()
+    expect(holders(tok)).toEqual([])
+  })
+
   test.each(['SIGKILL', 'process.exit()'])('%s of the Node process that started it leaves no process of the tree', async (how) => {
     const tok = token()
     // The command comes through the environment: Node's own command line must not hold the token.
