@@ -603,7 +603,12 @@ class Process {
     return this.#stream(since)
   }
 
-  async *#stream(since) {
+  /**
+   * The events from `since`. `cancel.stop()` (when given) ends a stream waiting for the next
+   * event at once: an async generator's own `return()` waits for its next `yield`, which a
+   * quiet process may never reach.
+   */
+  async *#stream(since, cancel) {
     let next = since
     let wake
     const follow = () => {
@@ -614,8 +619,16 @@ class Process {
       }
     }
     this.#followers.add(follow)
+    let stopped = false
+    if (cancel) {
+      cancel.stop = () => {
+        stopped = true
+        follow()
+      }
+    }
     try {
       for (;;) {
+        if (stopped) return
         if (next < this.#firstSeq) {
           yield { type: 'truncated', seq: this.#firstSeq - 1, time: Date.now() }
           next = this.#firstSeq
@@ -654,8 +667,9 @@ class Process {
     try {
       return waitFor('waitForLog', options, (settle) => {
         const partial = { stdout: '', stderr: '' }
-        const iterator = this.#stream(this.#firstSeq)
-        settle.cleanup(() => iterator.return())
+        const cancel = {}
+        const iterator = this.#stream(this.#firstSeq, cancel)
+        settle.cleanup(() => cancel.stop())
         const scan = async () => {
           for await (const event of iterator) {
             if (settle.done) return
