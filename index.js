@@ -394,8 +394,9 @@ class WorkerPool {
 // ── Background processes ─────────────────────────────────────────────────────
 
 const limits = native.limits()
+const os = require('node:os')
 /** Signal numbers to names (`9` -> `SIGKILL`), from Node's own table. */
-const signalNames = Object.fromEntries(Object.entries(require('node:os').constants.signals).map(([name, n]) => [n, name]))
+const signalNames = Object.fromEntries(Object.entries(os.constants.signals).map(([name, n]) => [n, name]))
 
 const invalid = (message) => new SessionError(SessionErrorCode.EINVAL, message)
 
@@ -756,17 +757,29 @@ class Process {
   }
 
   /**
-   * Ends the whole tree (double forks and `setsid` escapees included): `SIGTERM` (default),
-   * then SIGKILL after `graceMs` (default: the pool's kill grace, 5 s); `SIGKILL` at once.
-   * Resolves once no process of it is left.
+   * Ends the whole tree (double forks and `setsid` escapees included): `signal` (default
+   * `SIGTERM`; a name or a number) to every process of it now, then SIGKILL after `graceMs`
+   * (default: 5 s); `SIGKILL` at once. Resolves once no process of it is left.
    */
   kill(signal, options) {
     try {
       checkOptions(options, 'options')
       const name = signal === undefined ? 'SIGTERM' : typeof signal === 'number' ? signalNames[signal] : signal
-      if (name !== 'SIGTERM' && name !== 'SIGKILL') throw invalid('signal must be "SIGTERM" or "SIGKILL" (15 or 9)')
+      const signo = os.constants.signals[name]
+      if (typeof name !== 'string' || !Number.isInteger(signo) || name === 'SIGSTOP') {
+        throw invalid(`signal must be a signal name or number other than SIGSTOP, not ${shown(signal)}`)
+      }
       const graceMs = checkWaitTimeout(options?.graceMs, 'options.graceMs') ?? limits.defaultKillGraceMs
-      if (this.#status === 'running') this.#native.kill(name === 'SIGKILL' ? 0 : graceMs)
+      if (this.#status === 'running') {
+        if (name === 'SIGKILL') this.#native.kill(0)
+        else if (name === 'SIGTERM') this.#native.kill(graceMs)
+        else {
+          // Another signal to the whole tree by its reaper, then the SIGKILL when the grace is up.
+          this.#native.signal(signo)
+          const timer = setTimeout(() => this.#native.kill(0), graceMs)
+          this.#exited.then(() => clearTimeout(timer))
+        }
+      }
       return this.#exited.then(() => undefined)
     } catch (err) {
       return Promise.reject(err)

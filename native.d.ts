@@ -63,6 +63,11 @@ export declare class NativeProcess {
    */
   kill(graceMs: number): void
   /**
+   * Sends signal number `signo` to every process of the tree without ending it (its reaper
+   * freezes the tree, signals it and resumes it).
+   */
+  signal(signo: number): void
+  /**
    * Writes `data` to the command's stdin, off Node's thread; resolves once all of it is in
    * the pipe, with `""`, or with why not: `EPIPE` once the command's end is closed (it
    * exited), `ENOTCONN` without a stdin pipe or after `closeStdin`, another errno's name.

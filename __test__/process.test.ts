@@ -252,6 +252,24 @@ describe('a background process', () => {
     expect(proc.exitCode).toBeNull()
   })
 
+  test('kill with another signal sends it to every process of the tree, setsid escapees included', async () => {
+    const tok = token()
+    // Each shell reports the SIGUSR1 it got on stderr, then exits. The script and the token come
+    // through the environment, so only the sleeps carry the token in their command lines.
+    const S = `trap 'echo $N USR1 >&2; exit 0' USR1; exec -a "$T-$N" sleep 1000 & wait`
+    const proc = await startProcess(pool, 'N=setsid setsid bash -c "$S" & (N=orphan bash -c "$S" &) ; N=leader; eval "$S"', {
+      env: { S, T: tok },
+    })
+    await until(() => holders(tok).length === 3)
+    await proc.kill('SIGUSR1', { graceMs: 600_000 })
+    const lines = (await proc.getLogs()).stderr.split('\n').filter(Boolean).sort()
+    expect(lines).toEqual(['leader USR1', 'orphan USR1', 'setsid USR1'])
+    expect(holders(tok)).toEqual([])
+    // The leader handled the signal and exited 0 itself: that is its status.
+    expect(proc.status).toBe('completed')
+    expect(proc.exitCode).toBe(0)
+  })
+
   test('a second kill brings the SIGKILL forward', async () => {
     const tok = token()
     const proc = await startProcess(pool, `trap "" TERM; exec -a ${tok} sleep 1000`)
@@ -323,7 +341,8 @@ describe('a background process', () => {
     const missing = await startProcess(pool, 'true', { cwd: '/nonexistent/dir' }).catch((e) => e)
     expect(missing).toMatchObject({ name: 'SessionError', code: 'ENOENT' })
     const proc = await startProcess(pool, 'true')
-    expect(await proc.kill('SIGINT').catch((e) => e.code)).toBe('EINVAL')
+    expect(await proc.kill('SIGNOPE').catch((e) => e.code)).toBe('EINVAL')
+    expect(await proc.kill('SIGSTOP').catch((e) => e.code)).toBe('EINVAL')
     expect(await codeOf(proc.waitForExit({ timeoutMs: -5 }))).toBe('SessionError EINVAL')
     expect(await codeOf(proc.waitForPort(0))).toBe('SessionError EINVAL')
     await proc.waitForExit()

@@ -222,6 +222,13 @@ impl NativeProcess {
     self.handle.kill(grace);
   }
 
+  /// Sends signal number `signo` to every process of the tree without ending it (its reaper
+  /// freezes the tree, signals it and resumes it).
+  #[napi(catch_unwind)]
+  pub fn signal(&self, signo: i32) {
+    self.handle.signal(signo);
+  }
+
   /// Writes `data` to the command's stdin, off Node's thread; resolves once all of it is in
   /// the pipe, with `""`, or with why not: `EPIPE` once the command's end is closed (it
   /// exited), `ENOTCONN` without a stdin pipe or after `closeStdin`, another errno's name.

@@ -25,6 +25,8 @@ pub struct StopCell<R> {
 
 struct CellState<R> {
   request: Option<Stop<R>>,
+  /// Signals asked for the running tree (see [`StopCell::send_signal`]), oldest first.
+  signals: Vec<i32>,
   /// Set by the first request, so a later one is ignored even after the runner took it.
   requested: bool,
   /// The runner's eventfd while it runs.
@@ -36,6 +38,7 @@ impl<R> Default for StopCell<R> {
     StopCell {
       state: Mutex::new(CellState {
         request: None,
+        signals: Vec::new(),
         requested: false,
         waker: None,
       }),
@@ -71,6 +74,16 @@ impl<R> StopCell<R> {
     let mut state = self.lock();
     state.requested = true;
     state.request = Some(stop);
+    if let Some(fd) = state.waker {
+      wake(fd);
+    }
+  }
+
+  /// Asks the runner to send signal `signo` to the running tree, without stopping it; wakes it
+  /// like a stop request. Signals asked before the run started wait for it.
+  pub fn send_signal(&self, signo: i32) {
+    let mut state = self.lock();
+    state.signals.push(signo);
     if let Some(fd) = state.waker {
       wake(fd);
     }
@@ -113,6 +126,11 @@ impl<R> Attached<'_, R> {
   pub fn take(&self) -> Option<Stop<R>> {
     drain(self.fd);
     self.cell.lock().request.take()
+  }
+
+  /// The signals asked for since the last call (see [`StopCell::send_signal`]).
+  pub fn take_signals(&self) -> Vec<i32> {
+    std::mem::take(&mut self.cell.lock().signals)
   }
 }
 
@@ -207,6 +225,21 @@ mod tests {
     // Detached: a late request no longer writes to this thread's eventfd.
     cell.request(stop("late"));
     assert!(!readable(fd));
+  }
+
+  #[test]
+  fn a_signal_wakes_the_run_and_waits_for_it_when_asked_before() {
+    let cell = StopCell::<&str>::new();
+    cell.send_signal(2);
+    let attached = cell.attach().unwrap();
+    assert!(readable(attached.fd()));
+    assert!(attached.take().is_none());
+    assert_eq!(attached.take_signals(), vec![2]);
+    cell.send_signal(1);
+    cell.send_signal(10);
+    assert!(readable(attached.fd()));
+    assert_eq!(attached.take_signals(), vec![1, 10]);
+    assert!(attached.take_signals().is_empty());
   }
 
   #[test]

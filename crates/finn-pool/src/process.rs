@@ -71,6 +71,12 @@ impl ProcessHandle {
       reason: StopReason::Abort,
     });
   }
+
+  /// Sends signal `signo` to every process of the tree, by its reaper, without ending it (a
+  /// server's SIGINT or SIGHUP); nothing once the tree is gone. SIGSTOP is not sent.
+  pub fn signal(&self, signo: i32) {
+    self.stop.send_signal(signo);
+  }
 }
 
 impl Pool {

@@ -59,6 +59,9 @@ pub enum ToReaper {
   /// Terminate the tree: SIGTERM now, SIGKILL after `grace_ms` (zero: SIGKILL now). A second
   /// request can only bring the SIGKILL forward.
   Terminate { grace_ms: u64 },
+  /// Send signal `signo` to every process of the running job's tree (frozen first, so a fork
+  /// cannot slip past it, then resumed), without ending the job; ignored between jobs.
+  Signal { signo: i32 },
 }
 
 /// A job's deadline as its reaper keeps it: `after_ms` from the `Run`, the tree gets SIGTERM,
@@ -136,6 +139,7 @@ const RETIRED: u8 = 10;
 const REAPER_FAILED: u8 = 11;
 const TIMED_OUT: u8 = 12;
 const PREPARE_FAILED: u8 = 13;
+const SIGNAL: u8 = 14;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -225,6 +229,11 @@ impl ToReaper {
       ToReaper::Terminate { grace_ms } => {
         let mut w = Writer::default();
         w.u8(TERMINATE).u64(*grace_ms);
+        w.0
+      }
+      ToReaper::Signal { signo } => {
+        let mut w = Writer::default();
+        w.u8(SIGNAL).i32(*signo);
         w.0
       }
     }
@@ -349,6 +358,7 @@ impl ToReaper {
         }
       }
       TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
+      SIGNAL => ToReaper::Signal { signo: r.i32()? },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -467,7 +477,12 @@ mod tests {
       isolation: Some(Box::new(plan)),
       attached,
     };
-    for msg in [run, isolated, ToReaper::Terminate { grace_ms: 5 }] {
+    for msg in [
+      run,
+      isolated,
+      ToReaper::Terminate { grace_ms: 5 },
+      ToReaper::Signal { signo: 2 },
+    ] {
       assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
     }
     for msg in [

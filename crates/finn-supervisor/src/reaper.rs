@@ -220,7 +220,7 @@ impl Reaper {
             (linger_us > 0).then(|| Instant::now() + Duration::from_micros(u64::from(linger_us)));
         }
         // A request for a job that already ended.
-        Ok(ToReaper::Terminate { .. }) => {}
+        Ok(ToReaper::Terminate { .. } | ToReaper::Signal { .. }) => {}
         Err(_) => return,
       }
     }
@@ -414,6 +414,16 @@ impl Reaper {
                 };
                 let asked = life.on(Event::Stop(stop), Instant::now());
                 job.carry_out(asked);
+              }
+              // Only a signal a command could send itself: never SIGSTOP, which would leave
+              // the tree stopped.
+              Ok(ToReaper::Signal { signo }) => {
+                if let Ok(signal) = Signal::try_from(signo)
+                  && signal != Signal::SIGSTOP
+                  && life.settled().is_none()
+                {
+                  job.tree.signal(signal, NO_SPARE);
+                }
               }
               // A second job while one runs, or garbage: the addon is confused; stop it all.
               _ => job.host_gone(&mut life),

@@ -604,6 +604,8 @@ impl<S: Sink> AddonJob<S> {
     stop: Option<&Attached<R>>,
     later: &mut dyn Later,
   ) -> io::Result<()> {
+    // Asked while the job was on its way: the stop cell's wake-up was taken then.
+    forward_signals(reaper, stop)?;
     loop {
       let now = Instant::now();
       while let Some(frame) = reaper.conn.take_frame()? {
@@ -659,14 +661,25 @@ impl<S: Sink> AddonJob<S> {
           "it exited mid-job",
         ));
       }
-      if fds[3].revents != 0
-        && let Some(request) = stop.and_then(Attached::take)
-      {
-        let asked = life.on(Event::Stop(request), Instant::now());
-        carry_out(supervisor, reaper, asked)?;
+      if fds[3].revents != 0 {
+        if let Some(request) = stop.and_then(Attached::take) {
+          let asked = life.on(Event::Stop(request), Instant::now());
+          carry_out(supervisor, reaper, asked)?;
+        }
+        forward_signals(reaper, stop)?;
       }
     }
   }
+}
+
+/// Sends the reaper the signals asked for its running tree (see `StopCell::send_signal`).
+fn forward_signals<R>(reaper: &mut Reaper, stop: Option<&Attached<R>>) -> io::Result<()> {
+  for signo in stop.map(Attached::take_signals).unwrap_or_default() {
+    reaper
+      .conn
+      .send(&ToReaper::Signal { signo }.encode(), &[])?;
+  }
+  Ok(())
 }
 
 #[cfg(test)]
