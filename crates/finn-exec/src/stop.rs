@@ -90,14 +90,14 @@ impl<R> StopCell<R> {
   }
 
   /// Registers the calling thread's eventfd for the length of a run, until the returned guard
-  /// is dropped; or says why the eventfd could not be created. A request made before the run
-  /// started leaves it readable.
+  /// is dropped; or says why the eventfd could not be created. A request (or a signal) made
+  /// before the run started leaves it readable.
   pub fn attach(&self) -> io::Result<Attached<'_, R>> {
     let fd = thread_waker()?;
     drain(fd);
     let mut state = self.lock();
     state.waker = Some(fd);
-    if state.request.is_some() {
+    if state.request.is_some() || !state.signals.is_empty() {
       wake(fd);
     }
     Ok(Attached { cell: self, fd })
