@@ -511,7 +511,7 @@ async function main() {
   const date = new Date(started).toISOString().slice(0, 10)
   // A full run never overwrites an earlier one: a second run on the same day is <date>-2.
   let base = only ? `${date}-quick-only` : quick ? `${date}-quick` : date
-  for (let n = 2; !quick && fs.existsSync(path.join(RESULTS, `${base}.json`)); n++) base = `${date}-${n}`
+  for (let n = 2; !quick && !only && fs.existsSync(path.join(RESULTS, `${base}.json`)); n++) base = `${date}-${n}`
   // The page: BENCHMARKS.md for a full run; a quick run's page stays next to its data.
   const page = quick ? path.join(RESULTS, `${base}.md`) : path.join(ROOT, 'BENCHMARKS.md')
   const pageName = path.relative(ROOT, page)
