@@ -47,6 +47,7 @@ impl Drop for Reply {
 pub enum StopReason {
   /// The caller's abort (for a background process: its `kill`).
   Abort,
+  /// The pool's `shutdown()`.
   Shutdown,
 }
 
