@@ -394,6 +394,526 @@ class WorkerPool {
   }
 }
 
+// ── Background processes ─────────────────────────────────────────────────────
+
+const limits = native.limits()
+const os = require('node:os')
+/** Signal numbers to names (`9` -> `SIGKILL`), from Node's own table. */
+const signalNames = Object.fromEntries(Object.entries(os.constants.signals).map(([name, n]) => [n, name]))
+
+const invalid = (message) => new SessionError(SessionErrorCode.EINVAL, message)
+
+/** A wait's `timeoutMs`: absent, or an integer from 0 to Node's timer limit. */
+function checkWaitTimeout(value, field) {
+  if (value === undefined) return undefined
+  if (!Number.isSafeInteger(value) || value < 0 || value > limits.maxTimeoutMs) {
+    throw invalid(`${field} must be an integer from 0 to ${limits.maxTimeoutMs}`)
+  }
+  return value
+}
+
+/**
+ * Runs `body(settle)` as a promise that also rejects `ETIMEDOUT` after `timeoutMs` and
+ * `ABORT_ERR` when `signal` fires; `settle.done` tells `body`'s listeners to stop, and
+ * `settle.cleanup(fn)` registers what to undo once it is settled, however.
+ */
+function waitFor(what, options, body) {
+  checkOptions(options, 'options')
+  const timeoutMs = checkWaitTimeout(options?.timeoutMs, 'options.timeoutMs')
+  const watch = watchSignal(options, invalid)
+  return new Promise((resolve, reject) => {
+    const undo = []
+    let timer
+    const settle = {
+      done: false,
+      cleanup: (fn) => undo.push(fn),
+      resolve: (value) => finish(() => resolve(value)),
+      reject: (err) => finish(() => reject(err)),
+    }
+    function finish(then) {
+      if (settle.done) return
+      settle.done = true
+      if (timer !== undefined) clearTimeout(timer)
+      unwatch(watch)
+      for (const fn of undo) fn()
+      then()
+    }
+    if (watch && watch.aborted) {
+      return settle.reject(new SessionError(SessionErrorCode.ABORT_ERR, `${what}: aborted`, { cause: watch.reason }))
+    }
+    if (watch) {
+      watch.onAbort = () => settle.reject(new SessionError(SessionErrorCode.ABORT_ERR, `${what}: aborted`, { cause: watch.reason }))
+    }
+    if (timeoutMs !== undefined) {
+      timer = setTimeout(() => settle.reject(new SessionError(SessionErrorCode.ETIMEDOUT, `${what}: no result within ${timeoutMs} ms`)), timeoutMs)
+    }
+    try {
+      body(settle)
+    } catch (err) {
+      settle.reject(err)
+    }
+  })
+}
+
+/**
+ * A background process: its status, its output in a ring of sequence-numbered events, waits
+ * on its log, a port or its exit, its stdin, and `kill`. Made by `startProcess`.
+ */
+class Process {
+  #native
+  #command
+  #id
+  #pid = 0
+  #startTime = new Date()
+  #endTime = null
+  #status = 'running'
+  #exitCode = null
+  #signal = null
+  #timedOut = false
+  /** The ring: events oldest first; `#ring[i].seq === #firstSeq + i`. */
+  #ring = []
+  #ringBytes = 0
+  #firstSeq = 0
+  #nextSeq = 0
+  #maxLogBytes
+  /** Called on every event appended (streams, waits). */
+  #followers = new Set()
+  #callbacks
+  #stdin
+  #writes = Promise.resolve()
+  #exited
+  #resolveExited
+  #error
+
+  /** @internal */
+  constructor(command, options, started) {
+    this.#command = command
+    this.#maxLogBytes = options.maxLogBytes
+    this.#callbacks = options
+    this.#stdin = options.stdin === 'pipe'
+    this.#exited = new Promise((resolve) => (this.#resolveExited = resolve))
+    this.#id = options.id
+    this.#native = started(this)
+  }
+
+  get id() {
+    return this.#id
+  }
+  get pid() {
+    return this.#pid
+  }
+  get command() {
+    return this.#command
+  }
+  get status() {
+    return this.#status
+  }
+  get exitCode() {
+    return this.#exitCode
+  }
+  get signal() {
+    return this.#signal
+  }
+  get startTime() {
+    return this.#startTime
+  }
+  get endTime() {
+    return this.#endTime
+  }
+
+  /** @internal One event from the addon, in order (binding/process.rs). */
+  static deliver(proc, event) {
+    proc.#deliver(event)
+  }
+
+  #deliver(event) {
+    const time = Date.now()
+    switch (event.kind) {
+      case 'spawned':
+        this.#pid = event.pid
+        return
+      case 'stdout':
+      case 'stderr': {
+        const data = event.data
+        this.#append({ type: event.kind, seq: this.#nextSeq++, time, data })
+        const callback = event.kind === 'stdout' ? this.#callbacks.onStdout : this.#callbacks.onStderr
+        if (callback) callback(data)
+        return
+      }
+      case 'exit': {
+        this.#exitCode = event.exitCode ?? null
+        this.#signal = event.signal == null ? null : (signalNames[event.signal] ?? `SIG${event.signal}`)
+        this.#timedOut = event.endedBy === 'timeout'
+        this.#status =
+          event.endedBy === 'exit' ? (this.#exitCode === 0 ? 'completed' : 'failed') : 'killed'
+        break
+      }
+      case 'error':
+        this.#status = 'error'
+        this.#error = new PoolError(event.errorCode, event.errorMessage)
+        break
+      default:
+        return
+    }
+    this.#endTime = new Date(time)
+    this.#stdin = false
+    this.#append({ type: 'exit', seq: this.#nextSeq++, time, exitCode: this.#exitCode, signal: this.#signal })
+    release()
+    const exit = { exitCode: this.#exitCode, signal: this.#signal, timedOut: this.#timedOut }
+    this.#resolveExited(exit)
+    if (this.#callbacks.onExit) this.#callbacks.onExit(exit)
+  }
+
+  /**
+   * Appends to the ring, dropping the oldest events past `maxLogBytes` when the event brings
+   * output (the newest output event always stays, and so does the exit event).
+   */
+  #append(event) {
+    this.#ring.push(event)
+    this.#ringBytes += event.data ? event.data.length : 0
+    while (event.data && this.#ringBytes > this.#maxLogBytes && this.#ring.length > 1) {
+      const old = this.#ring.shift()
+      this.#firstSeq++
+      this.#ringBytes -= old.data ? old.data.length : 0
+    }
+    for (const follow of this.#followers) follow()
+  }
+
+  /** "running" | "completed" | "failed" | "killed" | "error". */
+  async getStatus() {
+    return this.#status
+  }
+
+  /** The output still in the ring, each stream as UTF-8 text; `truncated` when older output was dropped. */
+  async getLogs() {
+    const out = []
+    const err = []
+    for (const e of this.#ring) {
+      if (e.type === 'stdout') out.push(e.data)
+      else if (e.type === 'stderr') err.push(e.data)
+    }
+    return { stdout: Buffer.concat(out).toString('utf8'), stderr: Buffer.concat(err).toString('utf8'), truncated: this.#firstSeq > 0 }
+  }
+
+  /**
+   * The log from sequence number `since` (default 0: all of it), then live, ending after the
+   * exit event. When `since` is older than the ring, a `truncated` event comes first (its `seq`
+   * is the last one lost). No event is delivered twice or skipped.
+   */
+  streamLogs(options) {
+    checkOptions(options, 'options')
+    const since = options?.since ?? 0
+    if (!Number.isSafeInteger(since) || since < 0) throw invalid('options.since must be a non-negative integer')
+    return this.#stream(since)
+  }
+
+  /**
+   * The events from `since`. `cancel.stop()` (when given) ends a stream waiting for the next
+   * event at once: an async generator's own `return()` waits for its next `yield`, which a
+   * quiet process may never reach.
+   */
+  async *#stream(since, cancel) {
+    let next = since
+    let wake
+    const follow = () => {
+      if (wake) {
+        const w = wake
+        wake = undefined
+        w()
+      }
+    }
+    this.#followers.add(follow)
+    let stopped = false
+    if (cancel) {
+      cancel.stop = () => {
+        stopped = true
+        follow()
+      }
+    }
+    try {
+      for (;;) {
+        if (stopped) return
+        if (next < this.#firstSeq) {
+          yield { type: 'truncated', seq: this.#firstSeq - 1, time: Date.now() }
+          next = this.#firstSeq
+        }
+        const at = next - this.#firstSeq
+        if (at < this.#ring.length) {
+          const event = this.#ring[at]
+          next = event.seq + 1
+          yield event
+          if (event.type === 'exit') return
+          continue
+        }
+        await new Promise((resolve) => (wake = resolve))
+      }
+    } finally {
+      this.#followers.delete(follow)
+    }
+  }
+
+  [Symbol.asyncIterator]() {
+    return this.#stream(0)
+  }
+
+  /**
+   * Resolves with the first line (of the ring, then live) that `pattern` matches, as
+   * `{ line, stream }`; rejects `EPROCESSEXITED` when the process ends without one.
+   */
+  waitForLog(pattern, options) {
+    if (typeof pattern !== 'string' && !(pattern instanceof RegExp)) {
+      return Promise.reject(invalid('pattern must be a string or a RegExp'))
+    }
+    const matches = typeof pattern === 'string' ? (line) => line.includes(pattern) : (line) => {
+      pattern.lastIndex = 0
+      return pattern.test(line)
+    }
+    try {
+      return waitFor('waitForLog', options, (settle) => {
+        const partial = { stdout: '', stderr: '' }
+        const cancel = {}
+        const iterator = this.#stream(this.#firstSeq, cancel)
+        settle.cleanup(() => cancel.stop())
+        const scan = async () => {
+          for await (const event of iterator) {
+            if (settle.done) return
+            if (event.type === 'exit') {
+              for (const stream of ['stdout', 'stderr']) {
+                if (partial[stream] !== '' && matches(partial[stream])) return settle.resolve({ line: partial[stream], stream })
+              }
+              return settle.reject(new SessionError(SessionErrorCode.EPROCESSEXITED, `waitForLog: the process exited without a line matching ${shown(pattern)}`))
+            }
+            if (event.type !== 'stdout' && event.type !== 'stderr') continue
+            const lines = (partial[event.type] + event.data.toString('utf8')).split('\n')
+            partial[event.type] = lines.pop()
+            for (const line of lines) {
+              if (matches(line)) return settle.resolve({ line, stream: event.type })
+            }
+          }
+        }
+        scan().catch((err) => settle.reject(err))
+      })
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /**
+   * Resolves once a TCP connection to `host` (default 127.0.0.1) on `port` succeeds; rejects
+   * `EPROCESSEXITED` as soon as the process exits first.
+   */
+  waitForPort(port, options) {
+    if (!Number.isSafeInteger(port) || port < 1 || port > 65535) {
+      return Promise.reject(invalid('port must be an integer from 1 to 65535'))
+    }
+    let host
+    try {
+      host = options?.host ?? '127.0.0.1'
+      if (typeof host !== 'string' || host === '') throw invalid('options.host must be a non-empty string')
+    } catch (err) {
+      return Promise.reject(err)
+    }
+    try {
+      return waitFor('waitForPort', options, (settle) => {
+        const net = require('node:net')
+        let socket
+        let retry
+        settle.cleanup(() => {
+          if (socket) socket.destroy()
+          if (retry !== undefined) clearTimeout(retry)
+        })
+        this.#exited.then(() =>
+          settle.reject(new SessionError(SessionErrorCode.EPROCESSEXITED, `waitForPort: the process exited before ${host}:${port} accepted a connection`)),
+        )
+        // Nothing announces a port that starts listening: each refused attempt is retried,
+        // 10 ms later at first, backing off to 100 ms.
+        let delay = 10
+        const attempt = () => {
+          retry = undefined
+          if (settle.done) return
+          socket = net.connect({ host, port })
+          socket.once('connect', () => settle.resolve())
+          socket.once('error', () => {
+            socket.destroy()
+            socket = undefined
+            if (settle.done) return
+            retry = setTimeout(attempt, delay)
+            delay = Math.min(delay * 2, 100)
+          })
+        }
+        attempt()
+      })
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** Resolves with `{ exitCode, signal, timedOut }` once no process of the tree is left. */
+  waitForExit(options) {
+    try {
+      return waitFor('waitForExit', options, (settle) => {
+        this.#exited.then((exit) => settle.resolve(exit))
+      })
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /**
+   * Ends the whole tree (double forks and `setsid` escapees included): `signal` (default
+   * `SIGTERM`; a name or a number) to every process of it now, then SIGKILL after `graceMs`
+   * (default: 5 s); `SIGKILL` at once. Resolves once no process of it is left.
+   */
+  kill(signal, options) {
+    try {
+      checkOptions(options, 'options')
+      const name = signal === undefined ? 'SIGTERM' : typeof signal === 'number' ? signalNames[signal] : signal
+      const signo = os.constants.signals[name]
+      if (typeof name !== 'string' || !Number.isInteger(signo) || name === 'SIGSTOP') {
+        throw invalid(`signal must be a signal name or number other than SIGSTOP, not ${shown(signal)}`)
+      }
+      const graceMs = checkWaitTimeout(options?.graceMs, 'options.graceMs') ?? limits.defaultKillGraceMs
+      if (this.#status === 'running') {
+        if (name === 'SIGKILL') this.#native.kill(0)
+        else if (name === 'SIGTERM') this.#native.kill(graceMs)
+        else {
+          // Another signal to the whole tree by its reaper, then the SIGKILL when the grace is up.
+          this.#native.signal(signo)
+          const timer = setTimeout(() => this.#native.kill(0), graceMs)
+          this.#exited.then(() => clearTimeout(timer))
+        }
+      }
+      return this.#exited.then(() => undefined)
+    } catch (err) {
+      return Promise.reject(err)
+    }
+  }
+
+  /** Writes to the command's stdin (started with `stdin: "pipe"`); writes go in call order. */
+  writeStdin(data) {
+    if (typeof data !== 'string' && !(data instanceof Uint8Array)) {
+      return Promise.reject(invalid('data must be a string or a Uint8Array'))
+    }
+    const bytes = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.from(data.buffer, data.byteOffset, data.byteLength)
+    const write = this.#writes.then(async () => {
+      this.#checkStdin('writeStdin')
+      const errno = await this.#native.writeStdin(bytes)
+      if (errno === 'EPIPE') throw new SessionError(SessionErrorCode.EPROCESSEXITED, 'writeStdin: the process closed its stdin or exited')
+      if (errno !== '') throw new SessionError(SessionErrorCode.EINVAL, `writeStdin: ${errno}`)
+    })
+    this.#writes = write.catch(() => {})
+    return write
+  }
+
+  /** Closes the command's stdin once the writes before it are done: it reads EOF. */
+  closeStdin() {
+    const close = this.#writes.then(() => {
+      this.#checkStdin('closeStdin')
+      this.#stdin = false
+      this.#native.closeStdin()
+    })
+    this.#writes = close.catch(() => {})
+    return close
+  }
+
+  #checkStdin(what) {
+    if (this.#callbacks.stdin !== 'pipe') throw invalid(`${what}: the process was started without stdin: "pipe"`)
+    if (this.#status !== 'running') throw new SessionError(SessionErrorCode.EPROCESSEXITED, `${what}: the process has exited`)
+    if (!this.#stdin) throw invalid(`${what}: stdin is closed`)
+  }
+
+  /** @internal The error of a process that could not run. */
+  static failure(proc) {
+    return proc.#error
+  }
+}
+
+/** A callback option: absent or a function. */
+function checkCallback(options, field) {
+  const value = options[field]
+  if (value !== undefined && typeof value !== 'function') throw invalid(`options.${field} must be a function`)
+  return value
+}
+
+let nextProcessId = 1
+
+/**
+ * Starts `command` as a background process on `pool`'s supervisor (a reaper of its own):
+ * a string runs as `bash -c command`, an array of strings as the argv itself. Resolves with
+ * its `Process` once it runs. Internal: the session exposes it as `Session.startProcess`.
+ */
+async function startProcess(pool, command, options) {
+  if (!(pool instanceof WorkerPool)) throw invalid('pool must be a WorkerPool')
+  let argv
+  if (typeof command === 'string') {
+    if (command.includes('\0')) throw invalid('command must not contain NUL bytes')
+    argv = ['bash', '-c', command]
+  } else if (Array.isArray(command) && command.length > 0 && command.every((a) => typeof a === 'string')) {
+    argv = [...command]
+  } else {
+    throw invalid('command must be a string or a non-empty array of strings')
+  }
+  checkOptions(options, 'options')
+  const o = options ?? {}
+  const id = o.id === undefined ? `proc-${nextProcessId++}` : o.id
+  if (typeof id !== 'string' || id === '') throw invalid('options.id must be a non-empty string')
+  const cwd = o.cwd === undefined ? process.cwd() : o.cwd
+  if (typeof cwd !== 'string' || cwd === '' || cwd.includes('\0')) throw invalid('options.cwd must be a non-empty string without NUL')
+  let isDir = false
+  try {
+    isDir = require('node:fs').statSync(cwd).isDirectory()
+  } catch {}
+  if (!isDir) throw new SessionError(SessionErrorCode.ENOENT, `options.cwd ${shown(cwd)} is not a directory`)
+  const inheritEnv = o.inheritEnv === undefined ? true : o.inheritEnv
+  if (typeof inheritEnv !== 'boolean') throw invalid('options.inheritEnv must be a boolean')
+  if (o.env !== undefined && (o.env === null || typeof o.env !== 'object' || Array.isArray(o.env))) throw invalid('options.env must be an object')
+  const env = inheritEnv ? { ...process.env } : {}
+  for (const [key, value] of Object.entries(o.env ?? {})) {
+    if (key === '' || key.includes('=') || key.includes('\0')) throw invalid(`options.env has a bad name: ${shown(key)}`)
+    if (value === undefined) delete env[key]
+    else if (typeof value !== 'string') throw invalid(`options.env.${key} must be a string or undefined`)
+    else env[key] = value
+  }
+  if (o.timeoutMs !== undefined && (!Number.isSafeInteger(o.timeoutMs) || o.timeoutMs < 1 || o.timeoutMs > limits.maxTimeoutMs)) {
+    throw invalid(`options.timeoutMs must be an integer from 1 to ${limits.maxTimeoutMs}`)
+  }
+  const stdin = o.stdin === undefined ? 'ignore' : o.stdin
+  if (stdin !== 'ignore' && stdin !== 'pipe') throw invalid('options.stdin must be "ignore" or "pipe"')
+  const maxLogBytes = o.maxLogBytes === undefined ? limits.defaultMaxLogBytes : o.maxLogBytes
+  if (!Number.isSafeInteger(maxLogBytes) || maxLogBytes < 1 || maxLogBytes > limits.maxLogBytes) {
+    throw invalid(`options.maxLogBytes must be an integer from 1 to ${limits.maxLogBytes}`)
+  }
+  const callbacks = {
+    onStdout: checkCallback(o, 'onStdout'),
+    onStderr: checkCallback(o, 'onStderr'),
+    onExit: checkCallback(o, 'onExit'),
+  }
+  const spec = { binaryPath: argv[0], args: argv.slice(1), cwd, env }
+  if (o.isolation != null) spec.isolation = JSON.stringify(o.isolation)
+  const nativePool = WorkerPool.nativeOf(pool)
+  let spawned
+  const running = new Promise((resolve) => (spawned = resolve))
+  const proc = new Process(typeof command === 'string' ? command : argv.join(' '), { ...callbacks, id, stdin, maxLogBytes }, (self) => {
+    let handle
+    try {
+      handle = nativePool.startProcess(spec, { timeoutMs: o.timeoutMs, stdin: stdin === 'pipe' }, (event) => {
+        Process.deliver(self, event)
+        if (event.kind !== 'stdout' && event.kind !== 'stderr') spawned()
+      })
+    } catch (err) {
+      const e = toPoolError(err)
+      // The addon names the spec's fields; the caller gave them as options.
+      throw e.code === PoolErrorCode.INVALID_SPEC ? new SessionError(SessionErrorCode.EINVAL, e.message.replace(/^spec\./, 'options.')) : e
+    }
+    hold()
+    return handle
+  })
+  await running
+  const failed = Process.failure(proc)
+  if (failed) throw failed
+  return proc
+}
+
 // ── Sandbox ──────────────────────────────────────────────────────────────────
 
 /** Native refusals carry the sandbox's code. */
@@ -1093,5 +1613,7 @@ function probeIsolation() {
 function doctor() {
   return JSON.parse(native.doctorJson())
 }
+// Internal until the session shell lands: `Session.startProcess` will be its public door.
+Object.defineProperty(module.exports, '_startProcess', { value: startProcess, enumerable: false })
 module.exports.probeIsolation = probeIsolation
 module.exports.doctor = doctor

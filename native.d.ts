@@ -52,6 +52,31 @@ export declare class NativePrepared {
   complete(outcome: unknown): SandboxResult | null
 }
 
+/** A running background process. Use `Process` from the package entry instead. */
+export declare class NativeProcess {
+  /** The pool's id of this process. */
+  get id(): number
+  /**
+   * Terminates the process's whole tree: SIGTERM now, SIGKILL after `graceMs` (0: SIGKILL
+   * now). A second call can bring the SIGKILL forward. The `exit` event follows once no
+   * process of the tree is left.
+   */
+  kill(graceMs: number): void
+  /**
+   * Sends signal number `signo` to every process of the tree without ending it (its reaper
+   * freezes the tree, signals it and resumes it).
+   */
+  signal(signo: number): void
+  /**
+   * Writes `data` to the command's stdin, off Node's thread; resolves once all of it is in
+   * the pipe, with `""`, or with why not: `EPIPE` once the command's end is closed (it
+   * exited), `ENOTCONN` without a stdin pipe or after `closeStdin`, another errno's name.
+   */
+  writeStdin(data: Buffer): Promise<string>
+  /** Closes our end of the command's stdin (after writes in flight): the command reads EOF. */
+  closeStdin(): void
+}
+
 /** Redacts secrets from text. */
 export declare class NativeRedactor {
   constructor(env?: unknown | undefined | null)
@@ -160,6 +185,12 @@ export declare class NativeWorkerPool {
   stats(): WorkerPoolStats
   /** Closes the pool now; the promise resolves once no child of the pool is alive. */
   shutdown(): Promise<undefined>
+  /**
+   * Starts a background process of `spec` (an ExecSpec: `binaryPath`, `args`, `cwd`, `env`,
+   * `isolation` as JSON; its `timeoutMs` and `maxBuffer` are not used). Its events go to
+   * `onEvent`. Throws a coded error for a bad spec or a closed pool.
+   */
+  startProcess(spec: unknown, options: ProcessOptions, onEvent: (arg: ProcessEvent) => void): NativeProcess
 }
 
 /** Per layer: available, why not, what fixes it, as JSON: `index.js`'s `doctor()`. */
@@ -248,6 +279,8 @@ export interface Limits {
   maxInteractiveWorkers: number
   defaultMaxQueueDepth: number
   defaultSandboxMaxOutput: number
+  defaultMaxLogBytes: number
+  maxLogBytes: number
 }
 
 /**
@@ -316,6 +349,36 @@ export declare function probeIsolationInBackground(): void
 
 /** Machine facts (cached after the first call), as JSON: `index.js`'s `probeIsolation()`. */
 export declare function probeIsolationJson(): string
+
+/** One event of a background process's life. */
+export interface ProcessEvent {
+  /** `spawned`, `stdout`, `stderr`, `exit` or `error`. */
+  kind: string
+  /** `spawned`: the command's pid. */
+  pid?: number
+  /** `stdout`/`stderr`: the bytes, as read. */
+  data?: Buffer
+  /** `exit`: the exit code, when the command exited. */
+  exitCode?: number
+  /** `exit`: the signal number, when a signal ended the command. */
+  signal?: number
+  /** `exit`: what ended it: `exit` (its own end), `timeout`, `kill` or `shutdown`. */
+  endedBy?: string
+  /** `error`: the PoolErrorCode and message. */
+  errorCode?: string
+  errorMessage?: string
+}
+
+/** What `startProcess` takes beside the spec. */
+export interface ProcessOptions {
+  /**
+   * Hard deadline from the start (absent: none); then SIGTERM, and SIGKILL after the pool's
+   * `killGraceMs`.
+   */
+  timeoutMs?: number
+  /** A stdin pipe for `writeStdin` (else the command reads `/dev/null`). */
+  stdin: boolean
+}
 
 /** A tokenized command. */
 export interface SandboxCommand {

@@ -840,6 +840,7 @@ module.exports.NativeCheckCancel = nativeBinding.NativeCheckCancel
 module.exports.NativeCheckedCommand = nativeBinding.NativeCheckedCommand
 module.exports.NativeJail = nativeBinding.NativeJail
 module.exports.NativePrepared = nativeBinding.NativePrepared
+module.exports.NativeProcess = nativeBinding.NativeProcess
 module.exports.NativeRedactor = nativeBinding.NativeRedactor
 module.exports.NativeSession = nativeBinding.NativeSession
 module.exports.NativeToolSandbox = nativeBinding.NativeToolSandbox

@@ -7,6 +7,7 @@
 //   node bench/probe.js nodekill --bound-ms 5000
 //   node bench/probe.js output <contender> <yes|drain>
 //   node bench/probe.js kill <contender> <obey|ignore> --timeout-ms 300 --bound-ms 3000 --grace-ms 200
+//   node bench/probe.js processlog --samples 200
 // Prints one BENCH_RESULT line. Every loop is bounded; every child it starts is gone (or
 // killed by pid) before it exits.
 
@@ -579,6 +580,32 @@ async function kill(id, which, flags) {
   }
 }
 
+/**
+ * A background process's log followed live: a Node child writes its CLOCK_MONOTONIC time
+ * (`process.hrtime`, the same clock as ours) to its stdout pipe every 10 ms; `onStdout` takes
+ * the difference to its own clock when the chunk arrives. Per sample: from the write to the
+ * byte seen by JS, through the pipe, the process's thread and the threadsafe function.
+ */
+async function processlog(flags) {
+  const samples = Number(flags.samples || 200)
+  const sandbox = require('../index.js')
+  const pool = new sandbox.WorkerPool()
+  const lagsMs = []
+  let partial = ''
+  const child = `let n = 0; const t = setInterval(() => { process.stdout.write(process.hrtime.bigint() + '\\n'); if (++n === ${samples}) clearInterval(t) }, 10)`
+  const proc = await sandbox._startProcess(pool, [process.execPath, '-e', child], {
+    onStdout: (chunk) => {
+      const now = process.hrtime.bigint()
+      const lines = (partial + chunk.toString()).split('\n')
+      partial = lines.pop()
+      for (const line of lines) lagsMs.push(Number(now - BigInt(line)) / 1e6)
+    },
+  })
+  const exit = await proc.waitForExit({ timeoutMs: 60_000 })
+  await pool.shutdown()
+  return { samples: lagsMs.length, lagsMs, exitCode: exit.exitCode }
+}
+
 async function main() {
   const { positional, flags } = parseArgs(process.argv.slice(2))
   const [task, a, b] = positional
@@ -590,6 +617,7 @@ async function main() {
   else if (task === 'kill') result = await kill(a, b, flags)
   else if (task === 'hop') result = await hop(a, flags)
   else if (task === 'nodekill') result = await nodekill(flags)
+  else if (task === 'processlog') result = await processlog(flags)
   else throw new Error(`unknown task ${task}`)
   emit(result)
 }

@@ -44,6 +44,7 @@ const CONFIG = quick
       kill: { rounds: 1, timeoutMs: 300, boundMs: 1500, graceMs: 200 },
       hop: { rounds: 2, jobs: 500 },
       nodeKill: { rounds: 2, boundMs: 5000 },
+      processLog: { rounds: 2, samples: 100 },
     }
   : {
       seq: { rounds: 8, iterations: 250, warmup: 20 },
@@ -55,6 +56,7 @@ const CONFIG = quick
       kill: { rounds: 3, timeoutMs: 300, boundMs: 3000, graceMs: 200 },
       hop: { rounds: 4, jobs: 1000 },
       nodeKill: { rounds: 5, boundMs: 5000 },
+      processLog: { rounds: 3, samples: 200 },
     }
 
 const POOLS_AND_LIBS = ['addon-2', 'addon-4', 'wt-2', 'wt-4', 'execFile', 'spawn', 'execa']
@@ -447,6 +449,26 @@ async function phaseOutput() {
   return out
 }
 
+async function phaseProcessLog() {
+  if (!want('processLog')) return undefined
+  const { rounds, samples } = CONFIG.processLog
+  log(`\nprocess log: a background process's write seen by onStdout, ${rounds} round(s) x ${samples} writes 10 ms apart`)
+  const lags = []
+  const out = { rounds, samples }
+  for (let r = 0; r < rounds; r++) {
+    const res = await node('probe.js', ['processlog', '--samples', String(samples)], { timeoutMs: 120_000 })
+    if (res.error) {
+      out.error = res.error
+      log(`  ERROR ${res.error}`)
+      continue
+    }
+    lags.push(...res.lagsMs)
+    log(`  round ${r + 1} median ${fmt(summarize(res.lagsMs).median, 3)} ms over ${res.samples} writes`)
+  }
+  out.lagMs = summarize(lags)
+  return out
+}
+
 async function phaseKill() {
   if (!want('kill')) return undefined
   const { rounds, timeoutMs, boundMs, graceMs } = CONFIG.kill
@@ -489,7 +511,7 @@ async function main() {
   const date = new Date(started).toISOString().slice(0, 10)
   // A full run never overwrites an earlier one: a second run on the same day is <date>-2.
   let base = only ? `${date}-quick-only` : quick ? `${date}-quick` : date
-  for (let n = 2; !quick && fs.existsSync(path.join(RESULTS, `${base}.json`)); n++) base = `${date}-${n}`
+  for (let n = 2; !quick && !only && fs.existsSync(path.join(RESULTS, `${base}.json`)); n++) base = `${date}-${n}`
   // The page: BENCHMARKS.md for a full run; a quick run's page stays next to its data.
   const page = quick ? path.join(RESULTS, `${base}.md`) : path.join(ROOT, 'BENCHMARKS.md')
   const pageName = path.relative(ROOT, page)
@@ -524,6 +546,7 @@ async function main() {
   results.rss = await phaseRss()
   results.output = await phaseOutput()
   results.kill = await phaseKill()
+  results.processLog = await phaseProcessLog()
   // Issue 17's cost of isolation per exec, at 0 and 2 GiB (bench/isolation.js).
   if (want('isolation')) results.isolation = await require('./isolation.js').phase({ node, log, rotate, quick })
   if (want('session')) results.session = await require('./session.js').phase({ node, log, rotate, quick })

@@ -487,6 +487,7 @@ fn a_run_with_fewer_checked_fds_than_writable_roots_starts_nothing() {
   let mut checked = plan.checked.raw_fds();
   checked.pop();
   let attached = Attached {
+    stdin: false,
     cwd: plan.checked.cwd.is_some(),
     writable: 1,
   };

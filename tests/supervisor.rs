@@ -2076,3 +2076,58 @@ fn the_reaper_holds_each_jobs_mount_namespace_until_its_tree_is_gone() {
     }
   }
 }
+
+/// A streaming job through a real reaper: the command reads what the addon writes to its stdin
+/// pipe (the read end passed with the `Run`), its output reaches the sink chunk by chunk in
+/// order, the leader's pid is the command's, and closing stdin gives it EOF.
+#[test]
+fn a_streaming_job_reads_its_stdin_pipe_and_streams_its_output() {
+  use finn_sandbox::core::exec::capture::Stream;
+  use finn_sandbox::core::exec::pipes::Streaming;
+  use finn_sandbox::core::supervisor::run::{Outgoing, run_streaming};
+  let sup = supervisor();
+  let spec = sh("echo pid $$; cat; echo eof >&2");
+  let limits = RunLimits {
+    timeout: None,
+    ..limits(0, 0)
+  };
+  let terms = JobTerms {
+    spec: &spec,
+    isolation: None,
+    limits: &limits,
+  };
+  let (outgoing, stdin) = Outgoing::fed(&spec, None, &limits, Duration::from_millis(100)).unwrap();
+  let writer = std::thread::spawn(move || {
+    let mut f = std::fs::File::from(stdin);
+    nix::fcntl::fcntl(
+      &f,
+      nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )
+    .unwrap();
+    std::io::Write::write_all(&mut f, &vec![b'x'; 1 << 20]).unwrap();
+    // Dropped: the command reads EOF.
+  });
+  let stop = StopCell::<()>::new();
+  let (mut out, mut err) = (Vec::new(), Vec::new());
+  let mut pids = (0, 0);
+  let followed = run_streaming(
+    &sup,
+    outgoing,
+    terms,
+    &stop,
+    Streaming(|stream: Stream, bytes: &[u8]| match stream {
+      Stream::Stdout => out.extend_from_slice(bytes),
+      Stream::Stderr => err.extend_from_slice(bytes),
+    }),
+    |reaper, leader| pids = (reaper, leader),
+  )
+  .unwrap();
+  writer.join().unwrap();
+  assert_eq!(followed.status, Some(ExitStatus::Exited(0)));
+  assert_eq!(followed.ended_by, EndedBy::Exit);
+  let head = format!("pid {}\n", pids.1);
+  assert!(out.starts_with(head.as_bytes()), "{:?}", &out[..20]);
+  assert_eq!(out.len(), head.len() + (1 << 20));
+  assert_eq!(err, b"eof\n");
+  assert_ne!(pids.0, pids.1);
+}

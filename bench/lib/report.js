@@ -102,6 +102,18 @@ function targets(res) {
       Number.isFinite(same) ? `info: native limit with ${n} threads ${num(same, 0)}/s, ratio ${ratio(a / same)}` : '',
     )
   }
+  if (res.processLog) {
+    const lag = res.processLog.lagMs || {}
+    add(
+      "A background process's log followed live: first byte seen after its write (median)",
+      lag.median,
+      '<=',
+      2,
+      `${num(lag.median, 3)} ms median, p99 ${num(lag.p99, 3)} ms`,
+      '',
+      'ms',
+    )
+  }
   if (res.heap) {
     const sizes = res.heap.sizes
     const top = Math.max(...sizes)

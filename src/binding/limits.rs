@@ -20,6 +20,8 @@ pub struct Defaults {
   pub max_interactive_workers: u32,
   pub default_max_queue_depth: u32,
   pub default_sandbox_max_output: u32,
+  pub default_max_log_bytes: u32,
+  pub max_log_bytes: u32,
 }
 
 /// The defaults and limits, read once by `index.js`.
@@ -37,5 +39,7 @@ pub fn limits() -> Defaults {
     max_interactive_workers: job::MAX_INTERACTIVE_WORKERS as u32,
     default_max_queue_depth: job::DEFAULT_MAX_QUEUE_DEPTH as u32,
     default_sandbox_max_output: job::DEFAULT_SANDBOX_MAX_OUTPUT as u32,
+    default_max_log_bytes: job::DEFAULT_MAX_LOG_BYTES as u32,
+    max_log_bytes: job::MAX_LOG_BYTES as u32,
   }
 }

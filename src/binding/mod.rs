@@ -9,6 +9,7 @@ pub mod limits;
 pub mod logging;
 pub mod pool;
 pub mod pool_runner;
+pub mod process;
 pub mod sandbox;
 pub mod session;
 pub mod spec;

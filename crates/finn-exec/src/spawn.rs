@@ -248,6 +248,16 @@ fn check(rc: libc::c_int) -> io::Result<()> {
 }
 
 pub fn posix_spawn(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> io::Result<Pid> {
+  posix_spawn_fed(spec, None, stdout, stderr)
+}
+
+/// [`posix_spawn`] with `stdin` as the child's fd 0 (`None`: `/dev/null`).
+pub fn posix_spawn_fed(
+  spec: &SpawnSpec,
+  stdin: Option<RawFd>,
+  stdout: RawFd,
+  stderr: RawFd,
+) -> io::Result<Pid> {
   const DEV_NULL: &CStr = c"/dev/null";
   let mut argv: Vec<*mut libc::c_char> = spec.argv.iter().map(|a| a.as_ptr() as *mut _).collect();
   argv.push(ptr::null_mut());
@@ -293,13 +303,20 @@ pub fn posix_spawn(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> io::Result
       defaults.as_ptr(),
     ))?;
 
-    check(libc::posix_spawn_file_actions_addopen(
-      &mut a.actions,
-      0,
-      DEV_NULL.as_ptr(),
-      libc::O_RDONLY,
-      0,
-    ))?;
+    match stdin {
+      Some(fd) => check(libc::posix_spawn_file_actions_adddup2(
+        &mut a.actions,
+        fd,
+        0,
+      ))?,
+      None => check(libc::posix_spawn_file_actions_addopen(
+        &mut a.actions,
+        0,
+        DEV_NULL.as_ptr(),
+        libc::O_RDONLY,
+        0,
+      ))?,
+    }
     check(libc::posix_spawn_file_actions_adddup2(
       &mut a.actions,
       stdout,

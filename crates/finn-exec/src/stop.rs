@@ -25,6 +25,8 @@ pub struct StopCell<R> {
 
 struct CellState<R> {
   request: Option<Stop<R>>,
+  /// Signals asked for the running tree (see [`StopCell::send_signal`]), oldest first.
+  signals: Vec<i32>,
   /// Set by the first request, so a later one is ignored even after the runner took it.
   requested: bool,
   /// The runner's eventfd while it runs.
@@ -36,6 +38,7 @@ impl<R> Default for StopCell<R> {
     StopCell {
       state: Mutex::new(CellState {
         request: None,
+        signals: Vec::new(),
         requested: false,
         waker: None,
       }),
@@ -64,15 +67,37 @@ impl<R> StopCell<R> {
     }
   }
 
+  /// Asks the run to stop even after an earlier request: a caller's second `kill` with a
+  /// shorter grace. It replaces a request the runner has not taken yet, and wakes it; the job's
+  /// [`crate::lifecycle::Lifecycle`] keeps only a sooner SIGKILL from it.
+  pub fn escalate(&self, stop: Stop<R>) {
+    let mut state = self.lock();
+    state.requested = true;
+    state.request = Some(stop);
+    if let Some(fd) = state.waker {
+      wake(fd);
+    }
+  }
+
+  /// Asks the runner to send signal `signo` to the running tree, without stopping it; wakes it
+  /// like a stop request. Signals asked before the run started wait for it.
+  pub fn send_signal(&self, signo: i32) {
+    let mut state = self.lock();
+    state.signals.push(signo);
+    if let Some(fd) = state.waker {
+      wake(fd);
+    }
+  }
+
   /// Registers the calling thread's eventfd for the length of a run, until the returned guard
-  /// is dropped; or says why the eventfd could not be created. A request made before the run
-  /// started leaves it readable.
+  /// is dropped; or says why the eventfd could not be created. A request (or a signal) made
+  /// before the run started leaves it readable.
   pub fn attach(&self) -> io::Result<Attached<'_, R>> {
     let fd = thread_waker()?;
     drain(fd);
     let mut state = self.lock();
     state.waker = Some(fd);
-    if state.request.is_some() {
+    if state.request.is_some() || !state.signals.is_empty() {
       wake(fd);
     }
     Ok(Attached { cell: self, fd })
@@ -97,10 +122,15 @@ impl<R> Attached<'_, R> {
   }
 
   /// The request, once (the eventfd is drained with it). After it the eventfd stays quiet: only
-  /// the first request wakes.
+  /// the first request wakes, or an [`StopCell::escalate`].
   pub fn take(&self) -> Option<Stop<R>> {
     drain(self.fd);
     self.cell.lock().request.take()
+  }
+
+  /// The signals asked for since the last call (see [`StopCell::send_signal`]).
+  pub fn take_signals(&self) -> Vec<i32> {
+    std::mem::take(&mut self.cell.lock().signals)
   }
 }
 
@@ -195,5 +225,33 @@ mod tests {
     // Detached: a late request no longer writes to this thread's eventfd.
     cell.request(stop("late"));
     assert!(!readable(fd));
+  }
+
+  #[test]
+  fn a_signal_wakes_the_run_and_waits_for_it_when_asked_before() {
+    let cell = StopCell::<&str>::new();
+    cell.send_signal(2);
+    let attached = cell.attach().unwrap();
+    assert!(readable(attached.fd()));
+    assert!(attached.take().is_none());
+    assert_eq!(attached.take_signals(), vec![2]);
+    cell.send_signal(1);
+    cell.send_signal(10);
+    assert!(readable(attached.fd()));
+    assert_eq!(attached.take_signals(), vec![1, 10]);
+    assert!(attached.take_signals().is_empty());
+  }
+
+  #[test]
+  fn an_escalation_wakes_the_run_after_the_first_request_was_taken() {
+    let cell = StopCell::new();
+    let attached = cell.attach().unwrap();
+    cell.request(stop("term"));
+    assert_eq!(attached.take().map(|s| s.reason), Some("term"));
+    cell.request(stop("ignored"));
+    assert!(!readable(attached.fd()));
+    cell.escalate(stop("kill"));
+    assert!(readable(attached.fd()));
+    assert_eq!(attached.take().map(|s| s.reason), Some("kill"));
   }
 }

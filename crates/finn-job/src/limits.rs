@@ -23,6 +23,11 @@ pub const MAX_INTERACTIVE_WORKERS: usize = 4096;
 pub const DEFAULT_MAX_QUEUE_DEPTH: usize = 10;
 /// The sandbox's cap on a command's output when its config names none (loa-finn's 64 KiB).
 pub const DEFAULT_SANDBOX_MAX_OUTPUT: u64 = 65_536;
+/// A background process's log ring when its options name none (8 MiB): a server's recent
+/// output for `getLogs()` and `streamLogs({ since })`, at a cost a few processes can afford.
+pub const DEFAULT_MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
+/// The largest log ring: as a job's output cap, what one V8 string can still hold.
+pub const MAX_LOG_BYTES: u64 = MAX_BUFFER_LIMIT;
 /// The longest queue a lane may have: each queued job holds its whole spec, so a deeper queue is
 /// unbounded memory rather than a queue.
 pub const MAX_QUEUE_DEPTH: usize = 1_000_000;

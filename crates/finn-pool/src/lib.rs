@@ -7,6 +7,7 @@ pub mod inline;
 mod job;
 pub mod lane;
 pub mod pool;
+pub mod process;
 mod state;
 pub mod stats;
 #[cfg(feature = "test-hooks")]
@@ -19,6 +20,8 @@ pub use finn_job::{Lane, RawJob, TRUNCATION_MARKER};
 pub use inline::{INLINE_WINDOW, InlineHost, InlineJob};
 pub use job::{JobOutcome, JobResult};
 pub use pool::{Completion, ExitHandle, Pool, Submitted, SupervisorLease};
+pub use process::{ProcessEnd, ProcessHandle, ProcessSink, ProcessSpec};
+pub use state::StopReason;
 pub use stats::PoolStats;
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::TEST_PANIC_SESSION;

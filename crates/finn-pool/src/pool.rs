@@ -32,7 +32,7 @@ pub struct Submitted {
 /// A native worker pool. Cheap to clone; all clones share one pool.
 #[derive(Clone)]
 pub struct Pool {
-  inner: Arc<Inner>,
+  pub(super) inner: Arc<Inner>,
   /// Dropped with the last clone: parked worker threads then exit at once (they hold `inner`).
   _owners: Arc<Owners>,
 }

@@ -42,9 +42,12 @@ impl Drop for Reply {
   }
 }
 
+/// Why a running job or process was asked to stop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum StopReason {
+pub enum StopReason {
+  /// The caller's abort (for a background process: its `kill`).
   Abort,
+  /// The pool's `shutdown()`.
   Shutdown,
 }
 

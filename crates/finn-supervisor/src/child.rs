@@ -14,12 +14,22 @@ use nix::errno::Errno;
 use nix::unistd::Pid;
 
 use finn_exec::SpawnSpec;
-use finn_exec::spawn::posix_spawn;
 use finn_isolate::{ChildFailed, Layer, LayerFailed};
 
 /// Starts `spec` with `stdout`/`stderr` as its output; returns its pid or the errno.
 pub fn start(spec: &SpawnSpec, stdout: RawFd, stderr: RawFd) -> Result<Pid, Errno> {
-  posix_spawn(spec, stdout, stderr).map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
+  start_fed(spec, None, stdout, stderr)
+}
+
+/// [`start`] with `stdin` as the command's fd 0 (`None`: `/dev/null`).
+pub fn start_fed(
+  spec: &SpawnSpec,
+  stdin: Option<RawFd>,
+  stdout: RawFd,
+  stderr: RawFd,
+) -> Result<Pid, Errno> {
+  finn_exec::spawn::posix_spawn_fed(spec, stdin, stdout, stderr)
+    .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(0)))
 }
 
 /// A step run in the forked child just before `execve`. It runs in a copy of the reaper's main
@@ -52,13 +62,15 @@ pub fn start_with(
   stderr: RawFd,
   pre_exec: PreExec,
 ) -> Result<Pid, StartError> {
-  start_watched(spec, stdout, stderr, pre_exec, None).map(|(pid, _)| pid)
+  start_watched(spec, None, stdout, stderr, pre_exec, None).map(|(pid, _)| pid)
 }
 
-/// [`start_with`], and with `watch` (a program of `shield::watch_program`) the child installs
-/// it before `pre_exec` and hands back its listener.
+/// [`start_with`] with `stdin` as fd 0 (`None`: `/dev/null`), and with `watch` (a program of
+/// `shield::watch_program`) the child installs it before `pre_exec` and hands back its
+/// listener.
 pub fn start_watched(
   spec: &SpawnSpec,
+  stdin: Option<RawFd>,
   stdout: RawFd,
   stderr: RawFd,
   pre_exec: PreExec,
@@ -88,6 +100,7 @@ pub fn start_watched(
       use std::os::fd::AsRawFd;
       drop(report_r);
       let fds = ChildFds {
+        stdin,
         stdout,
         stderr,
         report: report_w.as_raw_fd(),
@@ -173,6 +186,8 @@ fn read_report(socket: &OwnedFd) -> nix::Result<Report> {
 /// The descriptors the forked child starts with: the job's pipes, and its end of the socket
 /// that reports a failure to the reaper.
 struct ChildFds {
+  /// `None`: `/dev/null`.
+  stdin: Option<RawFd>,
   stdout: RawFd,
   stderr: RawFd,
   report: RawFd,
@@ -189,6 +204,7 @@ fn exec_child(
   watch: Option<&[libc::sock_filter]>,
 ) -> ! {
   let ChildFds {
+    stdin,
     stdout,
     stderr,
     report,
@@ -216,8 +232,11 @@ fn exec_child(
       fail(Errno::last());
     }
     // Close-on-exec: only its copy as fd 0 reaches the command.
-    let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-    if null < 0 || libc::dup2(null, 0) < 0 {
+    let input = match stdin {
+      Some(fd) => fd,
+      None => libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC),
+    };
+    if input < 0 || libc::dup2(input, 0) < 0 {
       fail(Errno::last());
     }
     if libc::dup2(stdout, 1) < 0 || libc::dup2(stderr, 2) < 0 {

@@ -63,6 +63,9 @@ pub enum ToReaper {
   /// leader (the session's shell), which lives on with its state. Escapees are found as for
   /// any job: the reaper is their subreaper.
   EndCommand,
+  /// Send signal `signo` to every process of the running job's tree (frozen first, so a fork
+  /// cannot slip past it, then resumed), without ending the job; ignored between jobs.
+  Signal { signo: i32 },
 }
 
 /// A job's deadline as its reaper keeps it: `after_ms` from the `Run`, the tree gets SIGTERM,
@@ -84,9 +87,12 @@ impl Timeout {
   }
 }
 
-/// How many checked fds follow a `Run`'s pipes: the cwd's (if any), then the writable roots'.
+/// What follows a `Run`'s stdout and stderr write ends: the read end of the command's stdin
+/// pipe (if it has one: else its stdin is `/dev/null`), then the checked fds, the cwd's (if
+/// any), then the writable roots'.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Attached {
+  pub stdin: bool,
   pub cwd: bool,
   pub writable: u32,
 }
@@ -94,6 +100,7 @@ pub struct Attached {
 impl Attached {
   pub fn of(plan: Option<&Plan>) -> Attached {
     plan.map_or_else(Attached::default, |p| Attached {
+      stdin: false,
       cwd: p.checked.cwd.is_some(),
       writable: p.checked.writable.len() as u32,
     })
@@ -143,6 +150,7 @@ const TIMED_OUT: u8 = 12;
 const PREPARE_FAILED: u8 = 13;
 const END_COMMAND: u8 = 14;
 const COMMAND_ENDED: u8 = 15;
+const SIGNAL: u8 = 16;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -235,17 +243,24 @@ impl ToReaper {
         w.0
       }
       ToReaper::EndCommand => vec![END_COMMAND],
+      ToReaper::Signal { signo } => {
+        let mut w = Writer::default();
+        w.u8(SIGNAL).i32(*signo);
+        w.0
+      }
     }
   }
 
   /// `Run` encoded straight from a borrowed spec (the hot path: no copy of argv and env).
-  /// With the plan's own checked fds attached (`Plan::checked`, sent by the caller).
+  /// With the plan's own checked fds attached (`Plan::checked`, sent by the caller), and a
+  /// stdin pipe's read end before them when `stdin`.
   pub fn encode_run(
     spec: &SpawnSpec,
     drain_ms: u64,
     linger_us: u32,
     timeout: Option<Timeout>,
     isolation: Option<&Plan>,
+    stdin: bool,
   ) -> Vec<u8> {
     Self::encode_run_with(
       spec,
@@ -253,7 +268,10 @@ impl ToReaper {
       linger_us,
       timeout,
       isolation,
-      Attached::of(isolation),
+      Attached {
+        stdin,
+        ..Attached::of(isolation)
+      },
     )
   }
 
@@ -289,7 +307,9 @@ impl ToReaper {
     // The plan as JSON (empty: no isolation): it is small, and only isolated jobs pay for it.
     let plan = isolation.map(|p| serde_json::to_vec(p).expect("a plan always serializes"));
     w.bytes(plan.as_deref().unwrap_or_default());
-    w.u8(attached.cwd as u8).u32(attached.writable);
+    w.u8(attached.cwd as u8)
+      .u32(attached.writable)
+      .u8(attached.stdin as u8);
     w.0
   }
 
@@ -327,6 +347,7 @@ impl ToReaper {
         let attached = Attached {
           cwd: r.u8()? != 0,
           writable: r.u32()?,
+          stdin: r.u8()? != 0,
         };
         if attached.writable as usize > finn_isolate::MAX_WRITABLE_ROOTS {
           return Err(io::Error::new(
@@ -350,6 +371,7 @@ impl ToReaper {
       }
       TERMINATE => ToReaper::Terminate { grace_ms: r.u64()? },
       END_COMMAND => ToReaper::EndCommand,
+      SIGNAL => ToReaper::Signal { signo: r.i32()? },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -448,10 +470,15 @@ mod tests {
     assert_eq!(
       attached,
       Attached {
+        stdin: false,
         cwd: true,
         writable: 1
       }
     );
+    let attached = Attached {
+      stdin: true,
+      ..attached
+    };
     let plan = Plan {
       checked: Default::default(),
       ..plan
@@ -472,6 +499,7 @@ mod tests {
       isolated,
       ToReaper::Terminate { grace_ms: 5 },
       ToReaper::EndCommand,
+      ToReaper::Signal { signo: 2 },
     ] {
       assert_eq!(ToReaper::decode(&msg.encode()).unwrap(), msg);
     }
@@ -539,7 +567,8 @@ mod tests {
         .u32(0)
         .bytes(b"")
         .u8(cwd)
-        .u32(writable);
+        .u32(writable)
+        .u8(0);
       w.0
     };
     // A NUL inside a string.

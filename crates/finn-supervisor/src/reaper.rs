@@ -181,6 +181,14 @@ impl Reaper {
           let (Some(out), Some(err)) = (self.conn.take_fd(), self.conn.take_fd()) else {
             return;
           };
+          let stdin = if attached.stdin {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            Some(fd)
+          } else {
+            None
+          };
           // The fds that passed the addon's check; every one missing means a confused addon.
           // Taken into the plan, they are closed with it when the job is done (or on any
           // return from here).
@@ -207,8 +215,7 @@ impl Reaper {
             .run(
               &spec,
               isolation,
-              out,
-              err,
+              Stdio { stdin, out, err },
               Duration::from_millis(drain_ms),
               timeout,
             )
@@ -221,7 +228,7 @@ impl Reaper {
             (linger_us > 0).then(|| Instant::now() + Duration::from_micros(u64::from(linger_us)));
         }
         // A request for a job that already ended.
-        Ok(ToReaper::Terminate { .. } | ToReaper::EndCommand) => {}
+        Ok(ToReaper::Terminate { .. } | ToReaper::EndCommand | ToReaper::Signal { .. }) => {}
         Err(_) => return,
       }
     }
@@ -237,8 +244,7 @@ impl Reaper {
     &mut self,
     spec: &SpawnSpec,
     mut isolation: Option<Box<Plan>>,
-    out: OwnedFd,
-    err: OwnedFd,
+    stdio: Stdio,
     drain: Duration,
     timeout: Option<Timeout>,
   ) -> Result<(), Gone> {
@@ -289,20 +295,26 @@ impl Reaper {
     // call on another process goes to this reaper, which allows only the job's own.
     let watched = (!self.scoped && !isolation.as_deref().is_some_and(Plan::scopes_signals))
       .then_some(self.watch.as_slice());
-    let (o, e) = (out.as_raw_fd(), err.as_raw_fd());
+    let Stdio { stdin, out, err } = stdio;
+    let (i, o, e) = (
+      stdin.as_ref().map(AsRawFd::as_raw_fd),
+      out.as_raw_fd(),
+      err.as_raw_fd(),
+    );
     // A pid namespace is made by the fork itself: the command is then this reaper's child and
     // pid 1 there, with no waiter between them. The guard puts later forks back here.
     let pidns_at_fork = prepared.as_mut().and_then(|p| p.pid_namespace_at_fork());
     let started = match (&prepared, watched) {
-      (Some(p), _) => child::start_watched(spec, o, e, &|| p.apply_in_child(), watched),
-      (None, Some(_)) => child::start_watched(spec, o, e, &|| Ok(()), watched),
-      (None, None) => child::start(spec, o, e)
+      (Some(p), _) => child::start_watched(spec, i, o, e, &|| p.apply_in_child(), watched),
+      (None, Some(_)) => child::start_watched(spec, i, o, e, &|| Ok(()), watched),
+      (None, None) => child::start_fed(spec, i, o, e)
         .map(|pid| (pid, None))
         .map_err(StartError::Spawn),
     };
     drop(pidns_at_fork);
-    // The child has its own copies; ours would keep the addon from ever seeing EOF.
-    drop((out, err));
+    // The child has its own copies; ours would keep the addon from ever seeing EOF (and the
+    // command, on its stdin, from seeing the addon close it).
+    drop((stdin, out, err));
     let (leader, listener) = match started {
       Ok(started) => started,
       Err(e) => {
@@ -431,6 +443,16 @@ impl Reaper {
                   job.host_gone(&mut life);
                 }
               }
+              // Only a signal a command could send itself: never SIGSTOP, which would leave
+              // the tree stopped.
+              Ok(ToReaper::Signal { signo }) => {
+                if let Ok(signal) = Signal::try_from(signo)
+                  && signal != Signal::SIGSTOP
+                  && life.settled().is_none()
+                {
+                  job.tree.signal(signal, NO_SPARE);
+                }
+              }
               // A second job while one runs, or garbage: the addon is confused; stop it all.
               _ => job.host_gone(&mut life),
             }
@@ -482,6 +504,14 @@ impl Reaper {
       }
     }
   }
+}
+
+/// A job's standard descriptors as its `Run` brought them.
+struct Stdio {
+  /// `None`: the command's stdin is `/dev/null`.
+  stdin: Option<OwnedFd>,
+  out: OwnedFd,
+  err: OwnedFd,
 }
 
 /// What the reaper holds for the job it runs; its life is a [`Lifecycle`] in `run`.

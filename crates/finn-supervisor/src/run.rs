@@ -21,13 +21,14 @@ use super::client::{CheckoutError, Reaper, Supervisor};
 use super::descendants;
 use super::error::Crash;
 use super::protocol::{FromReaper, Timeout, ToReaper};
-use finn_exec::later::{Later, wake_for};
+use finn_exec::capture::Capture;
+use finn_exec::later::{Later, Nothing, wake_for};
 use finn_exec::lifecycle::{Action, Actions, End, Event, Lifecycle};
-use finn_exec::pipes::Pipes;
+use finn_exec::pipes::{Pipes, Sink};
 use finn_exec::poll::{poll, watch};
 use finn_exec::spawn::classify_exec_error;
 use finn_exec::stop::Attached;
-use finn_exec::{ExitStatus, Finished, RunLimits, SpawnError, SpawnSpec, StopCell};
+use finn_exec::{EndedBy, ExitStatus, Finished, RunLimits, SpawnError, SpawnSpec, StopCell};
 use finn_isolate::{LayerFailed, Plan};
 
 /// Why a job through the supervisor did not finish.
@@ -104,6 +105,8 @@ pub struct Outgoing {
   /// socket with them unread, and the next one needs them again.
   writes: Option<(OwnedFd, OwnedFd)>,
   reads: (OwnedFd, OwnedFd),
+  /// The read end of the command's stdin pipe, kept like `writes` (`None`: `/dev/null`).
+  stdin: Option<OwnedFd>,
   started: Instant,
   /// The last reaper it went to had closed before reading it (it retired): nothing started.
   unread: bool,
@@ -118,6 +121,41 @@ impl Outgoing {
     limits: &RunLimits,
     drain: Duration,
     linger: Duration,
+  ) -> Result<Outgoing, RunError> {
+    Self::build(spec, isolation, limits, drain, linger, None)
+  }
+
+  /// [`Self::new`] for a command with a stdin pipe: also returns the pipe's write end
+  /// (non-blocking), which the caller writes to and closes for the command's EOF.
+  pub fn fed(
+    spec: &SpawnSpec,
+    isolation: Option<&Plan>,
+    limits: &RunLimits,
+    drain: Duration,
+  ) -> Result<(Outgoing, OwnedFd), RunError> {
+    let (stdin_r, stdin_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+    // The command's end blocks, as any stdin does; ours stays non-blocking.
+    nix::fcntl::fcntl(&stdin_r, nix::fcntl::FcntlArg::F_SETFL(OFlag::empty()))
+      .map_err(|e| SpawnError::Setup(e.into()))?;
+    let outgoing = Self::build(
+      spec,
+      isolation,
+      limits,
+      drain,
+      Duration::ZERO,
+      Some(stdin_r),
+    )?;
+    Ok((outgoing, stdin_w))
+  }
+
+  fn build(
+    spec: &SpawnSpec,
+    isolation: Option<&Plan>,
+    limits: &RunLimits,
+    drain: Duration,
+    linger: Duration,
+    stdin: Option<OwnedFd>,
   ) -> Result<Outgoing, RunError> {
     let started = Instant::now();
     let (out_r, out_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)
@@ -136,9 +174,11 @@ impl Outgoing {
         linger.as_micros().min(u32::MAX as u128) as u32,
         Timeout::of(limits.timeout, limits.kill_grace),
         isolation,
+        stdin.is_some(),
       ),
       writes: Some((out_w, err_w)),
       reads: (out_r, err_r),
+      stdin,
       started,
       unread: false,
     })
@@ -149,10 +189,12 @@ impl Outgoing {
     self.run.len()
   }
 
-  /// The pipes' write ends, then the fds that passed the check (see `Plan::checked`).
+  /// The pipes' write ends, the stdin pipe's read end (if any), then the fds that passed the
+  /// check (see `Plan::checked`).
   fn fds(&self, isolation: Option<&Plan>) -> Vec<RawFd> {
     let (out_w, err_w) = self.writes.as_ref().expect("kept until an answer");
     let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
+    fds.extend(self.stdin.as_ref().map(AsRawFd::as_raw_fd));
     fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
     fds
   }
@@ -270,13 +312,94 @@ pub fn answered_now(reaper: &mut Reaper) -> Answered {
 /// waits once due (see [`run_blocking`]).
 pub fn resume<R>(
   supervisor: &Supervisor,
-  mut reaper: Reaper,
-  mut outgoing: Outgoing,
+  reaper: Reaper,
+  outgoing: Outgoing,
   job: JobTerms,
   stop: Option<&StopCell<R>>,
   later: &mut dyn Later,
   on_spawn: impl FnOnce(i32),
 ) -> Result<Finished<R>, RunError> {
+  let cap = Capture::new(job.limits.max_output_bytes);
+  let reads = if stop.is_some() {
+    FINAL_READS
+  } else {
+    FINAL_READS_INLINE
+  };
+  let followed = follow(
+    supervisor,
+    reaper,
+    outgoing,
+    job,
+    stop,
+    later,
+    |reaper, _| on_spawn(reaper),
+    cap,
+    reads,
+  )?;
+  let (stdout, stderr, truncated) = followed.sink.finish();
+  Ok(Finished {
+    status: followed.status,
+    stdout,
+    stderr,
+    truncated,
+    ended_by: followed.ended_by,
+    duration: followed.duration,
+    survivors: followed.survivors,
+  })
+}
+
+/// A job followed to its end with its output read into a sink of the caller's.
+pub struct Followed<R, S> {
+  /// `None` only when the leader could not be reaped within the hard bound.
+  pub status: Option<ExitStatus>,
+  pub sink: S,
+  pub ended_by: EndedBy<R>,
+  /// From the send until the tree was gone.
+  pub duration: Duration,
+  /// Pids of the tree still alive when the hard bound gave up on them.
+  pub survivors: Vec<i32>,
+}
+
+/// A job whose output streams into `sink` as it is read (a background process), on the
+/// calling thread from the send to the end of its tree. `on_spawn` gets the reaper's pid and
+/// the command's (the leader's) once it runs. The output cap of `job.limits` does not apply:
+/// the sink bounds what it keeps.
+pub fn run_streaming<R, S: Sink>(
+  supervisor: &Supervisor,
+  outgoing: Outgoing,
+  job: JobTerms,
+  stop: &StopCell<R>,
+  sink: S,
+  on_spawn: impl FnOnce(i32, i32),
+) -> Result<Followed<R, S>, RunError> {
+  let (reaper, outgoing) = outgoing.send(supervisor, job.spec, job.isolation, &mut Nothing)?;
+  follow(
+    supervisor,
+    reaper,
+    outgoing,
+    job,
+    Some(stop),
+    &mut Nothing,
+    on_spawn,
+    sink,
+    FINAL_READS,
+  )
+}
+
+/// The job from its first answer to its end, its output into `sink`; `final_reads` bounds the
+/// drain once the tree is gone. `on_spawn` gets the reaper's pid and the leader's.
+#[expect(clippy::too_many_arguments)]
+fn follow<R, S: Sink>(
+  supervisor: &Supervisor,
+  mut reaper: Reaper,
+  mut outgoing: Outgoing,
+  job: JobTerms,
+  stop: Option<&StopCell<R>>,
+  later: &mut dyn Later,
+  on_spawn: impl FnOnce(i32, i32),
+  sink: S,
+  final_reads: usize,
+) -> Result<Followed<R, S>, RunError> {
   let JobTerms {
     spec,
     isolation,
@@ -316,10 +439,12 @@ pub fn resume<R>(
   };
   // The reaper and the child hold the write ends now; ours would keep EOF from arriving.
   drop(outgoing.writes.take());
+  drop(outgoing.stdin.take());
   let (out_r, err_r) = outgoing.reads;
-  match first {
-    FromReaper::Spawned { .. } => {
+  let leader = match first {
+    FromReaper::Spawned { pid } => {
       life.on(Event::Spawned, Instant::now());
+      pid
     }
     FromReaper::SpawnFailed { errno } => {
       life.on(Event::SpawnFailed, Instant::now());
@@ -338,10 +463,10 @@ pub fn resume<R>(
         retired,
       }));
     }
-  }
-  on_spawn(reaper.pid);
+  };
+  on_spawn(reaper.pid, leader);
   let mut job = AddonJob {
-    pipes: Pipes::new(Some(out_r), Some(err_r), limits.max_output_bytes),
+    pipes: Pipes::with_sink(Some(out_r), Some(err_r), sink),
     status: None,
     retired: false,
   };
@@ -362,17 +487,10 @@ pub fn resume<R>(
       .collect();
     tracing::warn!(?survivors, "processes survived SIGKILL past the reap bound");
   }
-  job.pipes.drain_final(if stop.is_some() {
-    FINAL_READS
-  } else {
-    FINAL_READS_INLINE
-  });
-  let (stdout, stderr, truncated) = job.pipes.finish();
-  Ok(Finished {
+  job.pipes.drain_final(final_reads);
+  Ok(Followed {
     status: job.status,
-    stdout,
-    stderr,
-    truncated,
+    sink: job.pipes.into_sink(),
     ended_by: life.take_ended_by(),
     duration: started.elapsed(),
     survivors,
@@ -469,14 +587,14 @@ fn carry_out(supervisor: &Supervisor, reaper: &mut Reaper, actions: Actions) -> 
   Ok(())
 }
 
-struct AddonJob {
-  pipes: Pipes,
+struct AddonJob<S = Capture> {
+  pipes: Pipes<S>,
   status: Option<ExitStatus>,
   /// The reaper retired after the job (idle past its limit before we read the end).
   retired: bool,
 }
 
-impl AddonJob {
+impl<S: Sink> AddonJob<S> {
   /// Until the tree is gone (or past the reap bound after a termination), as `life` says.
   /// `Err` when the reaper failed. `later` is done once due.
   fn supervise<R>(
@@ -487,6 +605,8 @@ impl AddonJob {
     stop: Option<&Attached<R>>,
     later: &mut dyn Later,
   ) -> io::Result<()> {
+    // Asked while the job was on its way: the stop cell's wake-up was taken then.
+    forward_signals(reaper, stop)?;
     loop {
       let now = Instant::now();
       while let Some(frame) = reaper.conn.take_frame()? {
@@ -542,14 +662,25 @@ impl AddonJob {
           "it exited mid-job",
         ));
       }
-      if fds[3].revents != 0
-        && let Some(request) = stop.and_then(Attached::take)
-      {
-        let asked = life.on(Event::Stop(request), Instant::now());
-        carry_out(supervisor, reaper, asked)?;
+      if fds[3].revents != 0 {
+        if let Some(request) = stop.and_then(Attached::take) {
+          let asked = life.on(Event::Stop(request), Instant::now());
+          carry_out(supervisor, reaper, asked)?;
+        }
+        forward_signals(reaper, stop)?;
       }
     }
   }
+}
+
+/// Sends the reaper the signals asked for its running tree (see `StopCell::send_signal`).
+fn forward_signals<R>(reaper: &mut Reaper, stop: Option<&Attached<R>>) -> io::Result<()> {
+  for signo in stop.map(Attached::take_signals).unwrap_or_default() {
+    reaper
+      .conn
+      .send(&ToReaper::Signal { signo }.encode(), &[])?;
+  }
+  Ok(())
 }
 
 #[cfg(test)]

@@ -73,7 +73,7 @@ impl ShellJob {
       Mode::empty(),
     )
     .map_err(|e| ShellStartError::Spawn(e.into()))?;
-    let frame = ToReaper::encode_run(spec, 0, 0, None, isolation);
+    let frame = ToReaper::encode_run(spec, 0, 0, None, isolation, false);
     let mut fds: Vec<RawFd> = vec![null.as_raw_fd(), null.as_raw_fd()];
     fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
     for _ in 0..MAX_RETIRED {
