@@ -102,7 +102,8 @@ pub const GIT_REMOTE: &[&str] = &["fetch", "clone", "push"];
 /// Programs that only read files: the jail is read-only for them. Every other program the
 /// policy allows may write the jail (never outside it).
 pub const READ_ONLY_PROGRAMS: &[&str] = &[
-  "ls", "cat", "wc", "head", "tail", "grep", "rg", "find", "stat", "file", "du", "tree",
+  "ls", "cat", "wc", "head", "tail", "grep", "rg", "find", "fd", "fdfind", "stat", "file", "du",
+  "tree",
 ];
 
 /// Options that leave `branch`, `tag`, `stash` and `worktree` listing only, and what lists.

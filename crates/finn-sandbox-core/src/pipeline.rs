@@ -34,6 +34,16 @@ pub struct CheckedCommand {
   pending: Pending,
 }
 
+impl CheckedCommand {
+  /// Runs the command from `cwd` (a directory the caller checked inside the jail) with `env`
+  /// added: a structured tool's search runs from the directory it searches, so that its output
+  /// names are relative, in the locale it needs.
+  pub fn run_from(&mut self, cwd: &std::path::Path, env: Vec<(String, String)>) {
+    self.job.cwd = cwd.to_string_lossy().into_owned();
+    self.job.env.extend(env);
+  }
+}
+
 /// An allowed command's audit entry, completed once the runner answers.
 struct Pending {
   allow: AuditEntry,
@@ -202,6 +212,35 @@ impl ToolSandbox {
     let cmd = self
       .tokenize(command_string)
       .map_err(|d| self.deny(command_string, &[], d, "tokenize_rejected"))?;
+    self.prepare_command(cmd, session_id, cancel)
+  }
+
+  /// Stages 3-7 for a command given as an argument vector (no shell syntax to tokenize: each
+  /// element is one argument, spaces included), as the structured tools (`finn-tools`) build
+  /// it. Stage 1's gate applies as for [`Self::check`].
+  pub fn check_argv(
+    &self,
+    cmd: SandboxCommand,
+    session_id: Option<String>,
+    cancel: Option<&Cancel>,
+  ) -> Result<CheckedCommand, Denial> {
+    if !self.config.allow_bash {
+      let denial = Denial::audited(
+        "Bash execution is disabled (set FINN_ALLOW_BASH=true)",
+        "bash_disabled",
+      );
+      return Err(self.deny(&cmd.binary, &cmd.args, denial, "bash_disabled"));
+    }
+    let (job, pending) = self.prepare_command(cmd, session_id, cancel)?;
+    Ok(CheckedCommand { job, pending })
+  }
+
+  fn prepare_command(
+    &self,
+    cmd: SandboxCommand,
+    session_id: Option<String>,
+    cancel: Option<&Cancel>,
+  ) -> Result<(RawJob, Pending), Denial> {
     // 3-5. Policy, subcommand, denied flags.
     let policy = policy::command::check(&cmd, &self.policies)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "policy"))?;
