@@ -11,3 +11,4 @@ pub mod pool;
 pub mod pool_runner;
 pub mod sandbox;
 pub mod spec;
+pub mod tools;

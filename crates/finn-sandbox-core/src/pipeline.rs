@@ -79,7 +79,10 @@ impl ToolSandbox {
     secrets_env: &[(String, String)],
   ) -> io::Result<Self> {
     let mut jail = FilesystemJail::new(&config.jail_root)?;
-    jail.hide(audit.log_dir());
+    let discarding = audit.is_discarding();
+    if !discarding {
+      jail.hide(audit.log_dir());
+    }
     // A host tool's check cannot tell a read from a write: it refuses what commands may not
     // write too. Commands' own operands (`cat .git/config`) are reads, checked by `jail`.
     let mut host_jail = jail.clone();
@@ -88,7 +91,7 @@ impl ToolSandbox {
     }
     let mut deny_read = jail.hidden().to_vec();
     let audit_dir = policy::jail::host_path(audit.log_dir());
-    if !deny_read.contains(&audit_dir) {
+    if !discarding && !deny_read.contains(&audit_dir) {
       deny_read.push(audit_dir);
     }
     let env = policy::env::sandbox_env(jail.root());

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value, json};
 
-use finn_job::limits::{DEFAULT_READ_LINES, DEFAULT_TOOL_RESULTS, MAX_TOOL_RESULTS};
+use finn_job::limits::MAX_TOOL_RESULTS;
 use finn_policy::jail_args::runs_offline;
 use finn_policy::topology::GIT_READ_ONLY;
 
@@ -243,7 +243,9 @@ pub fn schemas() -> Value {
 
 /// The defaults the descriptions name, checked against the limits by a test.
 #[cfg(test)]
-const _: () = assert!(DEFAULT_READ_LINES == 2000 && DEFAULT_TOOL_RESULTS == 1000);
+const _: () = assert!(
+  finn_job::limits::DEFAULT_READ_LINES == 2000 && finn_job::limits::DEFAULT_TOOL_RESULTS == 1000
+);
 
 #[cfg(test)]
 mod tests {

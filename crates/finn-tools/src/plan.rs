@@ -3,6 +3,7 @@
 //! shell, and nothing the model wrote can become an option: patterns follow `-e` or `--`,
 //! paths are the jail's canonical absolute paths or the directory the command runs from.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -11,8 +12,36 @@ use serde_json::Value;
 use super::args::ToolArgs;
 use super::def::ToolName;
 use super::finish::ToolResult;
-use finn_policy::FilesystemJail;
-use finn_policy::command::{MISSING_BINARY_DIR, resolve_binary};
+use finn_policy::command::{MISSING_BINARY_DIR, default_policies, resolve_binary};
+use finn_policy::{CommandPolicy, FilesystemJail};
+
+/// The programs the tools run, as ToolSandbox policies: git with the sandbox's own git policy
+/// (its denied flags, its option allowlist per subcommand) narrowed to
+/// [`allowed_git_commands`](crate::def::allowed_git_commands); the search and read programs with
+/// no path check of the policy's (each path was checked here, and patterns are no paths).
+pub fn policies(path_var: &str) -> BTreeMap<String, CommandPolicy> {
+  let mut out = BTreeMap::new();
+  let mut git = default_policies(path_var)
+    .remove("git")
+    .expect("the default policies include git");
+  git.subcommands = crate::def::allowed_git_commands()
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+  out.insert("git".to_owned(), git);
+  for name in ["rg", "fd", "fdfind", "grep", "find", "tail"] {
+    out.insert(
+      name.to_owned(),
+      CommandPolicy {
+        binary: resolve_binary(name, path_var),
+        subcommands: Vec::new(),
+        denied_flags: Vec::new(),
+        validate_paths: false,
+      },
+    );
+  }
+  out
+}
 
 /// Which search programs run: `rg` and `fd` (Debian's `fdfind`) where installed, else `grep` and
 /// `find`. Both pairs give the same output (`finish.rs` normalizes it).
