@@ -705,7 +705,8 @@ const toolSchemasJson = native.toolSchemasJson()
 
 /** A fresh copy of every tool's JSON Schema (the caller may change it freely). */
 function toolSchemas() {
-  return JSON.parse(toolSchemasJson)
+  const all = JSON.parse(toolSchemasJson)
+  return Object.fromEntries(TOOL_NAMES.map((name) => [name, all[name]]))
 }
 
 let shared

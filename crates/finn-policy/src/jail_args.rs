@@ -36,7 +36,16 @@ fn git_protocols(sub: &str) -> Option<&'static str> {
 pub fn runs_offline(sub: &str) -> bool {
   matches!(
     sub,
-    "log" | "status" | "diff" | "show" | "rev-parse" | "add" | "commit"
+    "log"
+      | "status"
+      | "diff"
+      | "show"
+      | "rev-parse"
+      | "blame"
+      | "ls-files"
+      | "grep"
+      | "add"
+      | "commit"
   )
 }
 

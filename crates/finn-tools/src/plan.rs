@@ -362,8 +362,12 @@ fn plan_checked(
         argv.extend([s("-e"), pattern.clone()]);
         "grep"
       };
-      if let Some(operand) = operand {
-        argv.extend([s("--"), operand]);
+      // rg without a path reads a stdin that is a pipe (a JS runner's may be): it always gets
+      // one. grep's recursion without one searches `.` and names files without `./`.
+      match operand {
+        Some(operand) => argv.extend([s("--"), operand]),
+        None if binary == "rg" => argv.extend([s("--"), s(".")]),
+        None => {}
       }
       (binary, argv, Some(t))
     }
