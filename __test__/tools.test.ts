@@ -1,4 +1,5 @@
-import { execFile, execFileSync } from 'node:child_process'
+import { execFile, execFileSync, spawnSync } from 'node:child_process'
+import { randomUUID } from 'node:crypto'
 import { existsSync, linkSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -16,6 +17,7 @@ import {
   type ToolName,
   type ToolResult,
 } from '../index.js'
+import { alive, holders, until } from './helpers.js'
 
 const pool = new WorkerPool({ interactiveWorkers: 2, killGraceMs: 200 })
 afterAll(() => pool.shutdown())
@@ -420,5 +422,37 @@ describe('createToolExecutor, as loa-finn\'s Orchestrator calls it', () => {
     expect(() => createToolExecutor({ worktree: 5 as unknown as string })).toThrow('worktree must be a string')
     expect(() => createToolExecutor({ worktree: tmpdir(), runner: {} as never })).toThrow('options.runner must be an object with exec(spec)')
     expect(() => createToolExecutor({ worktree: tmpdir(), isolation: { network: 'allow' } as never })).toThrow(/options\.isolation\.network/)
+  })
+})
+
+describe('the shared pool', () => {
+  test('holds neither the event loop open nor a process once Node exits', async () => {
+    const wt = fixture()
+    const token = `finn-tools-token-${randomUUID()}`
+    writeFileSync(join(wt, 'token.txt'), `${token}\n`)
+    // The script never shuts the pool down: Node must exit on its own once the call settled. It
+    // reports every process below it (the pool's supervisor and whatever that started).
+    const script = `
+      const { executeTool } = require(${JSON.stringify(join(process.cwd(), 'index.js'))})
+      const { readFileSync, readdirSync } = require('node:fs')
+      const below = (pid) => {
+        let out = []
+        for (const t of readdirSync('/proc/' + pid + '/task')) {
+          for (const c of readFileSync('/proc/' + pid + '/task/' + t + '/children', 'utf8').trim().split(' ').filter(Boolean)) {
+            out.push(Number(c), ...below(c))
+          }
+        }
+        return out
+      }
+      executeTool('grep', { pattern: ${JSON.stringify(token)} }, ${JSON.stringify(wt)}).then((r) => {
+        process.stdout.write(JSON.stringify({ output: r.output, processes: below(process.pid) }))
+      })`
+    const run = spawnSync(process.execPath, ['-e', script], { encoding: 'utf8', timeout: 20_000, killSignal: 'SIGKILL' })
+    expect({ status: run.status, signal: run.signal, stderr: run.stderr }).toEqual({ status: 0, signal: null, stderr: '' })
+    const { output, processes } = JSON.parse(run.stdout) as { output: string; processes: number[] }
+    expect(output).toBe(`token.txt:1:${token}`)
+    expect(processes.length).toBeGreaterThan(0)
+    // Every process the pool had, and anything whose command line carries the call's pattern.
+    await until(() => processes.every((pid) => !alive(pid)) && holders(token).length === 0)
   })
 })
