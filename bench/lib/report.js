@@ -164,6 +164,7 @@ function targets(res) {
   }
   aims(res, add, out)
   if (res.isolation) require('../isolation.js').targets(res.isolation, add)
+  if (res.tools) require('../tools.js').targets(res.tools, add)
   return out
 }
 

@@ -286,6 +286,9 @@ fn plan_call(
       if let Some(cwd) = &plan.cwd {
         checked.run_from(cwd, plan.env);
       }
+      if let Some(max) = plan.max_buffer {
+        checked.limit_output(max);
+      }
       State::Checked(Box::new((checked, plan.context)))
     }
   }

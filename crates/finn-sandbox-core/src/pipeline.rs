@@ -42,6 +42,12 @@ impl CheckedCommand {
     self.job.cwd = cwd.to_string_lossy().into_owned();
     self.job.env.extend(env);
   }
+
+  /// Caps the command's output below the sandbox's `maxOutput`: a tool that shows only a page
+  /// of a file need not carry the rest of it through the runner.
+  pub fn limit_output(&mut self, max_bytes: u64) {
+    self.job.max_buffer = Some(self.job.max_buffer.map_or(max_bytes, |m| m.min(max_bytes)));
+  }
 }
 
 /// An allowed command's audit entry, completed once the runner answers.

@@ -9,7 +9,7 @@ use super::args::ToolArgs;
 use super::plan::{Context, Target, check_target};
 use super::text::bounded_lines;
 use finn_job::TRUNCATION_MARKER;
-use finn_job::limits::{MAX_LS_ENTRIES, TOOL_RUN_MAX_BUFFER};
+use finn_job::limits::MAX_LS_ENTRIES;
 use finn_policy::FilesystemJail;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -304,8 +304,9 @@ fn read(
   budget: usize,
 ) -> (String, bool) {
   let mut lines: Vec<&str> = stdout.split_inclusive('\n').collect();
-  // A line the runner's cap cut is not shown: reading on from it shows it whole.
-  if run_cut && lines.last().is_some_and(|l| !l.ends_with('\n')) {
+  // A line the runner's cap cut is not shown (reading on from it shows it whole), unless it is
+  // the only one: then it is shown cut to the budget.
+  if run_cut && lines.len() > 1 && lines.last().is_some_and(|l| !l.ends_with('\n')) {
     lines.pop();
   }
   let more_lines = lines.len() as u64 > limit;
@@ -339,15 +340,15 @@ fn read(
   if more_lines && held == lines.len() {
     cut.push(format!("limit ({limit} lines)"));
   }
-  if held < lines.len() {
+  // The runner's cap for `read` is the byte budget and a line more (`plan::READ_SLACK_BYTES`):
+  // what it cut is what the budget cut.
+  if held < lines.len() || (run_cut && !more_lines) {
     cut.push(format!("maxOutputBytes ({budget} bytes)"));
   }
-  if run_cut && held == lines.len() && !more_lines {
-    cut.push(format!("{RUN_CAP} ({TOOL_RUN_MAX_BUFFER} bytes)"));
-  }
-  let next = offset + held as u64;
+  // A line too long for the budget is shown cut; reading on starts after it.
+  let next = offset + held.max(1) as u64;
   let what = if held == 0 {
-    format!("line {offset} does not fit")
+    format!("line {offset} shown cut")
   } else {
     format!("lines {offset}-{} shown", next - 1)
   };
@@ -522,6 +523,22 @@ mod tests {
     assert!(r.output.ends_with("continue with offset=4"), "{}", r.output);
     let binary = finish(&c, &jail, ran("a\0b", 0, false));
     assert_eq!(binary.error.unwrap().code, "BINARY_FILE");
+  }
+
+  #[test]
+  fn a_line_longer_than_the_budget_is_shown_cut_and_reading_on_skips_it() {
+    let (_d, jail) = fixture();
+    let c = context(&jail, ToolName::Read, json!({"path": "src/a.txt"}), 40);
+    let long = format!("{}{TRUNCATION_MARKER}", "é".repeat(3000));
+    let r = finish(&c, &jail, ran(&long, 0, true));
+    assert!(r.truncated);
+    assert_eq!(
+      r.output,
+      format!(
+        "[File: src/a.txt]\n{}\n[truncated: line 1 shown cut; cut by maxOutputBytes (40 bytes)] continue with offset=2",
+        crate::text::cut_utf8(&format!("     1\t{}", "é".repeat(30)), 40 - 18)
+      )
+    );
   }
 
   #[test]

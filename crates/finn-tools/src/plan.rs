@@ -105,8 +105,14 @@ pub struct Plan {
   pub cwd: Option<PathBuf>,
   /// Added to the sandbox's environment.
   pub env: Vec<(String, String)>,
+  /// A cap on the runner's output below the sandbox's (`read`: what one page can show).
+  pub max_buffer: Option<u64>,
   pub context: Context,
 }
+
+/// What `read` lets its runner print beyond the page's byte budget: room for the line that
+/// tells a cut page from a whole one.
+pub const READ_SLACK_BYTES: u64 = 4096;
 
 /// A call's plan, or its answer without running anything.
 #[derive(Debug)]
@@ -192,6 +198,7 @@ fn plan_checked(
   let mut env = Vec::new();
   let mut cwd = None;
   let mut fast = false;
+  let mut max_buffer = None;
   let (binary, argv, target): (&'static str, Vec<String>, Option<Target>) = match &args {
     ToolArgs::Read { path, offset, .. } => {
       let t = check_target(jail, path)?;
@@ -202,6 +209,8 @@ fn plan_checked(
         ));
       }
       let argv = vec![s("-n"), format!("+{offset}"), s("--"), abs(&t)];
+      // Numbering only adds bytes: a page never shows more of the file than its budget.
+      max_buffer = Some(max_output_bytes + READ_SLACK_BYTES);
       ("tail", argv, Some(t))
     }
     ToolArgs::Ls { path } => {
@@ -382,6 +391,7 @@ fn plan_checked(
     args: argv,
     cwd,
     env,
+    max_buffer,
     context: Context {
       args,
       target,
