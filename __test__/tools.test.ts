@@ -414,6 +414,9 @@ describe('createToolExecutor, as loa-finn\'s Orchestrator calls it', () => {
       .map((l) => JSON.parse(l))
     expect(entries[0]).toMatchObject({ action: 'allow', command: 'tail', args: ['-n', '+1', '--', join(wt, 'src/a.txt')] })
     expect(entries[1]).toMatchObject({ action: 'allow', command: 'tail', exitCode: 0, isolation: { backend: expect.any(String) } })
+    // The tool's own refusals are audited too, naming the tool and its arguments.
+    expect(entries[2]).toMatchObject({ action: 'deny', command: 'read', args: ['{"path":"../../etc/passwd"}'], reason: 'path_rejected: Path escapes jail: ../../etc/passwd' })
+    expect(entries.find((e) => e.command === 'bash')).toMatchObject({ action: 'deny', reason: expect.stringMatching(/^tool_unknown_tool: /) })
     // The runner ran git and failed: its outcome is audited too.
     expect(entries.at(-1)).toMatchObject({ command: 'git', args: ['status'], exitCode: 128 })
   })

@@ -253,8 +253,18 @@ fn plan_call(
   session_id: Option<String>,
   cancel: Option<&finn_policy::host_git::Cancel>,
 ) -> State {
+  // Refused before the pipeline saw a command: audited as the pipeline audits its own refusals
+  // (the tool, its arguments, why).
+  let refuse = |answer: finn_tools::ToolResult| {
+    let why = match &answer.error {
+      Some(e) => format!("tool_{}: {}", e.code.to_lowercase(), e.message),
+      None => format!("path_rejected: {}", answer.output),
+    };
+    sandbox.audit_refusal(name, &[args_json.to_owned()], why);
+    State::Answered(answer)
+  };
   let Some(tool) = ToolName::parse(name) else {
-    return State::Answered(finn_tools::ToolResult::failed(
+    return refuse(finn_tools::ToolResult::failed(
       "UNKNOWN_TOOL",
       format!(
         "toolName must be one of {}, not {name:?}",
@@ -265,14 +275,14 @@ fn plan_call(
   let args: serde_json::Value = match serde_json::from_str(args_json) {
     Ok(v) => v,
     Err(e) => {
-      return State::Answered(finn_tools::ToolResult::failed(
+      return refuse(finn_tools::ToolResult::failed(
         "INVALID_ARGUMENT",
         format!("args must be a JSON object: {e}"),
       ));
     }
   };
   let plan = match finn_tools::plan(tool, &args, sandbox.jail(), finders, max_output) {
-    Planned::Answered(answer) => return State::Answered(answer),
+    Planned::Answered(answer) => return refuse(answer),
     Planned::Run(plan) => *plan,
   };
   let cmd = SandboxCommand {

@@ -191,6 +191,14 @@ impl ToolSandbox {
     })
   }
 
+  /// Audits a call refused before the pipeline saw a command (a structured tool's own argument
+  /// or path check): a `deny` entry with `reason`.
+  pub fn audit_refusal(&self, command: &str, args: &[String], reason: String) {
+    self
+      .audit
+      .append(&AuditEntry::new(Action::Deny, command, args).with_reason(reason));
+  }
+
   fn deny(&self, command: &str, args: &[String], denial: Denial, fallback_reason: &str) -> Denial {
     let reason = denial
       .reason
