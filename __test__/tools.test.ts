@@ -124,6 +124,27 @@ describe('each tool, with rg/fd and with grep/find', () => {
     expect(bad.error?.code).toBe('BAD_PATTERN')
   })
 
+  test('.gitignore files of the searched directory and below hide entries on both paths; other ignore files do not', async () => {
+    const wt2 = fixture()
+    writeFileSync(join(wt2, '.gitignore'), 'build/\n*.log\n!keep.log\n')
+    mkdirSync(join(wt2, 'build'))
+    writeFileSync(join(wt2, 'build/out.rs'), 'hello build\n')
+    writeFileSync(join(wt2, 'debug.log'), 'hello log\n')
+    writeFileSync(join(wt2, 'keep.log'), 'hello keep\n')
+    writeFileSync(join(wt2, 'src/.gitignore'), 'deep/\n')
+    // rg's, fd's and the generic ignore files are nobody's rules here.
+    for (const f of ['.ignore', '.rgignore', '.fdignore']) writeFileSync(join(wt2, f), 'src\nname*\n')
+    expect(await both('find', { pattern: '*' }, wt2)).toEqual(
+      ok('bin.dat\ndocs\ndocs/-dash.txt\ndocs/ünï.md\nkeep.log\nname with space.txt\nsrc\nsrc/a.txt\nsrc/main.rs'),
+    )
+    expect(await both('grep', { pattern: 'hello' }, wt2)).toEqual(
+      ok('keep.log:1:hello keep\nname with space.txt:1:hello there\nsrc/a.txt:1:hello\nsrc/main.rs:1:fn main() { println!("hello"); }'),
+    )
+    expect(await both('find', { pattern: '*.rs', path: 'build' }, wt2)).toEqual(ok('build/out.rs'))
+    // A file named as the path is searched whatever the rules say.
+    expect(await both('grep', { pattern: 'hello', path: 'debug.log' }, wt2)).toEqual(ok('debug.log:1:hello log'))
+  })
+
   test('the byte limit cuts whole lines, never a character, and says so', async () => {
     const r = await executeTool('grep', { pattern: 'ärger|hello' }, wt, { runner: pool, maxOutputBytes: 50 })
     expect(r.truncated).toBe(true)
@@ -232,7 +253,7 @@ describe('runners', () => {
     const grepFind = [
       ['tail', '-n', '+5', '--', join(wt, 'src/a.txt'), '@/'],
       ['find', '.', '-mindepth', '1', '-maxdepth', '1', '-printf', '%y %f\\0', '@/src'],
-      ['find', '.', '-mindepth', '1', '(', '-name', '.*', '-prune', ')', '-o', '-name', '-name', '-print0', '@/'],
+      ['find', '.', '-mindepth', '1', '(', '-name', '.*', '-prune', ')', '-o', '-name', '-name', '(', '-type', 'd', '-printf', '%p/\\0', '-o', '-print0', ')', '@/'],
       ['grep', '-r', '-n', '-H', '--null', '-I', '-s', '--color=never', '-E', '-i', '-w', '--max-count=3', '--include=*.rs', '--exclude=.*', '--exclude-dir=.*', '-e', '-rf', '@/'],
     ]
     if (hasFast) {

@@ -6,6 +6,7 @@
 use std::os::unix::fs::MetadataExt;
 
 use super::args::ToolArgs;
+use super::gitignore::Rules;
 use super::plan::{Context, Target, check_target};
 use super::text::bounded_lines;
 use finn_job::TRUNCATION_MARKER;
@@ -154,10 +155,15 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
     }
     ToolArgs::Find { max_results, .. } => {
       let prefix = rel_prefix(target);
+      let mut rules = Rules::new(jail, &target.expect("find has a target").path);
       let mut paths: Vec<String> = records(&stdout, out.truncated)
-        .map(|r| {
+        .filter_map(|r| {
           let r = r.strip_prefix("./").unwrap_or(r);
-          format!("{prefix}{}", r.strip_suffix('/').unwrap_or(r))
+          let (name, is_dir) = match r.strip_suffix('/') {
+            Some(dir) => (dir, true),
+            None => (r, false),
+          };
+          (!rules.ignored(name, is_dir)).then(|| format!("{prefix}{name}"))
         })
         .collect();
       paths.sort_unstable();
@@ -383,6 +389,7 @@ fn grep(
   if run_cut && lines.last().is_some_and(|l| !l.ends_with('\n')) {
     lines.pop();
   }
+  let mut rules = Rules::new(jail, &target.path);
   let mut matches: Vec<Match> = lines
     .iter()
     .filter_map(|l| {
@@ -390,8 +397,14 @@ fn grep(
       let (name, rest) = l.split_once('\0')?;
       let (n, text) = rest.split_once(':')?;
       let line = n.parse().ok()?;
+      // A file named as the path is searched whatever the rules say; a directory's files
+      // under its `.gitignore` rules.
       let path = if target.is_dir {
-        format!("{prefix}{}", name.strip_prefix("./").unwrap_or(name))
+        let name = name.strip_prefix("./").unwrap_or(name);
+        if rules.ignored(name, false) {
+          return None;
+        }
+        format!("{prefix}{name}")
       } else {
         target.rel.clone()
       };
@@ -594,8 +607,8 @@ mod tests {
       json!({"pattern": "*", "path": "src", "maxResults": 2}),
       1000,
     );
-    let fd = finish(&c, &jail, ran("b/\0a.txt\0c\0", 0, false));
-    let find = finish(&c, &jail, ran("./c\0./a.txt\0./b\0", 0, false));
+    let fd = finish(&c, &jail, ran("./b/\0./a.txt\0./c\0", 0, false));
+    let find = finish(&c, &jail, ran("./c\0./a.txt\0./b/\0", 0, false));
     assert_eq!(fd, find);
     assert_eq!(
       fd.output,

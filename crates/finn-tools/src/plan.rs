@@ -266,7 +266,16 @@ fn plan_checked(
             "-o",
             "-name",
             pattern,
+            // Directories end with `/`, as fd prints them: `.gitignore`'s `dir/` patterns
+            // match directories only.
+            "(",
+            "-type",
+            "d",
+            "-printf",
+            "%p/\\0",
+            "-o",
             "-print0",
+            ")",
           ]
           .map(s)
           .to_vec();
