@@ -7,6 +7,7 @@ import { afterAll, describe, expect, test } from 'vitest'
 import {
   ALLOWED_GIT_COMMANDS,
   AuditLog,
+  PoolError,
   TOOL_NAMES,
   WorkerPool,
   createToolExecutor,
@@ -81,6 +82,14 @@ describe('each tool, with rg/fd and with grep/find', () => {
     expect(binary.error?.code).toBe('BINARY_FILE')
     expect((await both('read', { path: 'src' }, wt)).error?.code).toBe('NOT_A_FILE')
     expect((await both('read', { path: 'nope' }, wt)).error?.code).toBe('NOT_FOUND')
+    // A FIFO would hold the read until its timeout.
+    const wtf = fixture()
+    execFileSync('mkfifo', [join(wtf, 'fifo')])
+    const fifo = await executeTool('read', { path: 'fifo' }, wtf, { runner: pool, timeoutMs: 5_000 })
+    expect(fifo.error).toEqual({ code: 'NOT_A_FILE', message: 'read: not a regular file: fifo' })
+    // An aborted call runs nothing.
+    const aborted = await executeTool('read', { path: 'src/a.txt' }, wt, { signal: AbortSignal.abort() })
+    expect(aborted.error?.code).toBe('ABORTED')
   })
 
   test('ls sorts, marks directories and shows hidden entries', async () => {
@@ -300,6 +309,17 @@ describe('runners', () => {
       expect(viaJs, name).toEqual(shared)
       expect(isolated, name).toEqual(shared)
     }
+  })
+
+  test('a runner\'s timeout reads as TIMED_OUT', async () => {
+    const runner = { exec: async (): Promise<ExecResult> => Promise.reject(new PoolError('EXEC_TIMEOUT', 'Command timed out after 5ms')) }
+    expect(await executeTool('ls', {}, wt, { runner })).toEqual({
+      ok: false,
+      exitCode: 1,
+      output: '',
+      truncated: false,
+      error: { code: 'TIMED_OUT', message: 'Command timed out after 5ms' },
+    })
   })
 
   test('a runner that rejects gives ok: false with its code', async () => {

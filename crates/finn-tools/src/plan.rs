@@ -84,6 +84,8 @@ pub struct Target {
   pub dev: u64,
   pub ino: u64,
   pub is_dir: bool,
+  /// A regular file (not a FIFO, socket or device, which a read would block on or never end).
+  pub is_file: bool,
 }
 
 /// What finishing needs to know of the call.
@@ -174,6 +176,7 @@ pub fn check_target(jail: &FilesystemJail, given: &str) -> Result<Target, ToolRe
     dev: meta.dev(),
     ino: meta.ino(),
     is_dir: meta.is_dir(),
+    is_file: meta.is_file(),
   })
 }
 
@@ -206,6 +209,12 @@ fn plan_checked(
         return Err(ToolResult::failed(
           "NOT_A_FILE",
           format!("read: is a directory: {path} (use ls)"),
+        ));
+      }
+      if !t.is_file {
+        return Err(ToolResult::failed(
+          "NOT_A_FILE",
+          format!("read: not a regular file: {path}"),
         ));
       }
       let argv = vec![s("-n"), format!("+{offset}"), s("--"), abs(&t)];
