@@ -42,8 +42,10 @@ impl<'j> Rules<'j> {
         .strip_prefix(self.jail.root())
         .map(Path::to_path_buf)
         .unwrap_or_default();
-      let rules = match self.jail.validate_path(&rel.to_string_lossy()) {
-        Ok(checked) if checked.is_file() => {
+      // Most directories have none: one lstat says so before the jail's walk.
+      let exists = std::fs::symlink_metadata(&file).is_ok();
+      let rules = match exists.then(|| self.jail.validate_path(&rel.to_string_lossy())) {
+        Some(Ok(checked)) if checked.is_file() => {
           let mut builder = GitignoreBuilder::new(&abs);
           // A line git would refuse is skipped, as git skips it.
           let _ = builder.add(&checked);
