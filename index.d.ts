@@ -440,6 +440,7 @@ export interface ExecuteToolOptions {
   maxOutputBytes?: number
   /** `auto` (default): rg and fd (or `fdfind`) where on PATH, else grep and find; the output is the same. */
   finders?: 'auto' | 'rg-fd' | 'grep-find'
+  /** Ends the call's checks (`ABORTED`), and its command when the runner is a WorkerPool; another runner's `exec` is awaited. */
   signal?: AbortSignal
 }
 

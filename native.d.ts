@@ -84,8 +84,6 @@ export declare class NativeTools {
    * when the worktree does not exist.
    */
   constructor(options: unknown, auditLog?: NativeAuditLog | undefined | null, secretsEnv?: unknown | undefined | null)
-  /** Whether searches run rg and fd (else grep and find). */
-  get fastFinders(): boolean
   /**
    * Plans and checks one call on a thread of the addon's own: the arguments, the path inside
    * the worktree, the ToolSandbox pipeline over the argv (policy, git's repository check,

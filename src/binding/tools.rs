@@ -187,12 +187,6 @@ impl NativeTools {
     })
   }
 
-  /// Whether searches run rg and fd (else grep and find).
-  #[napi(getter)]
-  pub fn fast_finders(&self) -> bool {
-    self.finders.rg && self.finders.fd.is_some()
-  }
-
   /// Plans and checks one call on a thread of the addon's own: the arguments, the path inside
   /// the worktree, the ToolSandbox pipeline over the argv (policy, git's repository check,
   /// isolation, the audit's `allow`). `argsJson` is the call's arguments as JSON. `cancel` (the

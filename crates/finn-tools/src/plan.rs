@@ -93,8 +93,6 @@ pub struct Target {
 pub struct Context {
   pub args: ToolArgs,
   pub target: Option<Target>,
-  /// The rg/fd pair ran (else grep/find), for the audit and the tests.
-  pub fast: bool,
   pub max_output_bytes: u64,
 }
 
@@ -200,7 +198,6 @@ fn plan_checked(
   let abs = |t: &Target| t.path.to_string_lossy().into_owned();
   let mut env = Vec::new();
   let mut cwd = None;
-  let mut fast = false;
   let mut max_buffer = None;
   let (binary, argv, target): (&'static str, Vec<String>, Option<Target>) = match &args {
     ToolArgs::Read { path, offset, .. } => {
@@ -246,7 +243,6 @@ fn plan_checked(
       env.push((s("LC_ALL"), s(UTF8_LOCALE)));
       match finders.fd {
         Some(fd) => {
-          fast = true;
           // Hidden entries skipped (fd's default), ignore files not read (find reads none),
           // case-sensitive as `find -name` is.
           let argv = [
@@ -320,7 +316,6 @@ fn plan_checked(
       let per_file = max_count.map(|n| (n + 1).to_string());
       let mut argv = Vec::new();
       let binary = if finders.rg {
-        fast = true;
         argv.extend(
           [
             "--no-config",
@@ -413,7 +408,6 @@ fn plan_checked(
     context: Context {
       args,
       target,
-      fast,
       max_output_bytes,
     },
   })
