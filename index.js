@@ -763,13 +763,40 @@ function toolsOf(worktree, options, prefix) {
   // A runner of the caller's gets the isolation asked for on `spec.isolation`, or none.
   if (isolation != null) cfg.isolation = JSON.stringify(isolation)
   else if (runner != null) cfg.isolation = '{"mode":"off"}'
-  let tools
-  try {
-    tools = new native.NativeTools(cfg, audit == null ? undefined : AuditLog.nativeOf(audit), process.env)
-  } catch (err) {
-    rethrowSandbox(err)
+  return { tools: nativeTools(cfg, audit), runner: runner ?? undefined }
+}
+
+// executeTool's native tools by configuration (per AuditLog), so that a stream of calls shares
+// one sandbox (its jail, policies and descriptors) instead of making one per call. A few per
+// log: each holds two descriptors until it is collected.
+const toolsByAudit = new WeakMap()
+const toolsWithoutAudit = new Map()
+const TOOLS_CACHED = 16
+
+function nativeTools(cfg, audit) {
+  let cache = toolsWithoutAudit
+  if (audit != null) {
+    cache = toolsByAudit.get(audit)
+    if (cache === undefined) toolsByAudit.set(audit, (cache = new Map()))
   }
-  return { tools, runner: runner ?? undefined }
+  let key
+  try {
+    key = JSON.stringify([cfg.worktree, cfg.isolation, cfg.timeoutMs, cfg.maxOutputBytes, cfg.finders])
+  } catch {
+    // A value JSON cannot hold (a BigInt): the constructor below names the field.
+    key = undefined
+  }
+  let tools = key === undefined ? undefined : cache.get(key)
+  if (tools === undefined) {
+    try {
+      tools = new native.NativeTools(cfg, audit == null ? undefined : AuditLog.nativeOf(audit), process.env)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+    if (cache.size >= TOOLS_CACHED) cache.delete(cache.keys().next().value)
+    if (key !== undefined) cache.set(key, tools)
+  }
+  return tools
 }
 
 /** One call: plan (off Node's thread), the runner, finish (off Node's thread). Never rejects. */
@@ -793,8 +820,12 @@ async function runTool(tools, runner, name, args, sessionId, signal) {
   }
   const answer = call.answer()
   if (answer != null) return toolResult(answer)
-  if (signal != null && signal.aborted) return failedResult(PoolErrorCode.ABORTED, 'The operation was aborted')
   const { spec, prepared, isolation } = call.start()
+  if (signal != null && signal.aborted) {
+    // Checked and audited as allowed: its outcome entry says it never ran.
+    prepared.complete({ failedCode: PoolErrorCode.ABORTED })
+    return failedResult(PoolErrorCode.ABORTED, 'The operation was aborted')
+  }
   if (isolation !== undefined) spec.isolation = JSON.parse(isolation)
   const pool = runner ?? sharedPool()
   let result
