@@ -101,6 +101,12 @@ describe('each tool, with rg/fd and with grep/find', () => {
     expect(await both('find', { pattern: '*.rs' }, wt)).toEqual(ok('src/deep/x.rs\nsrc/main.rs'))
     expect(await both('find', { pattern: '*', path: 'src' }, wt)).toEqual(ok('src/a.txt\nsrc/deep\nsrc/deep/x.rs\nsrc/main.rs'))
     expect(await both('find', { pattern: '-*' }, wt)).toEqual(ok('docs/-dash.txt'))
+    expect(await both('find', { pattern: '[mx]*.r?' }, wt)).toEqual(ok('src/deep/x.rs\nsrc/main.rs'))
+    expect(await both('find', { pattern: '[!a-m]*.txt' }, wt)).toEqual(ok('docs/-dash.txt\nname with space.txt'))
+    expect(await both('find', { pattern: 'ü*' }, wt)).toEqual(ok('docs/ünï.md'))
+    // `?` in a non-ASCII glob would be a byte to fd and rg, a character to grep: refused.
+    expect((await both('find', { pattern: 'ü?ï.md' }, wt)).error?.code).toBe('INVALID_ARGUMENT')
+    expect((await both('grep', { pattern: 'x', glob: 'ü?ï.md' }, wt)).error?.code).toBe('INVALID_ARGUMENT')
     expect(await both('find', { pattern: '*.env' }, wt)).toEqual(ok(''))
     const cut = await both('find', { pattern: '*', maxResults: 2 }, wt)
     expect(cut.truncated).toBe(true)

@@ -244,6 +244,31 @@ pub fn name_glob(glob: &str) -> Result<(), String> {
   if glob.starts_with('!') {
     return Err("must not start with ! (no negation)".into());
   }
+  // fd and rg match globs on bytes, grep's `--include` (in a UTF-8 locale) on characters: `?`
+  // and `[..]` would count a non-ASCII character differently.
+  if !glob.is_ascii() && glob.contains(['?', '[']) {
+    return Err("may use ? and [..] only in an ASCII glob (a non-ASCII character is one or several bytes, depending on the program)".into());
+  }
+  // A class must close: fd and rg refuse `[a`, find and grep would take it literally. Its
+  // first character (after `!` or `^`) may be `]` itself.
+  let chars: Vec<char> = glob.chars().collect();
+  let mut i = 0;
+  while i < chars.len() {
+    if chars[i] == '[' {
+      let mut j = i + 1;
+      if matches!(chars.get(j), Some('!' | '^')) {
+        j += 1;
+      }
+      if chars.get(j) == Some(&']') {
+        j += 1;
+      }
+      match chars[j.min(chars.len())..].iter().position(|c| *c == ']') {
+        Some(end) => i = j + end,
+        None => return Err("has a [ without its closing ]".into()),
+      }
+    }
+    i += 1;
+  }
   Ok(())
 }
 
@@ -317,6 +342,21 @@ mod tests {
       err(ToolName::Git, json!({"command": "log", "args": ["-1", 2]})),
       "args.args[1] must be a string"
     );
+    for glob in ["[", "[a", "*[]*", "x[!]"] {
+      assert_eq!(
+        err(ToolName::Find, json!({"pattern": glob})),
+        "args.pattern has a [ without its closing ]",
+        "{glob}"
+      );
+    }
+    assert!(ToolArgs::parse(ToolName::Grep, &json!({"pattern": "x", "glob": "?n?.md"})).is_ok());
+    assert!(
+      err(ToolName::Find, json!({"pattern": "ü?.md"}))
+        .starts_with("args.pattern may use ? and [..] only in an ASCII glob")
+    );
+    for glob in ["[ab]*", "[!a]", "[]]x", "a]", "[^x]?", "ü*.md"] {
+      assert_eq!(name_glob(glob), Ok(()), "{glob}");
+    }
     assert_eq!(err(ToolName::Ls, json!([1])), "args must be an object");
     assert_eq!(
       err(ToolName::Ls, json!({"path": "a\u{0}b"})),

@@ -121,7 +121,7 @@ pub enum Planned {
   Answered(ToolResult),
 }
 
-/// A UTF-8 locale every glibc has (the builtin one), for grep's and find's multibyte matching.
+/// A UTF-8 locale every glibc has (the builtin one), for grep's multibyte matching.
 const UTF8_LOCALE: &str = "C.UTF-8";
 
 /// Plans `tool` with `args` in `jail` (the worktree). `max_output_bytes` bounds the result's
@@ -240,7 +240,8 @@ fn plan_checked(
       let t = check_target(jail, path)?;
       want_dir(&t, "find")?;
       cwd = Some(t.path.clone());
-      env.push((s("LC_ALL"), s(UTF8_LOCALE)));
+      // fd's globs match bytes (`?` is one byte of `ü`): find in the C locale does too.
+      env.push((s("LC_ALL"), s("C")));
       match finders.fd {
         Some(fd) => {
           // Hidden entries skipped (fd's default), ignore files not read (find reads none),
