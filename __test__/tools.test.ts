@@ -134,6 +134,11 @@ describe('each tool, with rg/fd and with grep/find', () => {
     const total = await both('grep', { pattern: 'hello', maxResults: 1 }, wt)
     expect(total.truncated).toBe(true)
     expect(total.output).toBe('name with space.txt:1:hello there\n[truncated: 1 of 4 matching lines shown; cut by maxResults (1)]')
+    // A line that is not UTF-8 is left out on both paths (grep reads it as binary).
+    const wt3 = fixture()
+    writeFileSync(join(wt3, 'latin1.txt'), Buffer.concat([Buffer.from('hello \xff', 'latin1'), Buffer.from('\nhello valid\n')]))
+    expect(await both('grep', { pattern: 'valid|\\xff', path: 'latin1.txt' }, wt3)).toEqual(ok('latin1.txt:2:hello valid'))
+    expect(await both('grep', { pattern: 'hello', glob: 'latin1.txt' }, wt3)).toEqual(ok('latin1.txt:2:hello valid'))
     const bad = await both('grep', { pattern: 'a(' }, wt)
     expect(bad.ok).toBe(false)
     expect(bad.error?.code).toBe('BAD_PATTERN')

@@ -397,6 +397,12 @@ fn grep(
       let (name, rest) = l.split_once('\0')?;
       let (n, text) = rest.split_once(':')?;
       let line = n.parse().ok()?;
+      // A line that is not UTF-8 reaches here with U+FFFD (the runner's lossy decoding) from
+      // rg, and not at all from grep, which reads it as binary in its UTF-8 locale: left out
+      // on both paths.
+      if text.contains('\u{FFFD}') {
+        return None;
+      }
       // A file named as the path is searched whatever the rules say; a directory's files
       // under its `.gitignore` rules.
       let path = if target.is_dir {
