@@ -2,7 +2,8 @@
 // The structured tools' phase of `npm run bench` (also `node bench/tools.js [--quick]` alone):
 // grep and find over a 10,000-file tree through executeTool against running rg and fd directly
 // (the same argv, through child_process.execFile), and read of a 1 MiB file. executeTool runs
-// as a caller without a runner gets it: the module's shared pool, isolation `auto`. Rounds
+// as a caller without a runner gets it: the module's shared pool, isolation `auto` (and, for
+// information, with isolation off). Rounds
 // alternate the contenders so a slow moment of the machine falls on both.
 
 const fs = require('node:fs')
@@ -79,13 +80,16 @@ async function phase({ log, quick }) {
     await direct(rg, rgArgv, root)
     await direct(fd, fdArgv, root)
     await executeTool('read', { path: 'big.txt' }, root)
-    const s = { toolGrep: [], rg: [], toolFind: [], fd: [], read: [] }
+    const off = { ...opts, isolation: { mode: 'off' } }
+    const s = { toolGrep: [], toolGrepOff: [], rg: [], toolFind: [], toolFindOff: [], fd: [], read: [] }
     for (let r = 0; r < rounds; r++) {
       const order = r % 2 === 0
       const pairs = [
         ['toolGrep', () => executeTool('grep', grepArgs, root, opts)],
+        ['toolGrepOff', () => executeTool('grep', grepArgs, root, off)],
         ['rg', () => direct(rg, rgArgv, root)],
         ['toolFind', () => executeTool('find', findArgs, root, opts)],
+        ['toolFindOff', () => executeTool('find', findArgs, root, off)],
         ['fd', () => direct(fd, fdArgv, root)],
         ['read', () => executeTool('read', { path: 'big.txt' }, root)],
       ]
@@ -95,8 +99,9 @@ async function phase({ log, quick }) {
     for (const [id, xs] of Object.entries(s)) out[id] = summarize(xs)
     out.grepRatio = out.toolGrep.median / out.rg.median
     out.findRatio = out.toolFind.median / out.fd.median
-    log(`  grep: executeTool ${out.toolGrep.median.toFixed(2)} ms, rg ${out.rg.median.toFixed(2)} ms (x${out.grepRatio.toFixed(2)})`)
-    log(`  find: executeTool ${out.toolFind.median.toFixed(2)} ms, fd ${out.fd.median.toFixed(2)} ms (x${out.findRatio.toFixed(2)})`)
+    const ms = (x) => `${x.median.toFixed(2)} ms`
+    log(`  grep: executeTool ${ms(out.toolGrep)} (isolation off ${ms(out.toolGrepOff)}), rg ${ms(out.rg)} (x${out.grepRatio.toFixed(2)})`)
+    log(`  find: executeTool ${ms(out.toolFind)} (isolation off ${ms(out.toolFindOff)}), fd ${ms(out.fd)} (x${out.findRatio.toFixed(2)})`)
     log(`  read 1 MiB: ${out.read.median.toFixed(2)} ms median, p90 ${out.read.p90.toFixed(2)} ms`)
     return out
   } finally {

@@ -443,13 +443,22 @@ fn grep(
     cut.push(format!("maxResults ({max_results})"));
   }
   let mut withheld: Vec<String> = Vec::new();
+  // Matches are sorted by path: each file is looked at once.
+  let mut last: Option<(String, bool)> = None;
   matches.retain(|m| {
-    let linked = std::fs::symlink_metadata(jail.root().join(&m.path))
-      .map(|meta| meta.is_file() && meta.nlink() > 1)
-      .unwrap_or(false);
-    if linked && withheld.last() != Some(&m.path) {
-      withheld.push(m.path.clone());
-    }
+    let linked = match &last {
+      Some((path, linked)) if *path == m.path => *linked,
+      _ => {
+        let linked = std::fs::symlink_metadata(jail.root().join(&m.path))
+          .map(|meta| meta.is_file() && meta.nlink() > 1)
+          .unwrap_or(false);
+        if linked {
+          withheld.push(m.path.clone());
+        }
+        last = Some((m.path.clone(), linked));
+        linked
+      }
+    };
     !linked
   });
   let rendered: Vec<String> = matches
