@@ -352,7 +352,7 @@ describe('schemas', () => {
     expect(TOOL_NAMES).toEqual(['read', 'ls', 'find', 'grep', 'git'])
     for (const name of TOOL_NAMES) expect(schemas[name]).toMatchObject({ type: 'object', additionalProperties: false })
     expect((schemas.git.properties as Record<string, { enum: string[] }>).command.enum).toEqual([...ALLOWED_GIT_COMMANDS])
-    expect(ALLOWED_GIT_COMMANDS).toEqual(['status', 'log', 'diff', 'show', 'rev-parse', 'ls-files', 'blame', 'grep'])
+    expect(ALLOWED_GIT_COMMANDS).toEqual(['status', 'log', 'diff', 'show', 'rev-parse', 'ls-files', 'blame', 'grep', 'branch'])
     expect(Object.isFrozen(ALLOWED_GIT_COMMANDS)).toBe(true)
     // A copy each time.
     ;(schemas.read as Record<string, unknown>).type = 'x'
@@ -386,6 +386,13 @@ describe('git', () => {
     expect(await executeTool('git', { command: 'grep', args: ['-n', '-e', '-x', 'a.txt'] }, wt)).toEqual({ ...ok(''), ok: false, exitCode: 1, error: { code: 'COMMAND_FAILED', message: 'exited with code 1' } })
     expect(await executeTool('git', { command: 'grep', args: ['-n', 'hello'] }, wt)).toEqual(ok('a.txt:1:hello'))
     expect((await executeTool('git', { command: 'blame', args: ['--porcelain', 'a.txt'] }, wt)).output).toContain('summary first commit')
+    expect(await executeTool('git', { command: 'branch', args: ['--list'] }, wt)).toEqual(ok('* main'))
+    expect(await executeTool('git', { command: 'branch' }, wt)).toEqual(ok('* main'))
+    // A branch that would be created is refused: every tool only reads.
+    const create = await executeTool('git', { command: 'branch', args: ['topic'] }, wt)
+    expect(create.ok).toBe(true)
+    expect(create.output).toMatch(/^Subcommand not allowed: git branch with these arguments/)
+    expect(git(wt, 'branch', '--list').trim()).toBe('* main')
     const refused = await executeTool('git', { command: 'commit', args: ['-m', 'x'] }, wt)
     expect(refused.error?.code).toBe('INVALID_ARGUMENT')
   })

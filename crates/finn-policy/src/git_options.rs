@@ -294,6 +294,21 @@ const GREP_VALUED: &[&str] = &[
   "--before-context",
 ];
 
+/// `branch`, listing: the options `topology::lists_only` reads as listing, no other.
+const BRANCH: &[&str] = &[
+  "--list",
+  "-l",
+  "-a",
+  "--all",
+  "-r",
+  "--remotes",
+  "-v",
+  "-vv",
+  "--verbose",
+  "--show-current",
+  "--no-color",
+];
+
 /// Letters that may be clustered (`-sb`); none of them takes an argument in git.
 fn cluster_letters(sub: &str) -> &'static str {
   match sub {
@@ -340,6 +355,7 @@ fn lists(sub: &str) -> (Vec<&'static str>, Vec<&'static str>) {
       valued.extend(REV_PARSE_VALUED);
     }
     "blame" => plain.extend(BLAME),
+    "branch" => plain.extend(BRANCH),
     "ls-files" => plain.extend(LS_FILES),
     "grep" => {
       plain.extend(GREP);

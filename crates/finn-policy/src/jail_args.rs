@@ -44,6 +44,7 @@ pub fn runs_offline(sub: &str) -> bool {
       | "blame"
       | "ls-files"
       | "grep"
+      | "branch"
       | "add"
       | "commit"
   )

@@ -106,8 +106,11 @@ pub const READ_ONLY_PROGRAMS: &[&str] = &[
   "tree",
 ];
 
+/// Subcommands of [`GIT_LOCAL_WRITE`] that only list with the right options ([`lists_only`]).
+pub const GIT_LISTING: &[&str] = &["branch", "tag", "stash", "worktree"];
+
 /// Options that leave `branch`, `tag`, `stash` and `worktree` listing only, and what lists.
-fn lists_only(sub: &str, rest: &[String]) -> bool {
+pub fn lists_only(sub: &str, rest: &[String]) -> bool {
   let listing_flags: &[&str] = match sub {
     "branch" => &[
       "--list",

@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 
 use finn_job::limits::MAX_TOOL_RESULTS;
 use finn_policy::jail_args::runs_offline;
-use finn_policy::topology::GIT_READ_ONLY;
+use finn_policy::topology::{GIT_LISTING, GIT_READ_ONLY};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ToolName {
@@ -193,11 +193,14 @@ const GIT: [Param; 2] = [
 ];
 
 /// The git subcommands the `git` tool runs: those the sandbox's topology lists as read-only
-/// (`GIT_READ_ONLY`) and whose jail stage runs them with no protocol and an option allowlist
-/// (`jail_args::runs_offline`). One source: adding a subcommand there adds it here.
+/// (`GIT_READ_ONLY`) or as listing with the right options (`GIT_LISTING`, such as
+/// `branch --list`), and whose jail stage runs them with no protocol and an option allowlist
+/// (`jail_args::runs_offline`). One source: adding a subcommand there adds it here. A listing
+/// subcommand runs only when its arguments keep it listing (`plan.rs`).
 pub fn allowed_git_commands() -> Vec<&'static str> {
   GIT_READ_ONLY
     .iter()
+    .chain(GIT_LISTING)
     .copied()
     .filter(|sub| runs_offline(sub))
     .collect()
@@ -256,8 +259,12 @@ mod tests {
     let git = allowed_git_commands();
     assert!(git.contains(&"status") && git.contains(&"log") && git.contains(&"diff"));
     for sub in &git {
-      assert!(GIT_READ_ONLY.contains(sub) && runs_offline(sub), "{sub}");
+      assert!(
+        (GIT_READ_ONLY.contains(sub) || GIT_LISTING.contains(sub)) && runs_offline(sub),
+        "{sub}"
+      );
     }
+    assert!(git.contains(&"branch"));
     for sub in ["add", "commit", "fetch", "push", "checkout", "config"] {
       assert!(!git.contains(&sub), "{sub}");
     }

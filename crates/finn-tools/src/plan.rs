@@ -13,6 +13,7 @@ use super::args::ToolArgs;
 use super::def::ToolName;
 use super::finish::ToolResult;
 use finn_policy::command::{MISSING_BINARY_DIR, default_policies, resolve_binary};
+use finn_policy::topology::{self, Writes};
 use finn_policy::{CommandPolicy, FilesystemJail};
 
 /// The programs the tools run, as ToolSandbox policies: git with the sandbox's own git policy
@@ -397,6 +398,14 @@ fn plan_checked(
     ToolArgs::Git { command, args } => {
       let mut argv = vec![command.clone()];
       argv.extend(args.iter().cloned());
+      // Every tool is read-only: `branch` runs only as its listing forms.
+      let writes = topology::topology("git", &argv).is_none_or(|t| t.writes != Writes::Nothing);
+      if writes {
+        return Err(ToolResult::refused(format!(
+          "Subcommand not allowed: git {command} with these arguments (the git tool only reads; {command} may only list: {})",
+          "--list, -a, -r, -v, --show-current"
+        )));
+      }
       ("git", argv, None)
     }
   };
