@@ -418,7 +418,7 @@ export interface ToolResult {
   output: string
   /** True exactly when a limit cut the output (`limit`, `maxResults`, `maxCount`, `maxOutputBytes`, the runner's 8 MiB cap); the output's last line names it. */
   truncated: boolean
-  /** Set when `ok` is false: `INVALID_ARGUMENT` (naming the field), `UNKNOWN_TOOL`, `NOT_FOUND`, `NOT_A_FILE`, `NOT_A_DIRECTORY`, `BINARY_FILE`, `BAD_PATTERN`, `COMMAND_FAILED`, `TIMED_OUT`, `ABORTED`, or the runner's rejection code. */
+  /** Set when `ok` is false: `INVALID_ARGUMENT` (naming the field), `UNKNOWN_TOOL`, `NOT_FOUND`, `NOT_A_FILE`, `NOT_A_DIRECTORY`, `BINARY_FILE`, `BAD_PATTERN`, `COMMAND_FAILED`, `TIMED_OUT`, `ABORTED`, `TOOL_FAILED` (the addon could not plan or finish the call), or the runner's rejection code. */
   error?: { code: string; message: string }
 }
 

@@ -801,6 +801,16 @@ function nativeTools(cfg, audit) {
 
 /** One call: plan (off Node's thread), the runner, finish (off Node's thread). Never rejects. */
 async function runTool(tools, runner, name, args, sessionId, signal) {
+  try {
+    return await runToolOnce(tools, runner, name, args, sessionId, signal)
+  } catch (err) {
+    // The addon could not plan or finish the call (no descriptor left for its abort pipe, a
+    // panic): a result all the same, so the agent's loop goes on.
+    return failedResult('TOOL_FAILED', messageOf(err))
+  }
+}
+
+async function runToolOnce(tools, runner, name, args, sessionId, signal) {
   let argsJson
   try {
     argsJson = JSON.stringify(args === undefined ? null : args)
@@ -858,7 +868,10 @@ async function runTool(tools, runner, name, args, sessionId, signal) {
 async function executeTool(name, args, worktree, options) {
   const { tools, runner } = toolsOf(worktree, options, 'options.')
   const signal = field(options, 'signal', 'options.')
-  if (signal != null && (typeof signal !== 'object' || typeof signal.addEventListener !== 'function')) {
+  if (
+    signal != null &&
+    (typeof signal !== 'object' || typeof signal.addEventListener !== 'function' || typeof signal.removeEventListener !== 'function')
+  ) {
     throw new SandboxError('options.signal must be an AbortSignal')
   }
   return runTool(tools, runner, name, args, undefined, signal)
