@@ -496,3 +496,59 @@ export declare class Session implements AsyncDisposable {
 
 /** Starts a session run by a reaper of `options.pool`'s supervisor. Rejects `SessionError`. */
 export declare function createSession(options?: SessionOptions): Promise<Session>
+/** A structured agent tool (docs/tools.md). */
+export type ToolName = 'read' | 'ls' | 'find' | 'grep' | 'git'
+
+/** What a tool call resolves with. */
+export interface ToolResult {
+  /** False when the command failed (non-zero exit) or the call was bad; a refused path, command or flag is `ok` with the explanation in `output`, for the model to read and retry. */
+  ok: boolean
+  /** The command's exit code (0 for `grep` with or without matches; 0 when nothing ran). */
+  exitCode: number
+  /** Relative paths, sorted; cut on whole lines, never inside a UTF-8 character, to `maxOutputBytes`. */
+  output: string
+  /** True exactly when a limit cut the output (`limit`, `maxResults`, `maxCount`, `maxOutputBytes`, the runner's 8 MiB cap); the output's last line names it. */
+  truncated: boolean
+  /** Set when `ok` is false: `INVALID_ARGUMENT` (naming the field), `UNKNOWN_TOOL`, `NOT_FOUND`, `NOT_A_FILE`, `NOT_A_DIRECTORY`, `BINARY_FILE`, `BAD_PATTERN`, `COMMAND_FAILED`, `TIMED_OUT`, `ABORTED`, `TOOL_FAILED` (the addon could not plan or finish the call), or the runner's rejection code. */
+  error?: { code: string; message: string }
+}
+
+/** Anything that runs an ExecSpec: a WorkerPool, a ToolSandbox executor, or any JS object. */
+export interface ToolRunner {
+  exec(spec: ExecSpec): Promise<ExecResult>
+}
+
+export interface ExecuteToolOptions {
+  /** Default: the module's shared WorkerPool (made on first use; idle, it holds nothing open). */
+  runner?: ToolRunner
+  /** Default `{ mode: "auto" }` without a runner, none with one; read-only and without network either way (`fs.writable` and `network` are set per call and refused here). On `spec.isolation` for a runner. */
+  isolation?: IsolationOptions
+  /** Each call's allow and outcome entries, as a ToolSandbox command's. Default: no audit. */
+  audit?: AuditLog
+  /** The command's timeout. Default 30000. */
+  timeoutMs?: number
+  /** Cap on `ToolResult.output` in bytes. Default 65536. */
+  maxOutputBytes?: number
+  /** `auto` (default): rg and fd (or `fdfind`) where on PATH, else grep and find; the output is the same. */
+  finders?: 'auto' | 'rg-fd' | 'grep-find'
+  /** Ends the call's checks (`ABORTED`), and its command when the runner is a WorkerPool; another runner's `exec` is awaited. */
+  signal?: AbortSignal
+}
+
+/** The tools' names. */
+export declare const TOOL_NAMES: readonly ToolName[]
+/** The git subcommands the `git` tool runs: the read-only ones of ToolSandbox's git policy. */
+export declare const ALLOWED_GIT_COMMANDS: readonly string[]
+/** One JSON Schema per tool (a fresh copy each call), for LLM tool declarations. */
+export declare function toolSchemas(): Record<ToolName, Record<string, unknown>>
+/** Runs one tool in `worktree` (must exist). Rejects only for bad `worktree` or `options` (SandboxError naming the field). */
+export declare function executeTool(name: ToolName, args: object, worktree: string, options?: ExecuteToolOptions): Promise<ToolResult>
+
+export interface ToolExecutorOptions extends Omit<ExecuteToolOptions, 'signal'> {
+  worktree: string
+}
+
+/** loa-finn's Orchestrator `toolExecutor`: `execute` never rejects; `traceId` is the fairness key on a pool. */
+export declare function createToolExecutor(options: ToolExecutorOptions): {
+  execute(toolName: string, args: unknown, traceId?: string): Promise<{ output: string; is_error: boolean }>
+}

@@ -1229,12 +1229,8 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/
 const signalNames = Object.fromEntries(Object.entries(require('node:os').constants.signals).map(([name, n]) => [n, name]))
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')
 
-let sharedSessionPool
 function sessionPool(pool) {
-  if (pool === undefined) {
-    if (sharedSessionPool === undefined) sharedSessionPool = new WorkerPool()
-    return nativePools.get(sharedSessionPool)
-  }
+  if (pool === undefined) return nativePools.get(sharedPool())
   const native = pool === null || typeof pool !== 'object' ? undefined : nativePools.get(pool)
   if (native === undefined) throw new SessionError(SessionErrorCode.EINVAL, 'options.pool must be a WorkerPool')
   return native
@@ -1326,7 +1322,7 @@ async function createSession(options) {
   }
   const reply = await nativeSession.start()
   if (reply.errorCode != null) throw new SessionError(reply.errorCode, reply.errorMessage)
-  return new Session(nativeSession, id, defaults, opts.pool ?? sharedSessionPool)
+  return new Session(nativeSession, id, defaults, opts.pool ?? sharedPool())
 }
 
 function toSessionError(err) {
@@ -1578,6 +1574,214 @@ function sessionAborted(watch) {
   return new SessionError(SessionErrorCode.ABORT_ERR, 'The operation was aborted', { cause: watch && watch.reason })
 }
 
+// ── Tools ────────────────────────────────────────────────────────────────────
+// The structured agent tools (docs/tools.md). The addon plans and checks each call (the jail,
+// the ToolSandbox pipeline, the audit) and finishes it; between the two, the call's runner gets
+// the ExecSpec: the module's shared WorkerPool, a WorkerPool of the caller's, or any object with
+// `exec(spec)`. Nothing but the spec reaches the runner, so every runner gets the same checks.
+
+const TOOL_NAMES = Object.freeze(native.toolNames())
+const ALLOWED_GIT_COMMANDS = Object.freeze(native.allowedGitCommands())
+const toolSchemasJson = native.toolSchemasJson()
+
+/** A fresh copy of every tool's JSON Schema (the caller may change it freely). */
+function toolSchemas() {
+  const all = JSON.parse(toolSchemasJson)
+  return Object.fromEntries(TOOL_NAMES.map((name) => [name, all[name]]))
+}
+
+let shared
+/**
+ * The module's WorkerPool, made on first use by a session or a tool call given no pool or
+ * runner. Idle, it holds neither the event loop nor any process but its supervisor, which dies
+ * with Node.
+ */
+function sharedPool() {
+  if (shared === undefined) shared = new WorkerPool({})
+  return shared
+}
+
+/** A ToolResult as the API documents it: `error` present only when set. */
+function toolResult(r) {
+  const out = { ok: r.ok, exitCode: r.exitCode, output: r.output, truncated: r.truncated }
+  if (r.error != null) out.error = { code: r.error.code, message: r.error.message }
+  return out
+}
+
+function failedResult(code, message) {
+  return { ok: false, exitCode: 1, output: '', truncated: false, error: { code, message: String(message) } }
+}
+
+/** Reads a field of the caller's options, naming it when a getter throws. */
+function field(options, name, prefix) {
+  try {
+    return options == null ? undefined : options[name]
+  } catch (err) {
+    throw new SandboxError(`${prefix}${name} could not be read: ${messageOf(err)}`)
+  }
+}
+
+/**
+ * The native tools for one worktree and its options, and the runner. Throws SandboxError naming
+ * the field for bad options (a programming error, unlike a model's bad arguments).
+ */
+function toolsOf(worktree, options, prefix) {
+  checkPath(worktree, 'worktree')
+  if (options != null && typeof options !== 'object') throw new SandboxError(`${prefix.slice(0, -1) || 'options'} must be an object`)
+  const runner = field(options, 'runner', prefix)
+  if (runner != null && (typeof runner !== 'object' || typeof runner.exec !== 'function')) {
+    throw new SandboxError(`${prefix}runner must be an object with exec(spec)`)
+  }
+  const audit = field(options, 'audit', prefix)
+  if (audit != null && !(audit instanceof AuditLog)) throw new SandboxError(`${prefix}audit must be an AuditLog from finn-sandbox`)
+  const isolation = field(options, 'isolation', prefix)
+  if (isolation != null && typeof isolation !== 'object') throw new SandboxError(`${prefix}isolation must be an object`)
+  const cfg = { worktree }
+  for (const name of ['timeoutMs', 'maxOutputBytes', 'finders']) {
+    const value = field(options, name, prefix)
+    if (value != null) cfg[name] = value
+  }
+  // Without a runner the module's pool runs the tools, isolated (`auto` unless asked otherwise).
+  // A runner of the caller's gets the isolation asked for on `spec.isolation`, or none.
+  if (isolation != null) cfg.isolation = JSON.stringify(isolation)
+  else if (runner != null) cfg.isolation = '{"mode":"off"}'
+  return { tools: nativeTools(cfg, audit), runner: runner ?? undefined }
+}
+
+// executeTool's native tools by configuration (per AuditLog), so that a stream of calls shares
+// one sandbox (its jail, policies and descriptors) instead of making one per call. A few per
+// log: each holds two descriptors until it is collected.
+const toolsByAudit = new WeakMap()
+const toolsWithoutAudit = new Map()
+const TOOLS_CACHED = 16
+
+function nativeTools(cfg, audit) {
+  let cache = toolsWithoutAudit
+  if (audit != null) {
+    cache = toolsByAudit.get(audit)
+    if (cache === undefined) toolsByAudit.set(audit, (cache = new Map()))
+  }
+  let key
+  try {
+    key = JSON.stringify([cfg.worktree, cfg.isolation, cfg.timeoutMs, cfg.maxOutputBytes, cfg.finders])
+  } catch {
+    // A value JSON cannot hold (a BigInt): the constructor below names the field.
+    key = undefined
+  }
+  let tools = key === undefined ? undefined : cache.get(key)
+  if (tools === undefined) {
+    try {
+      tools = new native.NativeTools(cfg, audit == null ? undefined : AuditLog.nativeOf(audit), process.env)
+    } catch (err) {
+      rethrowSandbox(err)
+    }
+    if (cache.size >= TOOLS_CACHED) cache.delete(cache.keys().next().value)
+    if (key !== undefined) cache.set(key, tools)
+  }
+  return tools
+}
+
+/** One call: plan (off Node's thread), the runner, finish (off Node's thread). Never rejects. */
+async function runTool(tools, runner, name, args, sessionId, signal) {
+  try {
+    return await runToolOnce(tools, runner, name, args, sessionId, signal)
+  } catch (err) {
+    // The addon could not plan or finish the call (no descriptor left for its abort pipe, a
+    // panic): a result all the same, so the agent's loop goes on.
+    return failedResult('TOOL_FAILED', messageOf(err))
+  }
+}
+
+async function runToolOnce(tools, runner, name, args, sessionId, signal) {
+  let argsJson
+  try {
+    argsJson = JSON.stringify(args === undefined ? null : args)
+  } catch (err) {
+    return failedResult('INVALID_ARGUMENT', `args must be JSON-serializable: ${messageOf(err)}`)
+  }
+  if (argsJson === undefined) return failedResult('INVALID_ARGUMENT', 'args must be an object')
+  if (signal != null && signal.aborted) return failedResult(PoolErrorCode.ABORTED, 'The operation was aborted')
+  const cancel = signal != null ? new native.NativeCheckCancel() : undefined
+  const onAbort = () => cancel.cancel()
+  if (signal != null) signal.addEventListener('abort', onAbort, { once: true })
+  let call
+  try {
+    call = await tools.plan(String(name), argsJson, sessionId, cancel)
+  } finally {
+    if (signal != null) signal.removeEventListener('abort', onAbort)
+  }
+  const answer = call.answer()
+  if (answer != null) return toolResult(answer)
+  const { spec, prepared, isolation } = call.start()
+  if (signal != null && signal.aborted) {
+    // Checked and audited as allowed: its outcome entry says it never ran.
+    prepared.complete({ failedCode: PoolErrorCode.ABORTED })
+    return failedResult(PoolErrorCode.ABORTED, 'The operation was aborted')
+  }
+  if (isolation !== undefined) spec.isolation = JSON.parse(isolation)
+  const pool = runner ?? sharedPool()
+  let result
+  try {
+    result =
+      pool instanceof WorkerPool
+        ? await pool.exec(spec, 'interactive', undefined, signal != null ? { signal } : undefined)
+        : await pool.exec(spec)
+  } catch (err) {
+    if (err && err.name === 'PoolError' && err.code === PoolErrorCode.EXEC_TIMEOUT) {
+      return toolResult(await call.finish(prepared.complete({ timeoutMessage: String(err.message) })))
+    }
+    const code = err && (err.code ?? err.name)
+    prepared.complete({ failedCode: String(code ?? 'RUNNER_FAILED') })
+    return failedResult(typeof code === 'string' ? code : 'RUNNER_FAILED', messageOf(err))
+  }
+  let completed
+  try {
+    completed = prepared.complete(result)
+  } catch (err) {
+    return failedResult('RUNNER_FAILED', `the runner's result is malformed: ${messageOf(err)}`)
+  }
+  return toolResult(await call.finish(completed))
+}
+
+/**
+ * Runs one structured tool (`read`, `ls`, `find`, `grep`, `git`) in `worktree`. Resolves with a
+ * ToolResult; rejects only for bad `worktree` or `options` (SandboxError naming the field).
+ */
+async function executeTool(name, args, worktree, options) {
+  const { tools, runner } = toolsOf(worktree, options, 'options.')
+  const signal = field(options, 'signal', 'options.')
+  if (
+    signal != null &&
+    (typeof signal !== 'object' || typeof signal.addEventListener !== 'function' || typeof signal.removeEventListener !== 'function')
+  ) {
+    throw new SandboxError('options.signal must be an AbortSignal')
+  }
+  return runTool(tools, runner, name, args, undefined, signal)
+}
+
+/**
+ * loa-finn's Orchestrator `toolExecutor`: `execute(toolName, args, traceId)` resolves with
+ * `{ output, is_error }` and never rejects. `traceId` is the calls' fairness key on a pool.
+ */
+function createToolExecutor(options) {
+  if (options == null || typeof options !== 'object') throw new SandboxError('options must be an object')
+  const worktree = field(options, 'worktree', 'options.')
+  const { tools, runner } = toolsOf(worktree, options, 'options.')
+  return {
+    async execute(toolName, args, traceId) {
+      let r
+      try {
+        r = await runTool(tools, runner, toolName, args, typeof traceId === 'string' ? traceId : undefined, undefined)
+      } catch (err) {
+        r = failedResult('RUNNER_FAILED', messageOf(err))
+      }
+      if (r.ok) return { output: r.output, is_error: false }
+      const message = `${r.error.code}: ${r.error.message}`
+      return { output: r.output === '' ? message : `${r.output}\n${message}`, is_error: true }
+    },
+  }
+}
+
 module.exports.PoolErrorCode = PoolErrorCode
 module.exports.PoolError = PoolError
 module.exports.SandboxError = SandboxError
@@ -1594,6 +1798,11 @@ module.exports.WorkerExecutor = WorkerExecutor
 module.exports.ChildProcessExecutor = ChildProcessExecutor
 module.exports.DisabledExecutor = DisabledExecutor
 module.exports.createExecutor = createExecutor
+module.exports.TOOL_NAMES = TOOL_NAMES
+module.exports.ALLOWED_GIT_COMMANDS = ALLOWED_GIT_COMMANDS
+module.exports.toolSchemas = toolSchemas
+module.exports.executeTool = executeTool
+module.exports.createToolExecutor = createToolExecutor
 
 let probed
 let probedCap

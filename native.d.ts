@@ -110,6 +110,39 @@ export declare class NativeSession {
   killNow(): void
   /** The shell's pid (0 before it started). */
   get pid(): number
+/** One planned call: answered already (`answer`), or to be started (`start`) and finished. */
+export declare class NativeToolCall {
+  /** The result when the call needs no runner (bad input, a refusal); `null` otherwise. */
+  answer(): ToolResult | null
+  /**
+   * `{ spec, prepared, isolation? }`: the `ExecSpec` for the runner, the pipeline's handle to
+   * complete with the runner's outcome, and the isolation (JSON) to put on the spec. Throws
+   * a `SANDBOX_ERROR` error when the call is not waiting to start.
+   */
+  start(): { spec: import('./index').ExecSpec; prepared: NativePrepared; isolation?: string }
+  /**
+   * The call's result from the pipeline's completion of the runner's outcome, on a thread of
+   * the addon's own (the path is checked again, hard-linked files looked at).
+   */
+  finish(completed: SandboxResult): Promise<ToolResult>
+}
+
+/** The tools over one worktree, with one audit log, isolation and limits. */
+export declare class NativeTools {
+  /**
+   * `options`: `{ worktree, isolation?: string (JSON), timeoutMs?, maxOutputBytes?, finders? }`.
+   * Without `auditLog` the calls are audited nowhere. `secretsEnv` is what the redactor takes
+   * its secret values from. Throws a `SANDBOX_ERROR` error naming the field, or an errno error
+   * when the worktree does not exist.
+   */
+  constructor(options: unknown, auditLog?: NativeAuditLog | undefined | null, secretsEnv?: unknown | undefined | null)
+  /**
+   * Plans and checks one call on a thread of the addon's own: the arguments, the path inside
+   * the worktree, the ToolSandbox pipeline over the argv (policy, git's repository check,
+   * isolation, the audit's `allow`). `argsJson` is the call's arguments as JSON. `cancel` (the
+   * call's AbortSignal) ends a repository check early. Never rejects except on a panic.
+   */
+  plan(name: string, argsJson: string, sessionId?: string | undefined | null, cancel?: NativeCheckCancel | undefined | null): Promise<NativeToolCall>
 }
 
 /** loa-finn's ToolSandbox pipeline. */
@@ -192,6 +225,9 @@ export declare class NativeWorkerPool {
    */
   startProcess(spec: unknown, options: ProcessOptions, onEvent: (arg: ProcessEvent) => void): NativeProcess
 }
+
+/** The git subcommands the `git` tool runs. */
+export declare function allowedGitCommands(): Array<string>
 
 /** Per layer: available, why not, what fixes it, as JSON: `index.js`'s `doctor()`. */
 export declare function doctorJson(): string
@@ -410,6 +446,26 @@ export interface Ticket {
   errorCode?: string
   errorMessage?: string
 }
+
+export interface ToolError {
+  code: string
+  message: string
+}
+
+/** The tools' names, in order. */
+export declare function toolNames(): Array<string>
+
+/** A tool call's result. */
+export interface ToolResult {
+  ok: boolean
+  exitCode: number
+  output: string
+  truncated: boolean
+  error?: ToolError
+}
+
+/** Every tool's JSON Schema, as one JSON text (`index.js` parses it into fresh objects). */
+export declare function toolSchemasJson(): string
 
 export interface WorkerPoolStats {
   interactive: InteractiveLaneStats

@@ -14,6 +14,7 @@ import {
   WorkerExecutor,
   WorkerPool,
   createExecutor,
+  createToolExecutor,
 } from '../index.js'
 import type {
   AuditEntry,
@@ -82,6 +83,14 @@ export async function loaFinnCallSites(finn: FinnSandboxConfig, dataDir: string,
   const ok: boolean = new AuditLog(dataDir).append(entry)
   const policy: CommandPolicy = { binary: '/usr/bin/git', subcommands: ['log'], deniedFlags: ['-c'], validatePaths: false }
   void [lane, ok, policy]
+
+  // src/hounfour: the Orchestrator's toolExecutor, wired with the pool as its runner.
+  interface ToolExecutor {
+    execute(toolName: string, args: unknown, traceId: string): Promise<{ output: string; is_error: boolean }>
+  }
+  const toolExecutor: ToolExecutor = createToolExecutor({ worktree: dataDir, runner: pool })
+  const viaExecutor: ToolExecutor = createToolExecutor({ worktree: dataDir, runner: executor, audit: new AuditLog(dataDir) })
+  void [toolExecutor, viaExecutor]
 
   // @ts-expect-error: lanes are exactly "interactive" | "system"
   await pool.exec(spec, 'bogus')

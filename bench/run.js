@@ -550,6 +550,8 @@ async function main() {
   // Issue 17's cost of isolation per exec, at 0 and 2 GiB (bench/isolation.js).
   if (want('isolation')) results.isolation = await require('./isolation.js').phase({ node, log, rotate, quick })
   if (want('session')) results.session = await require('./session.js').phase({ node, log, rotate, quick })
+  // The structured tools against rg and fd run directly, and a page of a 1 MiB file (bench/tools.js).
+  if (want('tools')) results.tools = await require('./tools.js').phase({ log, quick })
 
   results.meta.loadAvgEnd = os.loadavg()
   // Someone rebuilding the addon during the run means later rounds measured another binary.

@@ -177,6 +177,7 @@ function targets(res) {
   aims(res, add, out)
   if (res.isolation) require('../isolation.js').targets(res.isolation, add)
   if (res.session) require('../session.js').targets(res.session, add)
+  if (res.tools) require('../tools.js').targets(res.tools, add)
   return out
 }
 

@@ -13,3 +13,4 @@ pub mod process;
 pub mod sandbox;
 pub mod session;
 pub mod spec;
+pub mod tools;

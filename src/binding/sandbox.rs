@@ -29,7 +29,7 @@ pub(crate) fn checked_to_sandbox(env: &Env) -> impl Fn(PoolError) -> napi::Error
 }
 
 /// An I/O failure on `path` the way Node's fs reports it: `code` is the errno's name.
-fn fs_error(env: &Env, e: &std::io::Error, path: &str) -> napi::Error {
+pub(crate) fn fs_error(env: &Env, e: &std::io::Error, path: &str) -> napi::Error {
   let code = errno_name(e);
   coded(env, code, format!("{code}: {e}, realpath '{path}'"))
 }
@@ -197,7 +197,7 @@ fn errno_name(e: &std::io::Error) -> &'static str {
   }
 }
 
-fn string_env(env: Option<Unknown>, field: &str) -> Decoded<Vec<(String, String)>> {
+pub(crate) fn string_env(env: Option<Unknown>, field: &str) -> Decoded<Vec<(String, String)>> {
   if convert::is_nullish(env.as_ref())? {
     return Ok(Vec::new());
   }
@@ -509,7 +509,7 @@ type Resolve = Box<dyn FnOnce(Env) -> napi::Result<NativeCheckedCommand> + Send>
 /// A job's AbortSignal as the repository check sees it: `index.js` calls `cancel()` on abort.
 #[napi]
 pub struct NativeCheckCancel {
-  cancel: Arc<Cancel>,
+  pub(crate) cancel: Arc<Cancel>,
 }
 
 #[napi]

@@ -166,7 +166,8 @@ static WRITERS: LazyLock<Mutex<HashMap<PathBuf, Weak<Mutex<Writer>>>>> =
 #[derive(Clone)]
 pub struct AuditLog {
   dir: PathBuf,
-  writer: Arc<Mutex<Writer>>,
+  /// `None`: a log that records nothing ([`AuditLog::discard`]).
+  writer: Option<Arc<Mutex<Writer>>>,
 }
 
 impl AuditLog {
@@ -192,7 +193,24 @@ impl AuditLog {
         writer
       }
     };
-    AuditLog { dir, writer }
+    AuditLog {
+      dir,
+      writer: Some(writer),
+    }
+  }
+
+  /// A log that records nothing and whose appends succeed: for a caller that asked for no audit
+  /// (a tool call without an `AuditLog`). Its directory is empty: nothing to hide from commands.
+  pub fn discard() -> Self {
+    AuditLog {
+      dir: PathBuf::new(),
+      writer: None,
+    }
+  }
+
+  /// Whether this log records nothing.
+  pub fn is_discarding(&self) -> bool {
+    self.writer.is_none()
   }
 
   /// `<dataDir>/audit`, as given (not canonicalized), like loa-finn's `getLogDir()`.
@@ -203,11 +221,14 @@ impl AuditLog {
   /// Appends one JSON line of at most [`MAX_ENTRY_BYTES`] (a longer entry is capped, keeping
   /// its original size and the SHA-256 of its whole command). Never panics; false on any error.
   pub fn append(&self, entry: &AuditEntry) -> bool {
+    let Some(writer) = &self.writer else {
+      return true;
+    };
     let Ok(mut line) = capped_line(entry) else {
       return false;
     };
     line.push(b'\n');
-    let mut writer = self.writer.lock().unwrap_or_else(|e| e.into_inner());
+    let mut writer = writer.lock().unwrap_or_else(|e| e.into_inner());
     writer.append(&line).is_ok()
   }
 }

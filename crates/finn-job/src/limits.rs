@@ -40,3 +40,17 @@ pub const MAX_ARG_BYTES: usize = 32 * 4096 - 1;
 pub const MAX_PATH_BYTES: usize = 4095;
 /// Rotated audit files kept at most: each rotation renames every one of them.
 pub const MAX_AUDIT_FILES: u64 = 1000;
+/// A structured tool's output (`ToolResult.output`) when the call names no `maxOutputBytes`:
+/// the sandbox's own cap, so a tool answer costs a model what a command's does.
+pub const DEFAULT_TOOL_OUTPUT_BYTES: u64 = DEFAULT_SANDBOX_MAX_OUTPUT;
+/// What a tool's runner may print before it is cut (the job's `maxBuffer`): enough for a page of
+/// `read` and for the listing `find` and `grep` sort before cutting to their limits.
+pub const TOOL_RUN_MAX_BUFFER: u64 = 8 * 1024 * 1024;
+/// Lines `read` shows when the call names no `limit`.
+pub const DEFAULT_READ_LINES: u64 = 2_000;
+/// Entries `ls` shows.
+pub const MAX_LS_ENTRIES: u64 = 1_000;
+/// `find`'s and `grep`'s `maxResults` when the call names none.
+pub const DEFAULT_TOOL_RESULTS: u64 = 1_000;
+/// The largest `limit`, `maxResults` or `maxCount` a call may ask for.
+pub const MAX_TOOL_RESULTS: u64 = 100_000;

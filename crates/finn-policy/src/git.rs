@@ -88,12 +88,20 @@ pub fn harden_args(args: &[String]) -> Vec<String> {
       out.extend_from_slice(&args[1..]);
       out
     }
+    // What they read through a textconv driver stays raw (no driver passes the config check;
+    // this keeps it so whatever the attributes name).
+    Some("blame" | "grep") => {
+      let mut out = vec![args[0].clone(), "--no-textconv".into()];
+      out.extend_from_slice(&args[1..]);
+      out
+    }
     _ => args.to_vec(),
   }
 }
 
 /// Appends pathspecs that exclude `hidden` (directories inside the work tree, e.g. the host's
-/// audit log) from `diff`, `status` and `add`, the subcommands that read work tree files.
+/// audit log) from `diff`, `status`, `add`, `grep` and `ls-files`, the subcommands that read or
+/// list work tree files.
 pub fn exclude_paths(args: Vec<String>, work_tree: &Path, hidden: &[PathBuf]) -> Vec<String> {
   let rels: Vec<String> = hidden
     .iter()
@@ -104,7 +112,7 @@ pub fn exclude_paths(args: Vec<String>, work_tree: &Path, hidden: &[PathBuf]) ->
   if rels.is_empty()
     || !matches!(
       args.first().map(String::as_str),
-      Some("diff" | "status" | "add")
+      Some("diff" | "status" | "add" | "grep" | "ls-files")
     )
   {
     return args;

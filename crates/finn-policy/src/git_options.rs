@@ -190,12 +190,134 @@ const PUSH: &[&str] = &[
   "--atomic",
 ];
 
+/// `blame <file>`: who last changed each line. Not listed: `--contents` (reads any file as the
+/// file's content), `-S` (reads a revisions file), `--textconv` (runs a program),
+/// `--ignore-revs-file`, `--incremental` and `-L` (a range may name a function by regex,
+/// `-L :<re>`, read through the attributes' diff driver).
+const BLAME: &[&str] = &[
+  "-s",
+  "-e",
+  "--show-email",
+  "-w",
+  "-l",
+  "-t",
+  "-f",
+  "--show-name",
+  "-n",
+  "--show-number",
+  "--porcelain",
+  "--line-porcelain",
+  "--root",
+  "-c",
+  "--no-textconv",
+];
+
+/// `ls-files`: the index's paths. Not listed: `-X`/`--exclude-from` and
+/// `--exclude-per-directory` (read files), `--with-tree`, `--format` is harmless but kept out
+/// with the rest of the rarely used ones.
+const LS_FILES: &[&str] = &[
+  "-c",
+  "--cached",
+  "-d",
+  "--deleted",
+  "-m",
+  "--modified",
+  "-o",
+  "--others",
+  "-i",
+  "--ignored",
+  "--exclude-standard",
+  "-s",
+  "--stage",
+  "-z",
+  "-t",
+  "--full-name",
+  "--directory",
+  "--no-empty-directory",
+  "--error-unmatch",
+  "--deduplicate",
+];
+
+/// `grep` over the tracked files. Not listed: `-O`/`--open-files-in-pager` (runs a program),
+/// `-f` (reads a pattern file), `--textconv`, `--untracked` and `--no-index` (files git does not
+/// track, the host's audit directory among them), `--threads`, `-p`/`-W` (function bounds read
+/// through the attributes' diff driver). `-e <pattern>` takes its pattern as text.
+const GREP: &[&str] = &[
+  "-i",
+  "--ignore-case",
+  "-w",
+  "--word-regexp",
+  "-v",
+  "--invert-match",
+  "-n",
+  "--line-number",
+  "--column",
+  "-l",
+  "--files-with-matches",
+  "-L",
+  "--files-without-match",
+  "-c",
+  "--count",
+  "-h",
+  "-H",
+  "-o",
+  "--only-matching",
+  "-q",
+  "--quiet",
+  "-E",
+  "--extended-regexp",
+  "-G",
+  "--basic-regexp",
+  "-F",
+  "--fixed-strings",
+  "-P",
+  "--perl-regexp",
+  "-I",
+  "--cached",
+  "--full-name",
+  "-z",
+  "--null",
+  "--all-match",
+  "--and",
+  "--or",
+  "--not",
+  "--break",
+  "--heading",
+  "--no-textconv",
+];
+
+const GREP_VALUED: &[&str] = &[
+  "--max-depth",
+  "--max-count",
+  "--context",
+  "--after-context",
+  "--before-context",
+];
+
+/// `branch`, listing: the options `topology::lists_only` reads as listing, no other.
+const BRANCH: &[&str] = &[
+  "--list",
+  "-l",
+  "-a",
+  "--all",
+  "-r",
+  "--remotes",
+  "-v",
+  "-vv",
+  "--verbose",
+  "--show-current",
+  "--no-color",
+];
+
 /// Letters that may be clustered (`-sb`); none of them takes an argument in git.
 fn cluster_letters(sub: &str) -> &'static str {
   match sub {
     "log" | "show" | "diff" => "psbw",
     "status" => "sbz",
     "rev-parse" => "q",
+    "blame" => "selwtfn",
+    "ls-files" => "dmoistz",
+    "grep" => "iwvnlLhHoqEGFPIz",
     _ => "",
   }
 }
@@ -232,6 +354,13 @@ fn lists(sub: &str) -> (Vec<&'static str>, Vec<&'static str>) {
       plain.extend(REV_PARSE);
       valued.extend(REV_PARSE_VALUED);
     }
+    "blame" => plain.extend(BLAME),
+    "branch" => plain.extend(BRANCH),
+    "ls-files" => plain.extend(LS_FILES),
+    "grep" => {
+      plain.extend(GREP);
+      valued.extend(GREP_VALUED);
+    }
     "add" => plain.extend(ADD),
     "fetch" => plain.extend(FETCH),
     "push" => plain.extend(PUSH),
@@ -256,7 +385,7 @@ pub fn allowed(sub: &str, arg: &str) -> Option<GitOption> {
   {
     return Some(GitOption::Alone);
   }
-  if sub == "commit" && arg == "-m" {
+  if (sub == "commit" && arg == "-m") || (sub == "grep" && arg == "-e") {
     return Some(GitOption::TakesText);
   }
   let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -311,6 +440,11 @@ mod tests {
     assert_eq!(allowed("add", "-A"), Some(GitOption::Alone));
     assert_eq!(allowed("commit", "-m"), Some(GitOption::TakesText));
     assert_eq!(allowed("commit", "--message=x"), Some(GitOption::Alone));
+    assert_eq!(allowed("grep", "-e"), Some(GitOption::TakesText));
+    assert_eq!(allowed("grep", "-inw"), Some(GitOption::Alone));
+    assert_eq!(allowed("grep", "--max-count=3"), Some(GitOption::Alone));
+    assert_eq!(allowed("blame", "--porcelain"), Some(GitOption::Alone));
+    assert_eq!(allowed("ls-files", "-z"), Some(GitOption::Alone));
   }
 
   #[test]
@@ -373,6 +507,22 @@ mod tests {
       ("rev-parse", "--local-env-vars"),
       ("log", "-n5x"),
       ("log", "--format"),
+      ("grep", "-O"),
+      ("grep", "-Otouch /tmp/x"),
+      ("grep", "--open-files-in-pager=sh"),
+      ("grep", "-iO"),
+      ("grep", "-f"),
+      ("grep", "--untracked"),
+      ("grep", "--no-index"),
+      ("grep", "--textconv"),
+      ("grep", "-p"),
+      ("blame", "--contents"),
+      ("blame", "--contents=/etc/passwd"),
+      ("blame", "--textconv"),
+      ("blame", "-S"),
+      ("blame", "-L"),
+      ("ls-files", "--exclude-from=/etc/passwd"),
+      ("ls-files", "-X"),
       ("status", "--"),
       ("log", "-"),
     ] {

@@ -27,10 +27,27 @@ pub struct JailedArgs {
 /// of them contacts a remote; anything else is refused here rather than given git's default
 /// list. `fetch` and `push` get theirs from their remote (`git_remote.rs`); `clone` is refused.
 fn git_protocols(sub: &str) -> Option<&'static str> {
-  match sub {
-    "log" | "status" | "diff" | "show" | "rev-parse" | "add" | "commit" => Some(""),
-    _ => None,
-  }
+  runs_offline(sub).then_some("")
+}
+
+/// The git subcommands this stage runs with no protocol at all (`GIT_ALLOW_PROTOCOL` empty): every
+/// one the sandbox runs except `fetch` and `push`. The tools' `ALLOWED_GIT_COMMANDS` are the
+/// read-only ones among them (`finn-tools`).
+pub fn runs_offline(sub: &str) -> bool {
+  matches!(
+    sub,
+    "log"
+      | "status"
+      | "diff"
+      | "show"
+      | "rev-parse"
+      | "blame"
+      | "ls-files"
+      | "grep"
+      | "branch"
+      | "add"
+      | "commit"
+  )
 }
 
 fn contacts_remote(sub: &str) -> bool {

@@ -102,11 +102,15 @@ pub const GIT_REMOTE: &[&str] = &["fetch", "clone", "push"];
 /// Programs that only read files: the jail is read-only for them. Every other program the
 /// policy allows may write the jail (never outside it).
 pub const READ_ONLY_PROGRAMS: &[&str] = &[
-  "ls", "cat", "wc", "head", "tail", "grep", "rg", "find", "stat", "file", "du", "tree",
+  "ls", "cat", "wc", "head", "tail", "grep", "rg", "find", "fd", "fdfind", "stat", "file", "du",
+  "tree",
 ];
 
+/// Subcommands of [`GIT_LOCAL_WRITE`] that only list with the right options ([`lists_only`]).
+pub const GIT_LISTING: &[&str] = &["branch", "tag", "stash", "worktree"];
+
 /// Options that leave `branch`, `tag`, `stash` and `worktree` listing only, and what lists.
-fn lists_only(sub: &str, rest: &[String]) -> bool {
+pub fn lists_only(sub: &str, rest: &[String]) -> bool {
   let listing_flags: &[&str] = match sub {
     "branch" => &[
       "--list",

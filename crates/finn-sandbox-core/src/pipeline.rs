@@ -34,6 +34,22 @@ pub struct CheckedCommand {
   pending: Pending,
 }
 
+impl CheckedCommand {
+  /// Runs the command from `cwd` (a directory the caller checked inside the jail) with `env`
+  /// added: a structured tool's search runs from the directory it searches, so that its output
+  /// names are relative, in the locale it needs.
+  pub fn run_from(&mut self, cwd: &std::path::Path, env: Vec<(String, String)>) {
+    self.job.cwd = cwd.to_string_lossy().into_owned();
+    self.job.env.extend(env);
+  }
+
+  /// Caps the command's output below the sandbox's `maxOutput`: a tool that shows only a page
+  /// of a file need not carry the rest of it through the runner.
+  pub fn limit_output(&mut self, max_bytes: u64) {
+    self.job.max_buffer = Some(self.job.max_buffer.map_or(max_bytes, |m| m.min(max_bytes)));
+  }
+}
+
 /// An allowed command's audit entry, completed once the runner answers.
 struct Pending {
   allow: AuditEntry,
@@ -69,7 +85,10 @@ impl ToolSandbox {
     secrets_env: &[(String, String)],
   ) -> io::Result<Self> {
     let mut jail = FilesystemJail::new(&config.jail_root)?;
-    jail.hide(audit.log_dir());
+    let discarding = audit.is_discarding();
+    if !discarding {
+      jail.hide(audit.log_dir());
+    }
     // A host tool's check cannot tell a read from a write: it refuses what commands may not
     // write too. Commands' own operands (`cat .git/config`) are reads, checked by `jail`.
     let mut host_jail = jail.clone();
@@ -78,7 +97,7 @@ impl ToolSandbox {
     }
     let mut deny_read = jail.hidden().to_vec();
     let audit_dir = policy::jail::host_path(audit.log_dir());
-    if !deny_read.contains(&audit_dir) {
+    if !discarding && !deny_read.contains(&audit_dir) {
       deny_read.push(audit_dir);
     }
     let env = policy::env::sandbox_env(jail.root());
@@ -172,6 +191,14 @@ impl ToolSandbox {
     })
   }
 
+  /// Audits a call refused before the pipeline saw a command (a structured tool's own argument
+  /// or path check): a `deny` entry with `reason`.
+  pub fn audit_refusal(&self, command: &str, args: &[String], reason: String) {
+    self
+      .audit
+      .append(&AuditEntry::new(Action::Deny, command, args).with_reason(reason));
+  }
+
   fn deny(&self, command: &str, args: &[String], denial: Denial, fallback_reason: &str) -> Denial {
     let reason = denial
       .reason
@@ -202,6 +229,35 @@ impl ToolSandbox {
     let cmd = self
       .tokenize(command_string)
       .map_err(|d| self.deny(command_string, &[], d, "tokenize_rejected"))?;
+    self.prepare_command(cmd, session_id, cancel)
+  }
+
+  /// Stages 3-7 for a command given as an argument vector (no shell syntax to tokenize: each
+  /// element is one argument, spaces included), as the structured tools (`finn-tools`) build
+  /// it. Stage 1's gate applies as for [`Self::check`].
+  pub fn check_argv(
+    &self,
+    cmd: SandboxCommand,
+    session_id: Option<String>,
+    cancel: Option<&Cancel>,
+  ) -> Result<CheckedCommand, Denial> {
+    if !self.config.allow_bash {
+      let denial = Denial::audited(
+        "Bash execution is disabled (set FINN_ALLOW_BASH=true)",
+        "bash_disabled",
+      );
+      return Err(self.deny(&cmd.binary, &cmd.args, denial, "bash_disabled"));
+    }
+    let (job, pending) = self.prepare_command(cmd, session_id, cancel)?;
+    Ok(CheckedCommand { job, pending })
+  }
+
+  fn prepare_command(
+    &self,
+    cmd: SandboxCommand,
+    session_id: Option<String>,
+    cancel: Option<&Cancel>,
+  ) -> Result<(RawJob, Pending), Denial> {
     // 3-5. Policy, subcommand, denied flags.
     let policy = policy::command::check(&cmd, &self.policies)
       .map_err(|d| self.deny(&cmd.binary, &cmd.args, d, "policy"))?;

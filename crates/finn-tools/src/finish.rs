@@ -1,0 +1,662 @@
+//! The runner's output made into a `ToolResult`: the same text whichever runner ran it and
+//! whichever of rg/fd or grep/find did. Names relative to the worktree, sorted bytewise; cut to
+//! the call's limits on whole lines (a character is never split); `truncated` exactly when a
+//! limit cut something, and the output then says which.
+
+use std::os::unix::fs::MetadataExt;
+
+use super::args::ToolArgs;
+use super::gitignore::Rules;
+use super::plan::{Context, Target, check_target};
+use super::text::bounded_lines;
+use finn_job::TRUNCATION_MARKER;
+use finn_job::limits::MAX_LS_ENTRIES;
+use finn_policy::FilesystemJail;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolError {
+  pub code: String,
+  pub message: String,
+}
+
+/// What a tool call resolves with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+  /// False when the command failed (a non-zero exit) or the call was bad; a refusal (a path,
+  /// command or flag) is `ok` with the explanation in `output`, for the model to read and retry.
+  pub ok: bool,
+  pub exit_code: i32,
+  pub output: String,
+  pub truncated: bool,
+  pub error: Option<ToolError>,
+}
+
+impl ToolResult {
+  /// Refused by the jail or the policy: nothing ran.
+  pub fn refused(message: impl Into<String>) -> Self {
+    ToolResult {
+      ok: true,
+      exit_code: 0,
+      output: message.into(),
+      truncated: false,
+      error: None,
+    }
+  }
+
+  /// Not run, or run and failed without an exit code of its own.
+  pub fn failed(code: &str, message: impl Into<String>) -> Self {
+    let message = message.into();
+    ToolResult {
+      ok: false,
+      exit_code: 1,
+      output: String::new(),
+      truncated: false,
+      error: Some(ToolError {
+        code: code.into(),
+        message,
+      }),
+    }
+  }
+}
+
+/// A runner's result, as the ToolSandbox pipeline completed it (redacted).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunnerOutput {
+  pub stdout: String,
+  pub stderr: String,
+  pub exit_code: i32,
+  /// The runner cut the output at its cap (`TOOL_RUN_MAX_BUFFER`).
+  pub truncated: bool,
+  pub timed_out: bool,
+}
+
+/// Why output was cut, as the note names it.
+const RUN_CAP: &str = "the runner's output cap";
+
+/// Finishes a call planned with `context` in `jail`, from what its runner returned.
+pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> ToolResult {
+  if out.timed_out {
+    return ToolResult::failed("TIMED_OUT", out.stderr);
+  }
+  if let Some(target) = &context.target
+    && let Err(refusal) = same_target(jail, target)
+  {
+    return refusal;
+  }
+  let mut stdout = out.stdout;
+  if out.truncated && stdout.ends_with(TRUNCATION_MARKER) {
+    stdout.truncate(stdout.len() - TRUNCATION_MARKER.len());
+  }
+  let budget = context.max_output_bytes as usize;
+  let done = |output: String, truncated: bool| ToolResult {
+    ok: true,
+    exit_code: out.exit_code,
+    output,
+    truncated,
+    error: None,
+  };
+  let failure = |output: String, truncated: bool| {
+    let message = out.stderr.trim_end();
+    let message = if message.is_empty() {
+      format!("exited with code {}", out.exit_code)
+    } else {
+      message.to_owned()
+    };
+    ToolResult {
+      ok: false,
+      exit_code: out.exit_code,
+      output,
+      truncated,
+      error: Some(ToolError {
+        code: "COMMAND_FAILED".into(),
+        message,
+      }),
+    }
+  };
+  let target = context.target.as_ref();
+  match &context.args {
+    ToolArgs::Read { offset, limit, .. } => {
+      let target = target.expect("read has a target");
+      if stdout.contains('\0') {
+        return ToolResult::failed(
+          "BINARY_FILE",
+          format!("read: {} is a binary file", target.rel),
+        );
+      }
+      if out.exit_code != 0 {
+        return failure(String::new(), false);
+      }
+      let (text, truncated) = read(&stdout, &target.rel, *offset, *limit, out.truncated, budget);
+      done(text, truncated)
+    }
+    ToolArgs::Ls { .. } => {
+      let mut entries: Vec<String> = records(&stdout, out.truncated)
+        .filter_map(|r| {
+          let (kind, name) = r.split_once(' ')?;
+          Some(if kind == "d" {
+            format!("{name}/")
+          } else {
+            name.to_owned()
+          })
+        })
+        .collect();
+      entries.sort_unstable();
+      let (text, truncated) = listing(
+        &entries,
+        MAX_LS_ENTRIES as usize,
+        "ls shows at most 1000 entries",
+        out.truncated,
+        budget,
+      );
+      if out.exit_code != 0 {
+        return failure(text, truncated);
+      }
+      done(text, truncated)
+    }
+    ToolArgs::Find { max_results, .. } => {
+      let prefix = rel_prefix(target);
+      let mut rules = Rules::new(jail, &target.expect("find has a target").path);
+      let mut paths: Vec<String> = records(&stdout, out.truncated)
+        .filter_map(|r| {
+          let r = r.strip_prefix("./").unwrap_or(r);
+          let (name, is_dir) = match r.strip_suffix('/') {
+            Some(dir) => (dir, true),
+            None => (r, false),
+          };
+          (!rules.ignored(name, is_dir)).then(|| format!("{prefix}{name}"))
+        })
+        .collect();
+      paths.sort_unstable();
+      let (text, truncated) = listing(
+        &paths,
+        *max_results as usize,
+        "maxResults",
+        out.truncated,
+        budget,
+      );
+      if out.exit_code != 0 {
+        return failure(text, truncated);
+      }
+      done(text, truncated)
+    }
+    ToolArgs::Grep {
+      max_count,
+      max_results,
+      ..
+    } => {
+      let (text, truncated) = grep(
+        &stdout,
+        jail,
+        target.expect("grep has a target"),
+        *max_count,
+        *max_results,
+        out.truncated,
+        budget,
+      );
+      // grep and rg: 0 matched, 1 matched nothing, 2 an error.
+      match out.exit_code {
+        0 | 1 => ToolResult {
+          exit_code: 0,
+          ..done(text, truncated)
+        },
+        _ => failure(text, truncated),
+      }
+    }
+    ToolArgs::Git { .. } => {
+      let lines: Vec<&str> = stdout.lines().collect();
+      let (mut text, held) = bounded_lines(&lines, budget);
+      let mut cut = Vec::new();
+      if held < lines.len() {
+        cut.push(format!("maxOutputBytes ({budget} bytes)"));
+      }
+      if out.truncated {
+        cut.push(RUN_CAP.into());
+      }
+      note(
+        &mut text,
+        &cut,
+        &format!("{held} of the output's lines shown"),
+      );
+      if out.exit_code != 0 {
+        return failure(text, !cut.is_empty());
+      }
+      done(text, !cut.is_empty())
+    }
+  }
+}
+
+/// The path must still be what the plan checked: inside the jail, no symlink, the same file.
+fn same_target(jail: &FilesystemJail, target: &Target) -> Result<(), ToolResult> {
+  let now = check_target(jail, &target.given)?;
+  if (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
+    return Err(ToolResult::refused(format!(
+      "Path changed during the call: {} (its output is withheld)",
+      target.given
+    )));
+  }
+  Ok(())
+}
+
+/// `rel/` for names printed relative to the target directory; empty at the worktree.
+fn rel_prefix(target: Option<&Target>) -> String {
+  match target {
+    Some(t) if !t.rel.is_empty() => format!("{}/", t.rel),
+    _ => String::new(),
+  }
+}
+
+/// NUL-terminated records; when the runner cut the output, the last one may be partial and is
+/// left out.
+fn records(stdout: &str, cut: bool) -> impl Iterator<Item = &str> {
+  let mut parts: Vec<&str> = stdout.split('\0').collect();
+  // The piece after the last NUL: empty when complete, a partial record when cut.
+  let last = parts.pop().unwrap_or("");
+  if !cut && !last.is_empty() {
+    parts.push(last);
+  }
+  parts.into_iter().filter(|r| !r.is_empty())
+}
+
+/// Appends `[truncated: <what>; cut by <limits>]` when any limit cut.
+fn note(text: &mut String, limits: &[String], what: &str) {
+  if limits.is_empty() {
+    return;
+  }
+  if !text.is_empty() {
+    text.push('\n');
+  }
+  text.push_str(&format!(
+    "[truncated: {what}; cut by {}]",
+    limits.join(" and ")
+  ));
+}
+
+/// Sorted entries cut to `max` and to the byte budget.
+fn listing(
+  entries: &[String],
+  max: usize,
+  max_name: &str,
+  run_cut: bool,
+  budget: usize,
+) -> (String, bool) {
+  let shown = &entries[..entries.len().min(max)];
+  let (mut text, held) = bounded_lines(shown, budget);
+  let mut cut = Vec::new();
+  if entries.len() > max {
+    cut.push(format!("{max_name} ({max})"));
+  }
+  if held < shown.len() {
+    cut.push(format!("maxOutputBytes ({budget} bytes)"));
+  }
+  if run_cut {
+    cut.push(RUN_CAP.into());
+  }
+  let what = if run_cut {
+    format!("{held} entries shown of more")
+  } else {
+    format!("{held} of {} entries shown", entries.len())
+  };
+  note(&mut text, &cut, &what);
+  (text, !cut.is_empty())
+}
+
+/// `[File: rel]`, then lines `offset..` numbered as `cat -n` does, a page of `limit`.
+fn read(
+  stdout: &str,
+  rel: &str,
+  offset: u64,
+  limit: u64,
+  run_cut: bool,
+  budget: usize,
+) -> (String, bool) {
+  let mut lines: Vec<&str> = stdout.split_inclusive('\n').collect();
+  // A line the runner's cap cut is not shown (reading on from it shows it whole), unless it is
+  // the only one: then it is shown cut to the budget.
+  if run_cut && lines.len() > 1 && lines.last().is_some_and(|l| !l.ends_with('\n')) {
+    lines.pop();
+  }
+  let more_lines = lines.len() as u64 > limit;
+  lines.truncate(limit as usize);
+  let numbered: Vec<String> = lines
+    .iter()
+    .enumerate()
+    .map(|(i, l)| {
+      let l = l.strip_suffix('\n').unwrap_or(l);
+      format!(
+        "{:>6}\t{}",
+        offset + i as u64,
+        l.strip_suffix('\r').unwrap_or(l)
+      )
+    })
+    .collect();
+  let header = format!("[File: {rel}]");
+  let (body, held) = bounded_lines(&numbered, budget.saturating_sub(header.len() + 1));
+  let mut text = header;
+  if !body.is_empty() {
+    text.push('\n');
+    text.push_str(&body);
+  }
+  if lines.is_empty() && !run_cut {
+    text.push_str(&format!(
+      "\n[no lines at offset {offset}: the file is shorter]"
+    ));
+    return (text, false);
+  }
+  let mut cut = Vec::new();
+  if more_lines && held == lines.len() {
+    cut.push(format!("limit ({limit} lines)"));
+  }
+  // The runner's cap for `read` is the byte budget and a line more (`plan::READ_SLACK_BYTES`):
+  // what it cut is what the budget cut.
+  if held < lines.len() || (run_cut && !more_lines) {
+    cut.push(format!("maxOutputBytes ({budget} bytes)"));
+  }
+  // A line too long for the budget is shown cut; reading on starts after it.
+  let next = offset + held.max(1) as u64;
+  let what = if held == 0 {
+    format!("line {offset} shown cut")
+  } else {
+    format!("lines {offset}-{} shown", next - 1)
+  };
+  note(&mut text, &cut, &what);
+  if !cut.is_empty() {
+    text.push_str(&format!(" continue with offset={next}"));
+  }
+  (text, !cut.is_empty())
+}
+
+/// One match: the file relative to the worktree, the line number, the text.
+struct Match<'a> {
+  path: String,
+  line: u64,
+  text: &'a str,
+}
+
+/// `name\0line:text` records (`--null`) as `path:line:text`, sorted by path then line; a file's
+/// matches cut to `max_count`, the whole to `max_results` and the byte budget. Lines from a
+/// hard-linked file are withheld (its content may be a file's outside the worktree).
+fn grep(
+  stdout: &str,
+  jail: &FilesystemJail,
+  target: &Target,
+  max_count: Option<u64>,
+  max_results: u64,
+  run_cut: bool,
+  budget: usize,
+) -> (String, bool) {
+  let prefix = rel_prefix(Some(target));
+  let mut lines: Vec<&str> = stdout.split_inclusive('\n').collect();
+  if run_cut && lines.last().is_some_and(|l| !l.ends_with('\n')) {
+    lines.pop();
+  }
+  let mut rules = Rules::new(jail, &target.path);
+  let mut matches: Vec<Match> = lines
+    .iter()
+    .filter_map(|l| {
+      let l = l.strip_suffix('\n').unwrap_or(l);
+      let (name, rest) = l.split_once('\0')?;
+      let (n, text) = rest.split_once(':')?;
+      let line = n.parse().ok()?;
+      // A line that is not UTF-8 reaches here with U+FFFD (the runner's lossy decoding) from
+      // rg, and not at all from grep, which reads it as binary in its UTF-8 locale: left out
+      // on both paths.
+      if text.contains('\u{FFFD}') {
+        return None;
+      }
+      // A file named as the path is searched whatever the rules say; a directory's files
+      // under its `.gitignore` rules.
+      let path = if target.is_dir {
+        let name = name.strip_prefix("./").unwrap_or(name);
+        if rules.ignored(name, false) {
+          return None;
+        }
+        format!("{prefix}{name}")
+      } else {
+        target.rel.clone()
+      };
+      Some(Match { path, line, text })
+    })
+    .collect();
+  matches.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
+  let mut cut = Vec::new();
+  if let Some(max) = max_count {
+    let before = matches.len();
+    let mut kept: Vec<Match> = Vec::with_capacity(before);
+    let mut run = 0;
+    for m in matches {
+      run = match kept.last() {
+        Some(prev) if prev.path == m.path => run + 1,
+        _ => 1,
+      };
+      if run <= max {
+        kept.push(m);
+      }
+    }
+    if kept.len() < before {
+      cut.push(format!("maxCount ({max} per file)"));
+    }
+    matches = kept;
+  }
+  let total = matches.len();
+  matches.truncate(max_results as usize);
+  if total > matches.len() {
+    cut.push(format!("maxResults ({max_results})"));
+  }
+  let mut withheld: Vec<String> = Vec::new();
+  // Matches are sorted by path: each file is looked at once.
+  let mut last: Option<(String, bool)> = None;
+  matches.retain(|m| {
+    let linked = match &last {
+      Some((path, linked)) if *path == m.path => *linked,
+      _ => {
+        let linked = std::fs::symlink_metadata(jail.root().join(&m.path))
+          .map(|meta| meta.is_file() && meta.nlink() > 1)
+          .unwrap_or(false);
+        if linked {
+          withheld.push(m.path.clone());
+        }
+        last = Some((m.path.clone(), linked));
+        linked
+      }
+    };
+    !linked
+  });
+  let rendered: Vec<String> = matches
+    .iter()
+    .map(|m| format!("{}:{}:{}", m.path, m.line, m.text))
+    .collect();
+  let (mut text, held) = bounded_lines(&rendered, budget);
+  if held < rendered.len() {
+    cut.push(format!("maxOutputBytes ({budget} bytes)"));
+  }
+  if run_cut {
+    cut.push(RUN_CAP.into());
+  }
+  if !withheld.is_empty() {
+    if !text.is_empty() {
+      text.push('\n');
+    }
+    text.push_str(&format!(
+      "[matches in hard-linked files withheld: {}]",
+      withheld.join(", ")
+    ));
+  }
+  let what = if run_cut {
+    format!("{held} matching lines shown of more")
+  } else {
+    format!("{held} of {total} matching lines shown")
+  };
+  note(&mut text, &cut, &what);
+  (text, !cut.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use crate::def::ToolName;
+  use crate::plan::{Finders, Planned, plan};
+  use serde_json::{Value, json};
+
+  fn fixture() -> (tempfile::TempDir, FilesystemJail) {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    std::fs::create_dir(jail.root().join("src")).unwrap();
+    std::fs::write(jail.root().join("src/a.txt"), "x\n").unwrap();
+    (dir, jail)
+  }
+
+  fn context(jail: &FilesystemJail, tool: ToolName, args: Value, budget: u64) -> Context {
+    match plan(tool, &args, jail, Finders::portable(), budget) {
+      Planned::Run(p) => p.context,
+      Planned::Answered(a) => panic!("{a:?}"),
+    }
+  }
+
+  fn ran(stdout: &str, exit_code: i32, truncated: bool) -> RunnerOutput {
+    RunnerOutput {
+      stdout: stdout.into(),
+      stderr: String::new(),
+      exit_code,
+      truncated,
+      timed_out: false,
+    }
+  }
+
+  #[test]
+  fn read_numbers_lines_and_says_how_to_read_on() {
+    let (_d, jail) = fixture();
+    let c = context(
+      &jail,
+      ToolName::Read,
+      json!({"path": "src/a.txt", "offset": 3, "limit": 2}),
+      1000,
+    );
+    let r = finish(&c, &jail, ran("c\nd\ne\n", 0, false));
+    assert_eq!(
+      r.output,
+      "[File: src/a.txt]\n     3\tc\n     4\td\n[truncated: lines 3-4 shown; cut by limit (2 lines)] continue with offset=5"
+    );
+    assert!(r.ok && r.truncated);
+    // Exactly `limit` lines: nothing was cut.
+    let r = finish(&c, &jail, ran("c\nd", 0, false));
+    assert_eq!(r.output, "[File: src/a.txt]\n     3\tc\n     4\td");
+    assert!(!r.truncated);
+    // The runner's cap cut a line: it is left for the next page.
+    let r = finish(
+      &c,
+      &jail,
+      ran(&format!("c\nd-partial{TRUNCATION_MARKER}"), 0, true),
+    );
+    assert!(r.truncated, "{}", r.output);
+    assert!(r.output.ends_with("continue with offset=4"), "{}", r.output);
+    let binary = finish(&c, &jail, ran("a\0b", 0, false));
+    assert_eq!(binary.error.unwrap().code, "BINARY_FILE");
+  }
+
+  #[test]
+  fn a_line_longer_than_the_budget_is_shown_cut_and_reading_on_skips_it() {
+    let (_d, jail) = fixture();
+    let c = context(&jail, ToolName::Read, json!({"path": "src/a.txt"}), 40);
+    let long = format!("{}{TRUNCATION_MARKER}", "é".repeat(3000));
+    let r = finish(&c, &jail, ran(&long, 0, true));
+    assert!(r.truncated);
+    assert_eq!(
+      r.output,
+      format!(
+        "[File: src/a.txt]\n{}\n[truncated: line 1 shown cut; cut by maxOutputBytes (40 bytes)] continue with offset=2",
+        crate::text::cut_utf8(&format!("     1\t{}", "é".repeat(30)), 40 - 18)
+      )
+    );
+  }
+
+  #[test]
+  fn the_byte_budget_cuts_whole_lines_and_says_so() {
+    let (_d, jail) = fixture();
+    let c = context(&jail, ToolName::Read, json!({"path": "src/a.txt"}), 40);
+    let r = finish(&c, &jail, ran("ééééé\nfffff\nggggg\n", 0, false));
+    assert!(r.truncated);
+    assert!(
+      r.output
+        .starts_with("[File: src/a.txt]\n     1\tééééé\n[truncated"),
+      "{}",
+      r.output
+    );
+    assert!(
+      r.output.contains("maxOutputBytes (40 bytes)"),
+      "{}",
+      r.output
+    );
+  }
+
+  #[test]
+  fn grep_sorts_cuts_per_file_and_in_total_and_reports_which_limit() {
+    let (_d, jail) = fixture();
+    let c = context(
+      &jail,
+      ToolName::Grep,
+      json!({"pattern": "x", "path": "src", "maxCount": 1, "maxResults": 5}),
+      1000,
+    );
+    let out = "b.txt\u{0}2:x2\nb.txt\u{0}1:x1\na.txt\u{0}1:x\nbinary file matches\n";
+    let r = finish(&c, &jail, ran(out, 0, false));
+    assert_eq!(
+      r.output,
+      "src/a.txt:1:x\nsrc/b.txt:1:x1\n[truncated: 2 of 2 matching lines shown; cut by maxCount (1 per file)]"
+    );
+    assert!(r.truncated && r.ok);
+    let none = finish(&c, &jail, ran("", 1, false));
+    assert_eq!(
+      (none.ok, none.output.as_str(), none.truncated),
+      (true, "", false)
+    );
+    let failed = finish(&c, &jail, ran("", 2, false));
+    assert!(!failed.ok);
+  }
+
+  #[test]
+  fn find_and_ls_normalize_both_programs_output() {
+    let (_d, jail) = fixture();
+    let c = context(
+      &jail,
+      ToolName::Find,
+      json!({"pattern": "*", "path": "src", "maxResults": 2}),
+      1000,
+    );
+    let fd = finish(&c, &jail, ran("./b/\0./a.txt\0./c\0", 0, false));
+    let find = finish(&c, &jail, ran("./c\0./a.txt\0./b/\0", 0, false));
+    assert_eq!(fd, find);
+    assert_eq!(
+      fd.output,
+      "src/a.txt\nsrc/b\n[truncated: 2 of 3 entries shown; cut by maxResults (2)]"
+    );
+    let c = context(&jail, ToolName::Ls, json!({}), 1000);
+    let r = finish(&c, &jail, ran("f b\0d a\0f .x\0", 0, false));
+    assert_eq!(r.output, ".x\na/\nb");
+    assert!(!r.truncated);
+  }
+
+  #[test]
+  fn a_target_swapped_for_a_symlink_after_the_plan_withholds_the_output() {
+    let (_d, jail) = fixture();
+    let c = context(&jail, ToolName::Read, json!({"path": "src/a.txt"}), 1000);
+    std::fs::remove_file(jail.root().join("src/a.txt")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", jail.root().join("src/a.txt")).unwrap();
+    let r = finish(&c, &jail, ran("secret\n", 0, false));
+    assert_eq!(r.output, "Symlink rejected: src/a.txt");
+    let c2 = {
+      std::fs::remove_file(jail.root().join("src/a.txt")).unwrap();
+      std::fs::write(jail.root().join("src/a.txt"), "x\n").unwrap();
+      context(&jail, ToolName::Read, json!({"path": "src/a.txt"}), 1000)
+    };
+    // Another file renamed over it (a file inside the worktree reusing the inode would be
+    // harmless: it is still the worktree's).
+    std::fs::write(jail.root().join("src/b.txt"), "other\n").unwrap();
+    std::fs::rename(jail.root().join("src/b.txt"), jail.root().join("src/a.txt")).unwrap();
+    let r = finish(&c2, &jail, ran("other\n", 0, false));
+    assert!(
+      r.output.starts_with("Path changed during the call"),
+      "{}",
+      r.output
+    );
+  }
+}

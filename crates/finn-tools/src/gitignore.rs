@@ -1,0 +1,139 @@
+//! The `.gitignore` files of a searched directory and of the directories below it, applied to
+//! the names a search printed: the same filter whichever program searched (rg, fd, grep and
+//! find all run with no ignore file of their own), so their outputs stay identical. Git's
+//! rules: a deeper file's pattern overrides a shallower one's, a `!` pattern re-includes, and
+//! nothing below an ignored directory comes back.
+//!
+//! Files above the searched directory, `.git/info/exclude` and global excludes are not read.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use ignore::Match;
+use ignore::gitignore::{Gitignore, GitignoreBuilder};
+
+use finn_policy::FilesystemJail;
+
+/// The rules of one searched directory, read lazily, one `.gitignore` per directory at most.
+pub struct Rules<'j> {
+  jail: &'j FilesystemJail,
+  /// The searched directory, canonical.
+  base: PathBuf,
+  /// Per directory below `base` (relative), its file's rules, or none.
+  by_dir: HashMap<PathBuf, Option<Gitignore>>,
+}
+
+impl<'j> Rules<'j> {
+  pub fn new(jail: &'j FilesystemJail, base: &Path) -> Self {
+    Rules {
+      jail,
+      base: base.to_path_buf(),
+      by_dir: HashMap::new(),
+    }
+  }
+
+  /// The rules of `dir` (relative to the base): its `.gitignore` when the jail lets it be read
+  /// (no symlink, no hard link).
+  fn of(&mut self, dir: &Path) -> Option<&Gitignore> {
+    if !self.by_dir.contains_key(dir) {
+      let abs = self.base.join(dir);
+      let file = abs.join(".gitignore");
+      let rel = file
+        .strip_prefix(self.jail.root())
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+      // Most directories have none: one lstat says so before the jail's walk.
+      let exists = std::fs::symlink_metadata(&file).is_ok();
+      let rules = match exists.then(|| self.jail.validate_path(&rel.to_string_lossy())) {
+        Some(Ok(checked)) if checked.is_file() => {
+          let mut builder = GitignoreBuilder::new(&abs);
+          // A line git would refuse is skipped, as git skips it.
+          let _ = builder.add(&checked);
+          builder.build().ok()
+        }
+        _ => None,
+      };
+      self.by_dir.insert(dir.to_path_buf(), rules);
+    }
+    self.by_dir.get(dir).and_then(Option::as_ref)
+  }
+
+  /// Whether `rel` (relative to the base, `/`-separated) is ignored: it, or a directory above
+  /// it, matches an ignore pattern that no deeper or later pattern re-includes.
+  pub fn ignored(&mut self, rel: &str, is_dir: bool) -> bool {
+    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+    for end in 1..=parts.len() {
+      let path: PathBuf = parts[..end].iter().collect();
+      let dir_here = end < parts.len() || is_dir;
+      if self.decides(&path, dir_here) {
+        return true;
+      }
+    }
+    false
+  }
+
+  /// The deepest `.gitignore` (from `path`'s own directory up to the base) with a pattern
+  /// matching `path` decides.
+  fn decides(&mut self, path: &Path, is_dir: bool) -> bool {
+    let abs = self.base.join(path);
+    let mut dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+    loop {
+      if let Some(rules) = self.of(&dir) {
+        match rules.matched(&abs, is_dir) {
+          Match::Ignore(_) => return true,
+          Match::Whitelist(_) => return false,
+          Match::None => {}
+        }
+      }
+      if !dir.pop() {
+        return false;
+      }
+    }
+  }
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+
+  #[test]
+  fn deeper_rules_override_and_an_ignored_directory_hides_everything_below() {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    let root = jail.root().to_path_buf();
+    std::fs::create_dir_all(root.join("src/gen")).unwrap();
+    std::fs::create_dir_all(root.join("build")).unwrap();
+    std::fs::write(root.join(".gitignore"), "build/\n*.log\n/top.txt\n").unwrap();
+    std::fs::write(root.join("src/.gitignore"), "!keep.log\ngen\n").unwrap();
+    let mut rules = Rules::new(&jail, &root);
+    assert!(rules.ignored("build", true));
+    assert!(rules.ignored("build/a.rs", false));
+    assert!(
+      !rules.ignored("build", false),
+      "build/ matches directories only"
+    );
+    assert!(rules.ignored("x.log", false));
+    assert!(rules.ignored("src/x.log", false));
+    assert!(!rules.ignored("src/keep.log", false));
+    assert!(rules.ignored("src/gen/a.rs", false));
+    assert!(rules.ignored("top.txt", false));
+    assert!(!rules.ignored("src/top.txt", false), "anchored to the root");
+    assert!(!rules.ignored("src/main.rs", false));
+    // Searching below the root reads the rules from there down only.
+    let mut below = Rules::new(&jail, &root.join("src"));
+    assert!(!below.ignored("a.log", false));
+    assert!(below.ignored("gen/a.rs", false));
+  }
+
+  #[test]
+  fn a_symlinked_gitignore_is_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("rules"), "*\n").unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("rules"), jail.root().join(".gitignore"))
+      .unwrap();
+    let mut rules = Rules::new(&jail, jail.root());
+    assert!(!rules.ignored("a.txt", false));
+  }
+}

@@ -1,0 +1,516 @@
+//! A call planned: its path checked inside the worktree by the jail before anything runs (the
+//! same check whichever runner is injected), and the argv it runs. No argv passes through a
+//! shell, and nothing the model wrote can become an option: patterns follow `-e` or `--`,
+//! paths are the jail's canonical absolute paths or the directory the command runs from.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::args::ToolArgs;
+use super::def::ToolName;
+use super::finish::ToolResult;
+use finn_policy::command::{MISSING_BINARY_DIR, default_policies, resolve_binary};
+use finn_policy::topology::{self, Writes};
+use finn_policy::{CommandPolicy, FilesystemJail};
+
+/// The programs the tools run, as ToolSandbox policies: git with the sandbox's own git policy
+/// (its denied flags, its option allowlist per subcommand) narrowed to
+/// [`allowed_git_commands`](crate::def::allowed_git_commands); the search and read programs with
+/// no path check of the policy's (each path was checked here, and patterns are no paths).
+pub fn policies(path_var: &str) -> BTreeMap<String, CommandPolicy> {
+  let mut out = BTreeMap::new();
+  let mut git = default_policies(path_var)
+    .remove("git")
+    .expect("the default policies include git");
+  git.subcommands = crate::def::allowed_git_commands()
+    .into_iter()
+    .map(str::to_owned)
+    .collect();
+  out.insert("git".to_owned(), git);
+  for name in ["rg", "fd", "fdfind", "grep", "find", "tail"] {
+    out.insert(
+      name.to_owned(),
+      CommandPolicy {
+        binary: resolve_binary(name, path_var),
+        subcommands: Vec::new(),
+        denied_flags: Vec::new(),
+        validate_paths: false,
+      },
+    );
+  }
+  out
+}
+
+/// Which search programs run: `rg` and `fd` (Debian's `fdfind`) where installed, else `grep` and
+/// `find`. Both pairs give the same output (`finish.rs` normalizes it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Finders {
+  pub rg: bool,
+  /// `fd` or `fdfind`, as installed.
+  pub fd: Option<&'static str>,
+}
+
+impl Finders {
+  /// What `path_var` offers.
+  pub fn detect(path_var: &str) -> Self {
+    let found = |name| !resolve_binary(name, path_var).starts_with(MISSING_BINARY_DIR);
+    Finders {
+      rg: found("rg"),
+      fd: ["fd", "fdfind"].into_iter().find(|n| found(n)),
+    }
+  }
+
+  /// `grep` and `find` only.
+  pub fn portable() -> Self {
+    Finders {
+      rg: false,
+      fd: None,
+    }
+  }
+}
+
+/// A path the call named, as checked: finishing the call checks it again and refuses the output
+/// when it no longer names the same file (a symlink or another file swapped in meanwhile).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+  /// As the call wrote it.
+  pub given: String,
+  /// Canonical, inside the worktree.
+  pub path: PathBuf,
+  /// Relative to the worktree; empty for the worktree itself.
+  pub rel: String,
+  pub dev: u64,
+  pub ino: u64,
+  pub is_dir: bool,
+  /// A regular file (not a FIFO, socket or device, which a read would block on or never end).
+  pub is_file: bool,
+}
+
+/// What finishing needs to know of the call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Context {
+  pub args: ToolArgs,
+  pub target: Option<Target>,
+  pub max_output_bytes: u64,
+}
+
+/// The argv to run through the ToolSandbox pipeline (`binary` is the name its policies give).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+  pub binary: &'static str,
+  pub args: Vec<String>,
+  /// The directory the command runs from (checked inside the worktree); `None`: the worktree.
+  pub cwd: Option<PathBuf>,
+  /// Added to the sandbox's environment.
+  pub env: Vec<(String, String)>,
+  /// A cap on the runner's output below the sandbox's (`read`: what one page can show).
+  pub max_buffer: Option<u64>,
+  pub context: Context,
+}
+
+/// What `read` lets its runner print beyond the page's byte budget: room for the line that
+/// tells a cut page from a whole one.
+pub const READ_SLACK_BYTES: u64 = 4096;
+
+/// A call's plan, or its answer without running anything.
+#[derive(Debug)]
+pub enum Planned {
+  Run(Box<Plan>),
+  Answered(ToolResult),
+}
+
+/// A UTF-8 locale every glibc has (the builtin one), for grep's multibyte matching.
+const UTF8_LOCALE: &str = "C.UTF-8";
+
+/// Plans `tool` with `args` in `jail` (the worktree). `max_output_bytes` bounds the result's
+/// output.
+pub fn plan(
+  tool: ToolName,
+  args: &Value,
+  jail: &FilesystemJail,
+  finders: Finders,
+  max_output_bytes: u64,
+) -> Planned {
+  let args = match ToolArgs::parse(tool, args) {
+    Ok(a) => a,
+    Err(e) => return Planned::Answered(ToolResult::failed("INVALID_ARGUMENT", e.to_string())),
+  };
+  match plan_checked(args, jail, finders, max_output_bytes) {
+    Ok(p) => Planned::Run(Box::new(p)),
+    Err(answer) => Planned::Answered(answer),
+  }
+}
+
+/// The jail's verdict on `given`, with what the path is now.
+pub fn check_target(jail: &FilesystemJail, given: &str) -> Result<Target, ToolResult> {
+  let path = jail
+    .validate_path(given)
+    .map_err(|d| ToolResult::refused(d.message))?;
+  let meta = match std::fs::symlink_metadata(&path) {
+    Ok(m) => m,
+    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+      return Err(ToolResult::failed(
+        "NOT_FOUND",
+        format!("No such file or directory: {given}"),
+      ));
+    }
+    Err(e) => {
+      return Err(ToolResult::refused(format!(
+        "Path cannot be read: {given} ({e})"
+      )));
+    }
+  };
+  let rel = path
+    .strip_prefix(jail.root())
+    .unwrap_or(Path::new(""))
+    .to_string_lossy()
+    .into_owned();
+  Ok(Target {
+    given: given.to_owned(),
+    path,
+    rel,
+    dev: meta.dev(),
+    ino: meta.ino(),
+    is_dir: meta.is_dir(),
+    is_file: meta.is_file(),
+  })
+}
+
+fn want_dir(target: &Target, tool: &str) -> Result<(), ToolResult> {
+  if target.is_dir {
+    return Ok(());
+  }
+  Err(ToolResult::failed(
+    "NOT_A_DIRECTORY",
+    format!("{tool}: not a directory: {}", target.given),
+  ))
+}
+
+fn plan_checked(
+  args: ToolArgs,
+  jail: &FilesystemJail,
+  finders: Finders,
+  max_output_bytes: u64,
+) -> Result<Plan, ToolResult> {
+  let s = |v: &str| v.to_owned();
+  let abs = |t: &Target| t.path.to_string_lossy().into_owned();
+  let mut env = Vec::new();
+  let mut cwd = None;
+  let mut max_buffer = None;
+  let (binary, argv, target): (&'static str, Vec<String>, Option<Target>) = match &args {
+    ToolArgs::Read { path, offset, .. } => {
+      let t = check_target(jail, path)?;
+      if t.is_dir {
+        return Err(ToolResult::failed(
+          "NOT_A_FILE",
+          format!("read: is a directory: {path} (use ls)"),
+        ));
+      }
+      if !t.is_file {
+        return Err(ToolResult::failed(
+          "NOT_A_FILE",
+          format!("read: not a regular file: {path}"),
+        ));
+      }
+      let argv = vec![s("-n"), format!("+{offset}"), s("--"), abs(&t)];
+      // Numbering only adds bytes: a page never shows more of the file than its budget.
+      max_buffer = Some(max_output_bytes + READ_SLACK_BYTES);
+      ("tail", argv, Some(t))
+    }
+    ToolArgs::Ls { path } => {
+      let t = check_target(jail, path)?;
+      want_dir(&t, "ls")?;
+      cwd = Some(t.path.clone());
+      let argv = [
+        ".",
+        "-mindepth",
+        "1",
+        "-maxdepth",
+        "1",
+        "-printf",
+        "%y %f\\0",
+      ]
+      .map(s)
+      .to_vec();
+      ("find", argv, Some(t))
+    }
+    ToolArgs::Find { pattern, path, .. } => {
+      let t = check_target(jail, path)?;
+      want_dir(&t, "find")?;
+      cwd = Some(t.path.clone());
+      // fd's globs match bytes (`?` is one byte of `ü`): find in the C locale does too.
+      env.push((s("LC_ALL"), s("C")));
+      match finders.fd {
+        Some(fd) => {
+          // Hidden entries skipped (fd's default), ignore files not read (find reads none),
+          // case-sensitive as `find -name` is.
+          let argv = [
+            "--glob",
+            "--no-ignore",
+            "--case-sensitive",
+            "--color=never",
+            "--print0",
+            "--",
+            pattern,
+          ]
+          .map(s)
+          .to_vec();
+          (fd, argv, Some(t))
+        }
+        None => {
+          let argv = [
+            ".",
+            "-mindepth",
+            "1",
+            "(",
+            "-name",
+            ".*",
+            "-prune",
+            ")",
+            "-o",
+            "-name",
+            pattern,
+            // Directories end with `/`, as fd prints them: `.gitignore`'s `dir/` patterns
+            // match directories only.
+            "(",
+            "-type",
+            "d",
+            "-printf",
+            "%p/\\0",
+            "-o",
+            "-print0",
+            ")",
+          ]
+          .map(s)
+          .to_vec();
+          ("find", argv, Some(t))
+        }
+      }
+    }
+    ToolArgs::Grep {
+      pattern,
+      path,
+      glob,
+      ignore_case,
+      word,
+      max_count,
+      ..
+    } => {
+      if let Err(e) = regex::Regex::new(pattern) {
+        return Err(ToolResult::failed(
+          "BAD_PATTERN",
+          format!("args.pattern is not a valid regular expression: {e}"),
+        ));
+      }
+      let t = check_target(jail, path)?;
+      // A directory is searched from inside it (names come out relative to it, and grep's
+      // hidden-name exclusions never match the directory itself); a file by its path.
+      let operand = if t.is_dir {
+        cwd = Some(t.path.clone());
+        None
+      } else {
+        Some(abs(&t))
+      };
+      // One more than asked, so that finishing knows whether the limit cut a file's matches.
+      let per_file = max_count.map(|n| (n + 1).to_string());
+      let mut argv = Vec::new();
+      let binary = if finders.rg {
+        argv.extend(
+          [
+            "--no-config",
+            "--no-ignore",
+            "--color=never",
+            "--no-heading",
+            "--with-filename",
+            "--line-number",
+            "--null",
+            "--no-messages",
+          ]
+          .map(s),
+        );
+        if *ignore_case {
+          argv.push(s("--ignore-case"));
+        }
+        if *word {
+          argv.push(s("--word-regexp"));
+        }
+        if let Some(n) = per_file {
+          argv.push(format!("--max-count={n}"));
+        }
+        if let Some(g) = glob {
+          argv.push(format!("--glob={g}"));
+        }
+        argv.extend([s("-e"), pattern.clone()]);
+        "rg"
+      } else {
+        env.push((s("LC_ALL"), s(UTF8_LOCALE)));
+        // Perl syntax where the pattern uses an escape or a group option ERE lacks.
+        let dialect = if pattern.contains('\\') || pattern.contains("(?") {
+          "-P"
+        } else {
+          "-E"
+        };
+        argv.extend(
+          [
+            "-r",
+            "-n",
+            "-H",
+            "--null",
+            "-I",
+            "-s",
+            "--color=never",
+            dialect,
+          ]
+          .map(s),
+        );
+        if *ignore_case {
+          argv.push(s("-i"));
+        }
+        if *word {
+          argv.push(s("-w"));
+        }
+        if let Some(n) = per_file {
+          argv.push(format!("--max-count={n}"));
+        }
+        // The include first: then a name matching no option is left out (grep's rule), and a
+        // hidden name matching both is left out by the exclusion after it.
+        if let Some(g) = glob {
+          argv.push(format!("--include={g}"));
+        }
+        if t.is_dir {
+          argv.extend([s("--exclude=.*"), s("--exclude-dir=.*")]);
+        }
+        argv.extend([s("-e"), pattern.clone()]);
+        "grep"
+      };
+      // rg without a path reads a stdin that is a pipe (a JS runner's may be): it always gets
+      // one. grep's recursion without one searches `.` and names files without `./`.
+      match operand {
+        Some(operand) => argv.extend([s("--"), operand]),
+        None if binary == "rg" => argv.extend([s("--"), s(".")]),
+        None => {}
+      }
+      (binary, argv, Some(t))
+    }
+    ToolArgs::Git { command, args } => {
+      let mut argv = vec![command.clone()];
+      argv.extend(args.iter().cloned());
+      // Every tool is read-only: `branch` runs only as its listing forms.
+      let writes = topology::topology("git", &argv).is_none_or(|t| t.writes != Writes::Nothing);
+      if writes {
+        return Err(ToolResult::refused(format!(
+          "Subcommand not allowed: git {command} with these arguments (the git tool only reads; {command} may only list: {})",
+          "--list, -a, -r, -v, --show-current"
+        )));
+      }
+      ("git", argv, None)
+    }
+  };
+  Ok(Plan {
+    binary,
+    args: argv,
+    cwd,
+    env,
+    max_buffer,
+    context: Context {
+      args,
+      target,
+      max_output_bytes,
+    },
+  })
+}
+
+#[cfg(test)]
+mod tests {
+  use super::*;
+  use serde_json::json;
+
+  fn fixture() -> (tempfile::TempDir, FilesystemJail) {
+    let dir = tempfile::tempdir().unwrap();
+    let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
+    std::fs::create_dir(jail.root().join("src")).unwrap();
+    std::fs::write(jail.root().join("src/a.rs"), "fn a() {}\n").unwrap();
+    (dir, jail)
+  }
+
+  fn run(tool: ToolName, args: Value, jail: &FilesystemJail, finders: Finders) -> Plan {
+    match plan(tool, &args, jail, finders, 1000) {
+      Planned::Run(p) => *p,
+      Planned::Answered(a) => panic!("answered: {a:?}"),
+    }
+  }
+
+  fn answer(tool: ToolName, args: Value, jail: &FilesystemJail) -> ToolResult {
+    match plan(tool, &args, jail, Finders::portable(), 1000) {
+      Planned::Run(p) => panic!("planned: {p:?}"),
+      Planned::Answered(a) => a,
+    }
+  }
+
+  #[test]
+  fn a_pattern_that_starts_with_a_dash_stays_a_pattern() {
+    let (_d, jail) = fixture();
+    let rg = Finders {
+      rg: true,
+      fd: Some("fdfind"),
+    };
+    for finders in [rg, Finders::portable()] {
+      let p = run(
+        ToolName::Grep,
+        json!({"pattern": "--files"}),
+        &jail,
+        finders,
+      );
+      let e = p.args.iter().position(|a| a == "-e").unwrap();
+      assert_eq!(p.args[e + 1], "--files", "{p:?}");
+      let p = run(
+        ToolName::Find,
+        json!({"pattern": "-delete"}),
+        &jail,
+        finders,
+      );
+      let at = p.args.iter().position(|a| a == "-delete").unwrap();
+      assert!(p.args[at - 1] == "--" || p.args[at - 1] == "-name", "{p:?}");
+    }
+    let p = run(
+      ToolName::Read,
+      json!({"path": "src/a.rs", "offset": 3}),
+      &jail,
+      rg,
+    );
+    let file = jail.root().join("src/a.rs").to_string_lossy().into_owned();
+    assert_eq!(
+      (p.binary, p.args),
+      ("tail", vec!["-n".into(), "+3".into(), "--".into(), file])
+    );
+  }
+
+  #[test]
+  fn paths_are_checked_before_anything_runs() {
+    let (_d, jail) = fixture();
+    std::os::unix::fs::symlink("/etc", jail.root().join("etc")).unwrap();
+    for (tool, args) in [
+      (ToolName::Read, json!({"path": "../x"})),
+      (ToolName::Read, json!({"path": "/etc/passwd"})),
+      (ToolName::Ls, json!({"path": "etc"})),
+      (ToolName::Find, json!({"pattern": "*", "path": "etc"})),
+      (ToolName::Grep, json!({"pattern": "x", "path": "src/../.."})),
+    ] {
+      let a = answer(tool, args.clone(), &jail);
+      assert!(a.ok && a.error.is_none(), "{args}: {a:?}");
+      assert!(
+        a.output.starts_with("Path escapes jail") || a.output.starts_with("Symlink rejected"),
+        "{args}: {}",
+        a.output
+      );
+    }
+    let missing = answer(ToolName::Read, json!({"path": "nope"}), &jail);
+    assert_eq!(missing.error.unwrap().code, "NOT_FOUND");
+    let bad = answer(ToolName::Grep, json!({"pattern": "a("}), &jail);
+    assert!(!bad.ok);
+    assert_eq!(bad.error.unwrap().code, "BAD_PATTERN");
+  }
+}
