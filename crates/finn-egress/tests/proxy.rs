@@ -151,12 +151,19 @@ impl Harness {
   }
 }
 
+/// Reads until the proxy closes. The bound only keeps a broken proxy (one that connects where it
+/// must not, to a server that never answers) from hanging the suite; no assertion is timed.
+async fn read_to_close(c: &mut TcpStream, out: &mut Vec<u8>) {
+  let read = tokio::time::timeout(std::time::Duration::from_secs(20), c.read_to_end(out)).await;
+  assert!(read.is_ok(), "the proxy neither answered nor closed");
+}
+
 /// Sends `request`, reads until the proxy closes, gives what came back.
 async fn exchange(proxy: SocketAddr, request: &[u8]) -> String {
   let mut c = TcpStream::connect(proxy).await.unwrap();
   c.write_all(request).await.unwrap();
   let mut out = Vec::new();
-  let _ = c.read_to_end(&mut out).await;
+  read_to_close(&mut c, &mut out).await;
   String::from_utf8_lossy(&out).into_owned()
 }
 
@@ -171,7 +178,7 @@ async fn through_tunnel(proxy: SocketAddr, target: &str, inner: &[u8]) -> Vec<u8
   assert_eq!(&established, b"HTTP/1.1 200 Connection established\r\n\r\n");
   c.write_all(inner).await.unwrap();
   let mut out = Vec::new();
-  let _ = c.read_to_end(&mut out).await;
+  read_to_close(&mut c, &mut out).await;
   out
 }
 
@@ -385,7 +392,7 @@ async fn a_connect_inside_a_tunnel_is_refused_before_anything_is_connected() {
     .await
     .unwrap();
   let mut out = Vec::new();
-  let _ = c.read_to_end(&mut out).await;
+  read_to_close(&mut c, &mut out).await;
   assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 403 "));
   assert_eq!(h.record().await.decision, Decision::Refused);
   assert!(relay.saw_nothing() && denied.saw_nothing());
@@ -458,7 +465,7 @@ async fn a_client_hello_naming_another_host_is_refused() {
   c.flush().await.unwrap();
   c.write_all(&hello[10..]).await.unwrap();
   let mut out = Vec::new();
-  let _ = c.read_to_end(&mut out).await;
+  read_to_close(&mut c, &mut out).await;
   assert!(out.is_empty());
   assert_eq!(h.record().await.decision, Decision::Refused);
   assert!(server.saw_nothing());
