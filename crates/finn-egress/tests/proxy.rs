@@ -1,6 +1,5 @@
 //! The proxy against real servers on 127.0.0.1 and 127.0.0.2 (and ::1), named through `hosts`.
-//! Each leak that peers' users filed against their allowlists is a test here that a naive
-//! proxy fails. Every refusal is judged from the server's side: after the proxy's record of
+//! Each way a naive allowlist proxy leaks is a test here that such a proxy fails. Every refusal is judged from the server's side: after the proxy's record of
 //! the connection (sent once the connection is over), the server's listener holds no
 //! connection, accepted or queued.
 
@@ -219,7 +218,7 @@ async fn an_allowed_plain_http_request_reaches_its_server_in_origin_form() {
   );
 }
 
-/// anthropics/claude-code #40213: plain HTTP was not filtered, only CONNECT.
+/// A proxy that filters only CONNECT lets plain HTTP reach any host.
 #[tokio::test(flavor = "current_thread")]
 async fn plain_http_to_an_unlisted_host_is_refused_in_both_request_forms() {
   let mut h = Harness::new();
@@ -273,7 +272,8 @@ async fn plain_http_is_refused_unless_the_job_allows_it_and_the_403_names_the_ru
   assert!(server.saw_nothing());
 }
 
-/// anthropics/claude-code #77045, #78608: the proxy CONNECTed to hosts not on the list.
+/// A proxy that checks only the name it is shown, not the port or a literal address, CONNECTs
+/// to hosts not on the list.
 #[tokio::test(flavor = "current_thread")]
 async fn connect_reaches_only_listed_names_and_ports_never_an_unlisted_ip_literal() {
   let mut h = Harness::new();
@@ -349,7 +349,7 @@ async fn an_ipv6_loopback_literal_is_refused_unless_listed() {
   assert!(server.saw_nothing());
 }
 
-/// anthropics/claude-code #87381: a CONNECT relay inside the tunnel reached any host. The
+/// A CONNECT relay on an allowed host, reached through the tunnel, reaches any host. The
 /// proxy reads the tunnel's first bytes before connecting, so not even the allowed server
 /// (which would be the relay) sees a connection.
 #[tokio::test(flavor = "current_thread")]
@@ -471,7 +471,7 @@ async fn a_client_hello_naming_another_host_is_refused() {
   assert!(server.saw_nothing());
 }
 
-/// nolabs-ai/nono #1959: a per-command allowlist did not restrict the proxy's destinations.
+/// One proxy for many jobs must not let a job reach what only another job's list opens.
 #[tokio::test(flavor = "current_thread")]
 async fn jobs_of_one_proxy_each_get_their_own_list() {
   let mut h = Harness::new();
