@@ -13,6 +13,7 @@ pub mod head;
 pub mod proxy;
 pub mod record;
 pub mod rules;
+pub mod service;
 pub mod sni;
 
 pub use addr::AddrClass;
