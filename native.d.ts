@@ -110,6 +110,8 @@ export declare class NativeSession {
   killNow(): void
   /** The shell's pid (0 before it started). */
   get pid(): number
+}
+
 /** One planned call: answered already (`answer`), or to be started (`start`) and finished. */
 export declare class NativeToolCall {
   /** The result when the call needs no runner (bad input, a refusal); `null` otherwise. */

@@ -176,6 +176,24 @@ test('required isolation that cannot apply rejects with ISOLATION_UNAVAILABLE; b
   expect(typo.message).toContain('isolation')
 })
 
+// The network allowlist is not built yet: its object form (and serde's tagged-enum spelling,
+// which would otherwise read `{ allow: null }` as the whole network) is refused, naming the field.
+test('a network allowlist object is refused naming isolation.network, on a job and on the pool', async () => {
+  const d = dirs()
+  for (const network of [{ allow: ['allowed.test'] }, { allow: null }]) {
+    const e = await rejectionOf(
+      bash('touch ran', d.jail, { mode: 'auto', network } as unknown as IsolationOptions),
+      PoolError,
+    )
+    expect(e.code).toBe('INVALID_SPEC')
+    expect(e.message).toContain('spec.isolation.network')
+    expect(() => new WorkerPool({ isolation: { network } as unknown as IsolationOptions })).toThrow(
+      /config\.isolation\.network/,
+    )
+  }
+  expect(existsSync(join(d.jail, 'ran'))).toBe(false)
+})
+
 test('probeIsolation() and doctor() answer from cached probes', () => {
   const p = probeIsolation()
   expect(typeof p.seccomp).toBe('boolean')

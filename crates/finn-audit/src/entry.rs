@@ -34,6 +34,9 @@ pub struct AuditEntry {
   /// The isolation the command ran under (on outcome entries of commands that ran).
   #[serde(skip_serializing_if = "Option::is_none")]
   pub isolation: Option<IsolationRecord>,
+  /// On an egress proxy's connection entry (`command: "egress"`): where it went and its bytes.
+  #[serde(skip_serializing_if = "Option::is_none")]
+  pub egress: Option<EgressRecord>,
   /// Set on an entry capped by the writer: its serialized size before the cap.
   #[serde(skip_serializing_if = "Option::is_none")]
   pub original_size: Option<u64>,
@@ -51,6 +54,23 @@ pub struct IsolationRecord {
   pub degraded: Vec<String>,
 }
 
+/// One connection through the egress proxy: the job, the destination as the command named
+/// it, the allowlist entry that opened it (none when refused), the address connected to, and
+/// the bytes each way (`up`: from the command).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EgressRecord {
+  pub job: String,
+  pub host: String,
+  pub port: u16,
+  #[serde(skip_serializing_if = "Option::is_none")]
+  pub rule: Option<String>,
+  #[serde(skip_serializing_if = "Option::is_none")]
+  pub address: Option<String>,
+  pub bytes_up: u64,
+  pub bytes_down: u64,
+}
+
 impl AuditEntry {
   pub fn new(action: Action, command: &str, args: &[String]) -> Self {
     AuditEntry {
@@ -65,6 +85,7 @@ impl AuditEntry {
       timed_out: None,
       truncated: None,
       isolation: None,
+      egress: None,
       original_size: None,
       sha256: None,
     }

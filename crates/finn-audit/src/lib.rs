@@ -4,5 +4,5 @@ pub mod entry;
 pub mod nofollow;
 pub mod writer;
 
-pub use entry::{Action, AuditEntry, IsolationRecord, iso_timestamp_now};
+pub use entry::{Action, AuditEntry, EgressRecord, IsolationRecord, iso_timestamp_now};
 pub use writer::{AuditLog, AuditOptions};

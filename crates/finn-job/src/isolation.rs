@@ -21,12 +21,33 @@ pub enum Mode {
 }
 
 /// Allow or deny; used for the network and for Unix sockets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Access {
   #[default]
   Deny,
   Allow,
+}
+
+// By hand: a derived unit enum also reads serde's externally tagged map form, so
+// `{"allow": null}` would mean the whole network. Only the two strings are an `Access`.
+impl<'de> Deserialize<'de> for Access {
+  fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+    struct V;
+    impl serde::de::Visitor<'_> for V {
+      type Value = Access;
+      fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("\"deny\" or \"allow\"")
+      }
+      fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Access, E> {
+        match s {
+          "deny" => Ok(Access::Deny),
+          "allow" => Ok(Access::Allow),
+          _ => Err(E::invalid_value(serde::de::Unexpected::Str(s), &self)),
+        }
+      }
+    }
+    d.deserialize_str(V)
+  }
 }
 
 /// What the command may read: the issue's `"all" | string[]`.
@@ -207,6 +228,24 @@ impl OptionsError {
 impl IsolationOptions {
   /// Parses and validates a JSON value, naming the field on error.
   pub fn from_json(v: serde_json::Value) -> Result<Self, OptionsError> {
+    // serde's error cannot say which field; these two are the ones a caller may try to give a
+    // form that is not built yet (an allowlist object, a socket list).
+    for (field, want) in [
+      (
+        "network",
+        "\"deny\" or \"allow\" (an allowlist object is not supported yet)",
+      ),
+      (
+        "unixSockets",
+        "\"deny\" or \"allow\" (a list of sockets is not supported yet)",
+      ),
+    ] {
+      if let Some(x) = v.get(field)
+        && !matches!(x.as_str(), Some("deny" | "allow"))
+      {
+        return Err(OptionsError::new(field, format!("must be {want}, got {x}")));
+      }
+    }
     let opts: IsolationOptions =
       serde_json::from_value(v).map_err(|e| OptionsError::new("*", e.to_string()))?;
     opts.validate()?;
@@ -322,6 +361,24 @@ mod tests {
     .unwrap();
     assert_eq!(o.fs.readable, Readable::Paths(vec!["/usr".into()]));
     assert_eq!(o.namespaces.net, Some(false));
+  }
+
+  /// An allowlist object for the network (or a socket list) is not built yet: it must be refused
+  /// naming the field, never read as serde's externally tagged enum (`{"allow": null}` would
+  /// otherwise mean the whole network).
+  #[test]
+  fn an_access_object_or_list_is_refused_naming_the_field() {
+    for (v, field) in [
+      (json!({"network": {"allow": ["github.com"]}}), "network"),
+      (json!({"network": {"allow": null}}), "network"),
+      (json!({"network": {"deny": null}}), "network"),
+      (json!({"unixSockets": {"allow": null}}), "unixSockets"),
+      (json!({"unixSockets": ["/run/docker.sock"]}), "unixSockets"),
+      (json!({"network": true}), "network"),
+    ] {
+      let e = IsolationOptions::from_json(v.clone()).unwrap_err();
+      assert_eq!(e.field, field, "{v}: {e}");
+    }
   }
 
   #[test]

@@ -81,7 +81,36 @@ fn read_only_beneath(
   Ok(())
 }
 
-/// The process's whole life: a launcher (`--finn-die-with-parent`), the bind verifier inside
+/// `--finn-egress`: the pool's egress proxy (`finn_egress::service`), its control socket on
+/// fd 3. Killed with the process that started it; ends when the control socket closes.
+#[cfg(target_os = "linux")]
+fn egress() -> ! {
+  use std::os::fd::{FromRawFd, OwnedFd};
+  // SAFETY: plain prctl with constant arguments.
+  if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) } != 0 {
+    std::process::exit(126);
+  }
+  // SAFETY: fd 3 is the control socket its starter placed there; nothing else owns it.
+  let control = unsafe { OwnedFd::from_raw_fd(3) };
+  if nix::fcntl::fcntl(
+    &control,
+    nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+  )
+  .is_err()
+  {
+    std::process::exit(126);
+  }
+  let resolver = std::sync::Arc::new(finn_egress::SystemResolver);
+  match finn_egress::service::run(control, resolver) {
+    Ok(()) => std::process::exit(0),
+    Err(e) => {
+      eprintln!("finn-supervisor: egress proxy: {e}");
+      std::process::exit(1);
+    }
+  }
+}
+
+/// The process's whole life: a launcher (`--finn-die-with-parent`), the egress proxy, the bind verifier inside
 /// a bwrap sandbox, or the supervisor; returns its exit code.
 pub fn main() -> i32 {
   #[cfg(target_os = "linux")]
@@ -89,6 +118,9 @@ pub fn main() -> i32 {
     let args: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
     if args.first().is_some_and(|a| a == "--finn-die-with-parent") {
       die_with_parent(&args[1..]);
+    }
+    if args.first().is_some_and(|a| a == "--finn-egress") {
+      egress();
     }
     // Inside a bwrap sandbox, before the command: see `isolate::bwrap::verify_binds_main`.
     if args

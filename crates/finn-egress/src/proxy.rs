@@ -1,0 +1,508 @@
+//! The proxy: one connection from a job's command, checked against that job's allowlist.
+//!
+//! Which job a connection belongs to is decided by whoever accepts it (each job's route ends
+//! on a listener or socket of its own), never by anything the command sends. The proxy reads
+//! the request head, checks the destination's name and port against the list, resolves the
+//! name itself (`hosts` first), keeps only the addresses the job may reach, and connects only
+//! there. A CONNECT tunnel is answered `200` and its first bytes are read before anything is
+//! connected: a TLS ClientHello must name the CONNECT target (or no name), an HTTP request
+//! must name it in `Host` and must not be another CONNECT. Refusals before the tunnel are an
+//! HTTP 403 whose body names the host and the rule; a malformed request is a 400 and a close.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::timeout;
+
+use crate::addr::classify;
+use crate::head::{self, RequestHead};
+use crate::record::{ConnectionRecord, Decision};
+use crate::rules::{Host, Kind, Policy, parse_authority};
+use crate::sni::{self, Hello};
+
+/// How long a command may take to send a request head or a tunnel's first bytes: a connection
+/// that says nothing holds one task of the proxy, and the bound frees it.
+pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the proxy waits for a destination to accept.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Names to addresses, for names without a `hosts` entry.
+pub trait Resolve: Send + Sync + 'static {
+  fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>>;
+}
+
+/// The host's resolver (getaddrinfo), run on tokio's blocking pool.
+pub struct SystemResolver;
+
+impl Resolve for SystemResolver {
+  fn resolve(&self, name: &str) -> io::Result<Vec<IpAddr>> {
+    use std::net::ToSocketAddrs;
+    Ok((name, 0).to_socket_addrs()?.map(|a| a.ip()).collect())
+  }
+}
+
+/// A job as the proxy knows it: its id (for the audit) and its allowlist.
+#[derive(Debug)]
+pub struct Job {
+  pub id: String,
+  pub policy: Policy,
+}
+
+pub type AuditSink = Arc<dyn Fn(ConnectionRecord) + Send + Sync>;
+
+pub struct Proxy {
+  resolver: Arc<dyn Resolve>,
+  audit: AuditSink,
+}
+
+/// How a connection ends short of a tunnel.
+enum Stop {
+  /// 403, before the tunnel.
+  Refuse(String),
+  /// 403 written inside the tunnel: its client speaks HTTP there.
+  RefuseInTunnel(String),
+  /// Closed without a word: a tunnel that speaks TLS, or a client that is gone.
+  RefuseSilently(String),
+  /// 400 and a close.
+  Malformed(String),
+  /// 502: the destination is allowed but could not be reached.
+  Unreachable(String),
+  /// The client went away.
+  Gone(String),
+}
+
+impl Proxy {
+  pub fn new(resolver: Arc<dyn Resolve>, audit: AuditSink) -> Proxy {
+    Proxy { resolver, audit }
+  }
+
+  /// Accepts connections for one job until the listener fails.
+  pub async fn serve_tcp(self: Arc<Self>, listener: tokio::net::TcpListener, job: Arc<Job>) {
+    while let Ok((stream, _)) = listener.accept().await {
+      let (proxy, job) = (self.clone(), job.clone());
+      tokio::spawn(async move { proxy.handle(stream, &job).await });
+    }
+  }
+
+  /// One connection from `job`'s command, to its end; its record goes to the audit sink.
+  pub async fn handle<S: AsyncRead + AsyncWrite + Unpin>(&self, client: S, job: &Job) {
+    let started = Instant::now();
+    let mut rec = ConnectionRecord {
+      job: job.id.clone(),
+      kind: "malformed",
+      host: String::new(),
+      port: 0,
+      decision: Decision::Refused,
+      rule: None,
+      reason: None,
+      address: None,
+      bytes_up: 0,
+      bytes_down: 0,
+      duration: Duration::ZERO,
+    };
+    let mut client = Counted::new(client);
+    if let Err(stop) = self.run(&mut client, job, &mut rec).await {
+      rec.decision = Decision::Refused;
+      let (status, reason) = match stop {
+        Stop::Refuse(r) => (Some("403 Forbidden"), r),
+        Stop::RefuseInTunnel(r) => (Some("403 Forbidden"), r),
+        Stop::Malformed(r) => (Some("400 Bad Request"), r),
+        Stop::Unreachable(r) => {
+          rec.decision = Decision::Allowed;
+          (Some("502 Bad Gateway"), r)
+        }
+        Stop::RefuseSilently(r) | Stop::Gone(r) => (None, r),
+      };
+      if let Some(status) = status {
+        let body = format!("finn-sandbox egress: {reason}\n");
+        let response = format!(
+          "HTTP/1.1 {status}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+          body.len()
+        );
+        let _ = client.inner.write_all(response.as_bytes()).await;
+        let _ = client.inner.shutdown().await;
+      }
+      rec.reason = Some(reason);
+    }
+    rec.bytes_up = client.read;
+    rec.duration = started.elapsed();
+    (self.audit)(rec);
+  }
+
+  async fn run<S: AsyncRead + AsyncWrite + Unpin>(
+    &self,
+    client: &mut Counted<S>,
+    job: &Job,
+    rec: &mut ConnectionRecord,
+  ) -> Result<(), Stop> {
+    let mut buf = Vec::with_capacity(4096);
+    let head = read_head(client, &mut buf).await?;
+    let (kind, host, port, path) = destination(&head)?;
+    rec.kind = kind.name();
+    rec.host = host.to_string();
+    rec.port = port;
+    let named = format!("{host}:{port}");
+    let rule = match job.policy.check(&host, port, kind) {
+      Ok(rule) => rule.text.clone(),
+      Err(crate::rules::Refusal::PlainHttpOff) => {
+        return Err(Stop::Refuse(format!(
+          "refused {named}: plain HTTP is off for this job (network.allowPlainHttp)"
+        )));
+      }
+      Err(crate::rules::Refusal::NotListed) => {
+        return Err(Stop::Refuse(format!(
+          "refused {named}: no entry of network.allow opens it for {} (a name without a port opens 443 for CONNECT and 80 for plain HTTP)",
+          kind.name()
+        )));
+      }
+    };
+    rec.rule = Some(rule.clone());
+    let addresses = self.addresses(&host, job).await.map_err(|e| {
+      Stop::Unreachable(format!("cannot resolve {host} (allowed by {rule:?}): {e}"))
+    })?;
+    let (usable, refused): (Vec<IpAddr>, Vec<IpAddr>) = addresses
+      .into_iter()
+      .partition(|ip| classify(*ip).allowed(job.policy.allow_local));
+    if usable.is_empty() {
+      let classes: Vec<&str> = refused.iter().map(|ip| classify(*ip).name()).collect();
+      return Err(Stop::Refuse(format!(
+        "refused {named} (allowed by {rule:?}): it resolves only to {} addresses, which network.allowLocal {}",
+        if classes.is_empty() {
+          "no".to_owned()
+        } else {
+          classes.join(", ")
+        },
+        if job.policy.allow_local {
+          "does not open"
+        } else {
+          "is off for"
+        }
+      )));
+    }
+    let rest = buf[head.len..].to_vec();
+    let first = match kind {
+      Kind::Connect => {
+        client
+          .inner
+          .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+          .await
+          .map_err(|e| Stop::Gone(e.to_string()))?;
+        tunnel_first_bytes(client, rest, &host, port).await?
+      }
+      Kind::PlainHttp => {
+        let mut out = forwarded_head(&head, &path, &host, port).into_bytes();
+        out.extend_from_slice(&rest);
+        out
+      }
+    };
+    let upstream = connect_any(&usable, port).await;
+    let mut upstream = match upstream {
+      Ok(u) => u,
+      // The tunnel's client already has its 200: a close is all it can be told.
+      Err(e) if kind == Kind::Connect => return Err(Stop::Gone(format!("cannot connect: {e}"))),
+      Err(e) => return Err(Stop::Unreachable(format!("cannot connect to {named}: {e}"))),
+    };
+    rec.address = upstream.peer_addr().ok();
+    rec.decision = Decision::Allowed;
+    let mut upstream_counted = Counted::new(&mut upstream);
+    if let Err(e) = upstream_counted.inner.write_all(&first).await {
+      rec.reason = Some(format!("destination closed: {e}"));
+      return Ok(());
+    }
+    // `first` is counted as read from the client already.
+    if let Err(e) = tokio::io::copy_bidirectional(client, &mut upstream_counted).await {
+      rec.reason = Some(format!("ended by an error: {e}"));
+    }
+    rec.bytes_down = upstream_counted.read;
+    Ok(())
+  }
+
+  async fn addresses(&self, host: &Host, job: &Job) -> io::Result<Vec<IpAddr>> {
+    match host {
+      Host::Ip(ip) => Ok(vec![*ip]),
+      Host::Name(n) => {
+        if let Some(ip) = job.policy.static_address(n) {
+          return Ok(vec![ip]);
+        }
+        let (resolver, name) = (self.resolver.clone(), n.clone());
+        tokio::task::spawn_blocking(move || resolver.resolve(&name))
+          .await
+          .map_err(io::Error::other)?
+      }
+    }
+  }
+}
+
+async fn read_more<S: AsyncRead + Unpin>(client: &mut S, buf: &mut Vec<u8>) -> Result<(), Stop> {
+  let mut chunk = [0u8; 4096];
+  match timeout(FIRST_BYTES_TIMEOUT, client.read(&mut chunk)).await {
+    Err(_) => Err(Stop::Gone("sent nothing in time".into())),
+    Ok(Err(e)) => Err(Stop::Gone(e.to_string())),
+    Ok(Ok(0)) => Err(Stop::Gone("closed before a complete request".into())),
+    Ok(Ok(n)) => {
+      buf.extend_from_slice(&chunk[..n]);
+      Ok(())
+    }
+  }
+}
+
+async fn read_head<S: AsyncRead + Unpin>(
+  client: &mut S,
+  buf: &mut Vec<u8>,
+) -> Result<RequestHead, Stop> {
+  loop {
+    match head::parse(buf) {
+      Ok(Some(h)) => return Ok(h),
+      Ok(None) => read_more(client, buf).await?,
+      Err(e) => return Err(Stop::Malformed(e.to_string())),
+    }
+  }
+}
+
+fn malformed(e: head::HeadError) -> Stop {
+  Stop::Malformed(e.to_string())
+}
+
+/// Where a request goes: its kind, host, port and, for plain HTTP, the origin-form target.
+fn destination(head: &RequestHead) -> Result<(Kind, Host, u16, String), Stop> {
+  let host_header = head.header("host").map_err(malformed)?;
+  let bad = |why: String| Stop::Malformed(format!("malformed request: {why}"));
+  if head.method == "CONNECT" {
+    let (host, port) = parse_authority(&head.target).map_err(bad)?;
+    let port = port.ok_or_else(|| bad("a CONNECT target without a port".into()))?;
+    if let Some(h) = host_header {
+      agree(h, &host, port, None)?;
+    }
+    return Ok((Kind::Connect, host, port, String::new()));
+  }
+  let target = &head.target;
+  let scheme_end = target.find("://");
+  if let Some(i) = scheme_end {
+    let scheme = target[..i].to_ascii_lowercase();
+    if scheme != "http" {
+      return Err(Stop::Refuse(format!(
+        "refused a {scheme}:// request: only http:// is proxied as plain HTTP (https goes through CONNECT)"
+      )));
+    }
+    let rest = &target[i + 3..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.contains('@') {
+      return Err(bad("a target with user information".into()));
+    }
+    let (host, port) = parse_authority(authority).map_err(bad)?;
+    let port = port.unwrap_or(80);
+    if let Some(h) = host_header {
+      agree(h, &host, port, Some(80))?;
+    }
+    let path = match &rest[end..] {
+      "" => "/".to_owned(),
+      p if p.starts_with('/') => p.to_owned(),
+      p => format!("/{p}"),
+    };
+    return Ok((Kind::PlainHttp, host, port, path));
+  }
+  if !target.starts_with('/') {
+    return Err(bad(format!(
+      "the target {target:?} is neither http://... nor /path"
+    )));
+  }
+  let h = host_header.ok_or_else(|| bad("a request without a destination (no Host)".into()))?;
+  let (host, port) = parse_authority(h).map_err(bad)?;
+  Ok((Kind::PlainHttp, host, port.unwrap_or(80), target.clone()))
+}
+
+/// A `Host` header must name the destination the proxy checked; a port it omits is the
+/// scheme's (`default`), or any for CONNECT.
+fn agree(value: &str, host: &Host, port: u16, default: Option<u16>) -> Result<(), Stop> {
+  let refuse = || {
+    Stop::Refuse(format!(
+      "refused {host}:{port}: the Host header names {value:?}, not the destination"
+    ))
+  };
+  let (h, p) = parse_authority(value).map_err(|_| refuse())?;
+  let port_ok = match (p, default) {
+    (Some(p), _) => p == port,
+    (None, Some(d)) => d == port,
+    (None, None) => true,
+  };
+  if &h == host && port_ok {
+    Ok(())
+  } else {
+    Err(refuse())
+  }
+}
+
+/// Reads a tunnel's first bytes and checks them against its target.
+async fn tunnel_first_bytes<S: AsyncRead + Unpin>(
+  client: &mut S,
+  mut first: Vec<u8>,
+  host: &Host,
+  port: u16,
+) -> Result<Vec<u8>, Stop> {
+  let target = format!("{host}:{port}");
+  loop {
+    if first.is_empty() {
+      read_more(client, &mut first).await?;
+      continue;
+    }
+    if first[0] == 0x16 {
+      match sni::client_hello(&first) {
+        Hello::Incomplete => read_more(client, &mut first).await?,
+        Hello::NoSni => return Ok(first),
+        Hello::Sni(name) => {
+          return match host {
+            Host::Name(n) if *n == name.strip_suffix('.').unwrap_or(&name) => Ok(first),
+            _ => Err(Stop::RefuseSilently(format!(
+              "refused the tunnel to {target}: its TLS ClientHello names {name:?}"
+            ))),
+          };
+        }
+        Hello::Malformed(why) => {
+          return Err(Stop::RefuseSilently(format!(
+            "closed the tunnel to {target}: {why}"
+          )));
+        }
+      }
+      continue;
+    }
+    let undecided =
+      first.len() < 21 && !first.contains(&b' ') && first.iter().all(u8::is_ascii_uppercase);
+    if undecided {
+      read_more(client, &mut first).await?;
+      continue;
+    }
+    if head::request_method(&first).is_none() {
+      // Neither TLS nor HTTP: bytes for the allowed host and port, passed on as they are.
+      return Ok(first);
+    }
+    let inner = loop {
+      match head::parse(&first) {
+        Ok(Some(h)) => break h,
+        Ok(None) => read_more(client, &mut first).await?,
+        Err(e) => {
+          return Err(Stop::RefuseInTunnel(format!(
+            "closed the tunnel to {target}: {e}"
+          )));
+        }
+      }
+    };
+    if inner.method == "CONNECT" {
+      return Err(Stop::RefuseInTunnel(format!(
+        "refused a CONNECT to {} inside the tunnel to {target}",
+        inner.target
+      )));
+    }
+    let host_header = inner
+      .header("host")
+      .map_err(|e| Stop::RefuseInTunnel(format!("closed the tunnel to {target}: {e}")))?;
+    let named = host_header.or_else(|| inner.target.contains("://").then_some(&*inner.target));
+    return match named {
+      Some(value) => {
+        let value = value
+          .split_once("://")
+          .map(|(_, r)| r.split(['/', '?', '#']).next().unwrap_or(r))
+          .unwrap_or(value);
+        agree(value, host, port, Some(port))
+          .map(|()| first)
+          .map_err(|_| {
+            Stop::RefuseInTunnel(format!(
+              "refused a request for {value:?} inside the tunnel to {target}"
+            ))
+          })
+      }
+      None => Ok(first),
+    };
+  }
+}
+
+/// The plain HTTP request as the destination gets it: origin-form, the proxy's own headers
+/// removed, one request per connection.
+fn forwarded_head(head: &RequestHead, path: &str, host: &Host, port: u16) -> String {
+  let mut out = format!("{} {} {}\r\n", head.method, path, head.version);
+  let mut has_host = false;
+  for (name, value) in &head.headers {
+    let lower = name.to_ascii_lowercase();
+    if matches!(
+      lower.as_str(),
+      "proxy-connection" | "proxy-authorization" | "connection" | "keep-alive"
+    ) {
+      continue;
+    }
+    has_host |= lower == "host";
+    out.push_str(&format!("{name}: {value}\r\n"));
+  }
+  if !has_host {
+    if port == 80 {
+      out.push_str(&format!("Host: {host}\r\n"));
+    } else {
+      out.push_str(&format!("Host: {host}:{port}\r\n"));
+    }
+  }
+  out.push_str("Connection: close\r\n\r\n");
+  out
+}
+
+async fn connect_any(addresses: &[IpAddr], port: u16) -> io::Result<TcpStream> {
+  let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+  for ip in addresses {
+    match timeout(
+      CONNECT_TIMEOUT,
+      TcpStream::connect(SocketAddr::new(*ip, port)),
+    )
+    .await
+    {
+      Ok(Ok(s)) => return Ok(s),
+      Ok(Err(e)) => last = e,
+      Err(_) => last = io::Error::new(io::ErrorKind::TimedOut, "connect timed out"),
+    }
+  }
+  Err(last)
+}
+
+/// A stream that counts the bytes read from it.
+struct Counted<S> {
+  inner: S,
+  read: u64,
+}
+
+impl<S> Counted<S> {
+  fn new(inner: S) -> Self {
+    Counted { inner, read: 0 }
+  }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Counted<S> {
+  fn poll_read(
+    mut self: Pin<&mut Self>,
+    cx: &mut Context<'_>,
+    buf: &mut ReadBuf<'_>,
+  ) -> Poll<io::Result<()>> {
+    let before = buf.filled().len();
+    let r = Pin::new(&mut self.inner).poll_read(cx, buf);
+    self.read += (buf.filled().len() - before) as u64;
+    r
+  }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Counted<S> {
+  fn poll_write(
+    mut self: Pin<&mut Self>,
+    cx: &mut Context<'_>,
+    buf: &[u8],
+  ) -> Poll<io::Result<usize>> {
+    Pin::new(&mut self.inner).poll_write(cx, buf)
+  }
+  fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    Pin::new(&mut self.inner).poll_flush(cx)
+  }
+  fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    Pin::new(&mut self.inner).poll_shutdown(cx)
+  }
+}

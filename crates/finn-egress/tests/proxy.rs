@@ -1,0 +1,597 @@
+//! The proxy against real servers on 127.0.0.1 and 127.0.0.2 (and ::1), named through `hosts`.
+//! Each way a naive allowlist proxy leaks is a test here that such a proxy fails. Every refusal is judged from the server's side: after the proxy's record of
+//! the connection (sent once the connection is over), the server's listener holds no
+//! connection, accepted or queued.
+
+use std::collections::BTreeMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+
+use finn_egress::proxy::{Job, Proxy, Resolve};
+use finn_egress::sni::client_hello_bytes;
+use finn_egress::{ConnectionRecord, Decision, NetworkOptions, Policy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+const RESPONSE: &[u8] =
+  b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nserver-ok";
+
+/// A listening server that answers each connection with [`RESPONSE`] once it has read the
+/// request head (or a ClientHello's worth of bytes).
+struct Server {
+  listener: TcpListener,
+  addr: SocketAddr,
+}
+
+impl Server {
+  fn on(ip: &str) -> Server {
+    let listener = TcpListener::bind((ip, 0)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    Server { listener, addr }
+  }
+
+  fn port(&self) -> u16 {
+    self.addr.port()
+  }
+
+  /// Accepts one connection on a thread; gives what the server received before answering.
+  fn serve_one(&self) -> JoinHandle<Vec<u8>> {
+    let listener = self.listener.try_clone().unwrap();
+    std::thread::spawn(move || {
+      let (mut s, _) = listener.accept().unwrap();
+      let mut got = Vec::new();
+      let mut chunk = [0u8; 4096];
+      while !(got.windows(4).any(|w| w == b"\r\n\r\n") || tls_record_complete(&got)) {
+        let n = s.read(&mut chunk).unwrap();
+        if n == 0 {
+          break;
+        }
+        got.extend_from_slice(&chunk[..n]);
+      }
+      s.write_all(RESPONSE).unwrap();
+      got
+    })
+  }
+
+  /// No connection reached this server: none accepted (a serve thread would have taken it)
+  /// and none waiting in the accept queue.
+  fn saw_nothing(&self) -> bool {
+    self.listener.set_nonblocking(true).unwrap();
+    let r = matches!(self.listener.accept(), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    self.listener.set_nonblocking(false).unwrap();
+    r
+  }
+}
+
+fn tls_record_complete(got: &[u8]) -> bool {
+  got.first() == Some(&0x16)
+    && got.len() >= 5
+    && got.len() >= 5 + usize::from(u16::from_be_bytes([got[3], got[4]]))
+}
+
+/// A resolver that answers from a table and counts its calls; it never asks the network.
+#[derive(Default)]
+struct TableResolver {
+  table: BTreeMap<String, Vec<IpAddr>>,
+  calls: AtomicUsize,
+}
+
+impl Resolve for TableResolver {
+  fn resolve(&self, name: &str) -> std::io::Result<Vec<IpAddr>> {
+    self.calls.fetch_add(1, Ordering::SeqCst);
+    self
+      .table
+      .get(name)
+      .cloned()
+      .ok_or_else(|| std::io::Error::new(ErrorKind::NotFound, "no such name"))
+  }
+}
+
+fn options(allow: &[String], plain: bool, local: bool) -> NetworkOptions {
+  NetworkOptions {
+    allow: allow.to_vec(),
+    allow_plain_http: plain,
+    allow_local: local,
+    hosts: [
+      ("allowed.test".to_string(), "127.0.0.1".to_string()),
+      ("denied.test".to_string(), "127.0.0.2".to_string()),
+    ]
+    .into(),
+  }
+}
+
+/// A proxy serving jobs, each on a listener of its own, and the records of their connections.
+struct Harness {
+  proxy: Arc<Proxy>,
+  records: mpsc::UnboundedReceiver<ConnectionRecord>,
+  resolver: Arc<TableResolver>,
+}
+
+impl Harness {
+  fn new() -> Harness {
+    Harness::with_resolver(TableResolver::default())
+  }
+
+  fn with_resolver(resolver: TableResolver) -> Harness {
+    let (tx, records) = mpsc::unbounded_channel();
+    let resolver = Arc::new(resolver);
+    let proxy = Arc::new(Proxy::new(
+      resolver.clone(),
+      Arc::new(move |r| {
+        let _ = tx.send(r);
+      }),
+    ));
+    Harness {
+      proxy,
+      records,
+      resolver,
+    }
+  }
+
+  /// Starts serving a job; gives the address its command would reach the proxy at.
+  async fn job(&self, id: &str, o: NetworkOptions) -> SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let job = Arc::new(Job {
+      id: id.into(),
+      policy: Policy::new(&o).unwrap(),
+    });
+    tokio::spawn(self.proxy.clone().serve_tcp(listener, job));
+    addr
+  }
+
+  /// The record of the next connection to end.
+  async fn record(&mut self) -> ConnectionRecord {
+    self.records.recv().await.unwrap()
+  }
+}
+
+/// Reads until the proxy closes. The bound only keeps a broken proxy (one that connects where it
+/// must not, to a server that never answers) from hanging the suite; no assertion is timed.
+async fn read_to_close(c: &mut TcpStream, out: &mut Vec<u8>) {
+  let read = tokio::time::timeout(std::time::Duration::from_secs(20), c.read_to_end(out)).await;
+  assert!(read.is_ok(), "the proxy neither answered nor closed");
+}
+
+/// Sends `request`, reads until the proxy closes, gives what came back.
+async fn exchange(proxy: SocketAddr, request: &[u8]) -> String {
+  let mut c = TcpStream::connect(proxy).await.unwrap();
+  c.write_all(request).await.unwrap();
+  let mut out = Vec::new();
+  read_to_close(&mut c, &mut out).await;
+  String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Opens a tunnel, checks the 200, sends `inner`, reads until the close.
+async fn through_tunnel(proxy: SocketAddr, target: &str, inner: &[u8]) -> Vec<u8> {
+  let mut c = TcpStream::connect(proxy).await.unwrap();
+  c.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+    .await
+    .unwrap();
+  let mut established = [0u8; 39];
+  c.read_exact(&mut established).await.unwrap();
+  assert_eq!(&established, b"HTTP/1.1 200 Connection established\r\n\r\n");
+  c.write_all(inner).await.unwrap();
+  let mut out = Vec::new();
+  read_to_close(&mut c, &mut out).await;
+  out
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_allowed_plain_http_request_reaches_its_server_in_origin_form() {
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let target = format!("allowed.test:{}", server.port());
+  let proxy = h
+    .job("j1", options(std::slice::from_ref(&target), true, true))
+    .await;
+  let served = server.serve_one();
+  let reply = exchange(
+    proxy,
+    format!("GET http://{target}/path?q=1 HTTP/1.1\r\nHost: {target}\r\nProxy-Connection: keep-alive\r\n\r\n").as_bytes(),
+  )
+  .await;
+  assert!(reply.ends_with("server-ok"), "{reply}");
+  let got = String::from_utf8(served.join().unwrap()).unwrap();
+  assert!(got.starts_with("GET /path?q=1 HTTP/1.1\r\n"), "{got}");
+  assert!(
+    got.contains("Connection: close\r\n") && !got.contains("Proxy-Connection"),
+    "{got}"
+  );
+  let r = h.record().await;
+  assert_eq!(r.decision, Decision::Allowed);
+  assert_eq!(
+    (r.job.as_str(), r.host.as_str(), r.port),
+    ("j1", "allowed.test", server.port())
+  );
+  assert_eq!(r.rule.as_deref(), Some(target.as_str()));
+  assert_eq!(r.bytes_down, RESPONSE.len() as u64);
+  assert!(r.bytes_up > 0);
+  assert_eq!(
+    h.resolver.calls.load(Ordering::SeqCst),
+    0,
+    "hosts entries are used instead of DNS"
+  );
+}
+
+/// A proxy that filters only CONNECT lets plain HTTP reach any host.
+#[tokio::test(flavor = "current_thread")]
+async fn plain_http_to_an_unlisted_host_is_refused_in_both_request_forms() {
+  let mut h = Harness::new();
+  let denied = Server::on("127.0.0.2");
+  let allowed = Server::on("127.0.0.1");
+  let proxy = h
+    .job(
+      "j1",
+      options(&[format!("allowed.test:{}", allowed.port())], true, true),
+    )
+    .await;
+  let target = format!("denied.test:{}", denied.port());
+  for request in [
+    format!("GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+    format!("GET / HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+    // The absolute form names the allowed host, Host the denied one.
+    format!(
+      "GET http://allowed.test:{}/ HTTP/1.1\r\nHost: {target}\r\n\r\n",
+      allowed.port()
+    ),
+  ] {
+    let reply = exchange(proxy, request.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 403 "), "{request}: {reply}");
+    assert!(reply.contains("denied.test"), "{reply}");
+    let r = h.record().await;
+    assert_eq!(r.decision, Decision::Refused);
+  }
+  assert!(denied.saw_nothing());
+  assert!(allowed.saw_nothing());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn plain_http_is_refused_unless_the_job_allows_it_and_the_403_names_the_rule() {
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let target = format!("allowed.test:{}", server.port());
+  let proxy = h
+    .job("j1", options(std::slice::from_ref(&target), false, true))
+    .await;
+  let reply = exchange(
+    proxy,
+    format!("GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes(),
+  )
+  .await;
+  assert!(reply.starts_with("HTTP/1.1 403 "), "{reply}");
+  assert!(
+    reply.contains(&target) && reply.contains("network.allowPlainHttp"),
+    "{reply}"
+  );
+  h.record().await;
+  assert!(server.saw_nothing());
+}
+
+/// A proxy that checks only the name it is shown, not the port or a literal address, CONNECTs
+/// to hosts not on the list.
+#[tokio::test(flavor = "current_thread")]
+async fn connect_reaches_only_listed_names_and_ports_never_an_unlisted_ip_literal() {
+  let mut h = Harness::new();
+  let allowed = Server::on("127.0.0.1");
+  let other_port = Server::on("127.0.0.1");
+  let denied = Server::on("127.0.0.2");
+  let proxy = h
+    .job(
+      "j1",
+      options(&[format!("allowed.test:{}", allowed.port())], false, true),
+    )
+    .await;
+  for target in [
+    format!("denied.test:{}", denied.port()),
+    format!("127.0.0.2:{}", denied.port()),
+    format!("127.0.0.1:{}", allowed.port()),
+    format!("allowed.test:{}", other_port.port()),
+    format!("ALLOWED.test.:{}", other_port.port()),
+  ] {
+    let reply = exchange(
+      proxy,
+      format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes(),
+    )
+    .await;
+    assert!(reply.starts_with("HTTP/1.1 403 "), "{target}: {reply}");
+    assert!(reply.contains("network.allow"), "{reply}");
+    assert_eq!(h.record().await.decision, Decision::Refused);
+  }
+  assert!(allowed.saw_nothing() && other_port.saw_nothing() && denied.saw_nothing());
+  // The listed one goes through.
+  let served = allowed.serve_one();
+  let hello = client_hello_bytes(Some("allowed.test"));
+  let back = through_tunnel(proxy, &format!("allowed.test:{}", allowed.port()), &hello).await;
+  assert_eq!(back, RESPONSE);
+  assert_eq!(served.join().unwrap(), hello);
+  let r = h.record().await;
+  assert_eq!(r.decision, Decision::Allowed);
+  assert_eq!(
+    r.bytes_up as usize,
+    format!(
+      "CONNECT allowed.test:{0} HTTP/1.1\r\nHost: allowed.test:{0}\r\n\r\n",
+      allowed.port()
+    )
+    .len()
+      + hello.len()
+  );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_ipv6_loopback_literal_is_refused_unless_listed() {
+  let Ok(listener) = TcpListener::bind("[::1]:0") else {
+    eprintln!("skipped: this host has no ::1");
+    return;
+  };
+  let addr = listener.local_addr().unwrap();
+  let server = Server { listener, addr };
+  let mut h = Harness::new();
+  let proxy = h
+    .job("j1", options(&["allowed.test".into()], true, true))
+    .await;
+  for request in [
+    format!("CONNECT [::1]:{} HTTP/1.1\r\n\r\n", server.port()),
+    format!("GET http://[::1]:{}/ HTTP/1.1\r\n\r\n", server.port()),
+    format!(
+      "CONNECT [::ffff:127.0.0.1]:{} HTTP/1.1\r\n\r\n",
+      server.port()
+    ),
+  ] {
+    let reply = exchange(proxy, request.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 403 "), "{request}: {reply}");
+    h.record().await;
+  }
+  assert!(server.saw_nothing());
+}
+
+/// A CONNECT relay on an allowed host, reached through the tunnel, reaches any host. The
+/// proxy reads the tunnel's first bytes before connecting, so not even the allowed server
+/// (which would be the relay) sees a connection.
+#[tokio::test(flavor = "current_thread")]
+async fn a_connect_inside_a_tunnel_is_refused_before_anything_is_connected() {
+  let mut h = Harness::new();
+  let relay = Server::on("127.0.0.1");
+  let denied = Server::on("127.0.0.2");
+  let proxy = h
+    .job(
+      "j1",
+      options(&[format!("allowed.test:{}", relay.port())], false, true),
+    )
+    .await;
+  let inner = format!(
+    "CONNECT denied.test:{0} HTTP/1.1\r\nHost: denied.test:{0}\r\n\r\n",
+    denied.port()
+  );
+  let back = String::from_utf8(
+    through_tunnel(
+      proxy,
+      &format!("allowed.test:{}", relay.port()),
+      inner.as_bytes(),
+    )
+    .await,
+  )
+  .unwrap();
+  assert!(
+    back.starts_with("HTTP/1.1 403 ") && back.contains("CONNECT"),
+    "{back}"
+  );
+  assert_eq!(h.record().await.decision, Decision::Refused);
+  // Sent in pieces, the inner CONNECT is still recognised.
+  let mut c = TcpStream::connect(proxy).await.unwrap();
+  c.write_all(format!("CONNECT allowed.test:{} HTTP/1.1\r\n\r\nCON", relay.port()).as_bytes())
+    .await
+    .unwrap();
+  let mut established = [0u8; 39];
+  c.read_exact(&mut established).await.unwrap();
+  c.write_all(format!("NECT denied.test:{} HTTP/1.1\r\n\r\n", denied.port()).as_bytes())
+    .await
+    .unwrap();
+  let mut out = Vec::new();
+  read_to_close(&mut c, &mut out).await;
+  assert!(String::from_utf8_lossy(&out).starts_with("HTTP/1.1 403 "));
+  assert_eq!(h.record().await.decision, Decision::Refused);
+  assert!(relay.saw_nothing() && denied.saw_nothing());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_host_that_disagrees_with_the_connect_target_is_refused() {
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let target = format!("allowed.test:{}", server.port());
+  let proxy = h
+    .job("j1", options(std::slice::from_ref(&target), false, true))
+    .await;
+  // On the CONNECT itself.
+  let reply = exchange(
+    proxy,
+    format!("CONNECT {target} HTTP/1.1\r\nHost: denied.test\r\n\r\n").as_bytes(),
+  )
+  .await;
+  assert!(
+    reply.starts_with("HTTP/1.1 403 ") && reply.contains("denied.test"),
+    "{reply}"
+  );
+  h.record().await;
+  // On the first request inside the tunnel.
+  let back = through_tunnel(
+    proxy,
+    &target,
+    b"GET / HTTP/1.1\r\nHost: denied.test\r\n\r\n",
+  )
+  .await;
+  assert!(String::from_utf8_lossy(&back).starts_with("HTTP/1.1 403 "));
+  h.record().await;
+  assert!(server.saw_nothing());
+  // A request naming the target goes through.
+  let served = server.serve_one();
+  let inner = format!("GET / HTTP/1.1\r\nHost: {target}\r\n\r\n");
+  assert_eq!(
+    through_tunnel(proxy, &target, inner.as_bytes()).await,
+    RESPONSE
+  );
+  assert_eq!(served.join().unwrap(), inner.as_bytes());
+  assert_eq!(h.record().await.decision, Decision::Allowed);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_client_hello_naming_another_host_is_refused() {
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let target = format!("allowed.test:{}", server.port());
+  let proxy = h
+    .job("j1", options(std::slice::from_ref(&target), false, true))
+    .await;
+  for sni in ["denied.test", "allowed.test.evil"] {
+    let back = through_tunnel(proxy, &target, &client_hello_bytes(Some(sni))).await;
+    assert!(back.is_empty(), "a TLS client is told nothing: {back:?}");
+    let r = h.record().await;
+    assert_eq!(r.decision, Decision::Refused);
+    assert!(r.reason.unwrap().contains(sni));
+  }
+  // Split across writes, the hello is read whole before the decision.
+  let hello = client_hello_bytes(Some("denied.test"));
+  let mut c = TcpStream::connect(proxy).await.unwrap();
+  c.write_all(format!("CONNECT {target} HTTP/1.1\r\n\r\n").as_bytes())
+    .await
+    .unwrap();
+  let mut established = [0u8; 39];
+  c.read_exact(&mut established).await.unwrap();
+  c.write_all(&hello[..10]).await.unwrap();
+  c.flush().await.unwrap();
+  c.write_all(&hello[10..]).await.unwrap();
+  let mut out = Vec::new();
+  read_to_close(&mut c, &mut out).await;
+  assert!(out.is_empty());
+  assert_eq!(h.record().await.decision, Decision::Refused);
+  assert!(server.saw_nothing());
+}
+
+/// One proxy for many jobs must not let a job reach what only another job's list opens.
+#[tokio::test(flavor = "current_thread")]
+async fn jobs_of_one_proxy_each_get_their_own_list() {
+  let mut h = Harness::new();
+  let a_server = Server::on("127.0.0.1");
+  let b_server = Server::on("127.0.0.2");
+  let job_a = h
+    .job(
+      "a",
+      options(&[format!("allowed.test:{}", a_server.port())], false, true),
+    )
+    .await;
+  let job_b = h
+    .job(
+      "b",
+      options(&[format!("denied.test:{}", b_server.port())], false, true),
+    )
+    .await;
+  let reply = exchange(
+    job_b,
+    format!("CONNECT allowed.test:{} HTTP/1.1\r\n\r\n", a_server.port()).as_bytes(),
+  )
+  .await;
+  assert!(reply.starts_with("HTTP/1.1 403 "), "{reply}");
+  let r = h.record().await;
+  assert_eq!((r.job.as_str(), r.decision), ("b", Decision::Refused));
+  let reply = exchange(
+    job_a,
+    format!("CONNECT denied.test:{} HTTP/1.1\r\n\r\n", b_server.port()).as_bytes(),
+  )
+  .await;
+  assert!(reply.starts_with("HTTP/1.1 403 "), "{reply}");
+  assert_eq!(h.record().await.job, "a");
+  assert!(a_server.saw_nothing() && b_server.saw_nothing());
+  let served = b_server.serve_one();
+  let hello = client_hello_bytes(Some("denied.test"));
+  assert_eq!(
+    through_tunnel(job_b, &format!("denied.test:{}", b_server.port()), &hello).await,
+    RESPONSE
+  );
+  served.join().unwrap();
+  let r = h.record().await;
+  assert_eq!((r.job.as_str(), r.decision), ("b", Decision::Allowed));
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn local_and_metadata_answers_are_refused_unless_allow_local() {
+  let mut resolver = TableResolver::default();
+  resolver.table.insert(
+    "metadata.test".into(),
+    vec!["169.254.169.254".parse().unwrap()],
+  );
+  resolver.table.insert(
+    "rebind.test".into(),
+    vec![
+      "127.0.0.1".parse().unwrap(),
+      "::ffff:127.0.0.1".parse().unwrap(),
+    ],
+  );
+  let mut h = Harness::with_resolver(resolver);
+  let server = Server::on("127.0.0.1");
+  let allow = [
+    format!("allowed.test:{}", server.port()),
+    format!("rebind.test:{}", server.port()),
+    "metadata.test:80".to_string(),
+  ];
+  let proxy = h.job("j1", options(&allow, true, false)).await;
+  for (request, class) in [
+    (
+      format!("CONNECT allowed.test:{} HTTP/1.1\r\n\r\n", server.port()),
+      "loopback",
+    ),
+    (
+      format!("CONNECT rebind.test:{} HTTP/1.1\r\n\r\n", server.port()),
+      "loopback",
+    ),
+    (
+      "GET http://metadata.test/latest/meta-data HTTP/1.1\r\n\r\n".to_string(),
+      "cloud metadata",
+    ),
+  ] {
+    let reply = exchange(proxy, request.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 403 "), "{request}: {reply}");
+    assert!(
+      reply.contains(class) && reply.contains("network.allowLocal"),
+      "{reply}"
+    );
+    h.record().await;
+  }
+  assert!(server.saw_nothing());
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_malformed_request_is_closed_with_a_400() {
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let proxy = h
+    .job(
+      "j1",
+      options(&[format!("allowed.test:{}", server.port())], true, true),
+    )
+    .await;
+  for request in [
+    format!(
+      "GET http://allowed.test:{}/ HTTP/1.1\nHost: allowed.test\n\n",
+      server.port()
+    ),
+    "CONNECT allowed.test HTTP/1.1\r\n\r\n".to_string(),
+    format!(
+      "GET / HTTP/1.1\r\nHost: allowed.test:{0}\r\nHost: allowed.test:{0}\r\n\r\n",
+      server.port()
+    ),
+    format!(
+      "GET http://user@allowed.test:{}/ HTTP/1.1\r\n\r\n",
+      server.port()
+    ),
+    "GET / HTTP/1.1\r\n\r\n".to_string(),
+  ] {
+    let reply = exchange(proxy, request.as_bytes()).await;
+    assert!(reply.starts_with("HTTP/1.1 400 "), "{request:?}: {reply}");
+    assert_eq!(h.record().await.decision, Decision::Refused);
+  }
+  assert!(server.saw_nothing());
+}
