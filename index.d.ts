@@ -476,6 +476,68 @@ export interface SessionExecResult<Output extends string | Buffer = string | Buf
   sessionRestarted: boolean
 }
 
+/** One event of a background process's log, numbered in order from 0. */
+export type LogEvent =
+  | { type: 'stdout' | 'stderr'; seq: number; time: number; data: Buffer }
+  | { type: 'truncated'; seq: number; time: number }
+  | { type: 'exit'; seq: number; time: number; exitCode: number | null; signal: string | null }
+
+/** How a background process ended. */
+export interface ProcessExit {
+  exitCode: number | null
+  signal: string | null
+  timedOut: boolean
+}
+
+/** A wait's bound and its cancellation. */
+export interface ProcessWaitOptions {
+  timeoutMs?: number
+  signal?: AbortSignal
+}
+
+/** A background process of a session, on a reaper of its own (docs/processes.md). */
+export interface Process extends AsyncIterable<LogEvent> {
+  readonly id: string
+  /** The command's pid (`bash -c`'s; the program's when the command `exec`s it). */
+  readonly pid: number
+  readonly command: string
+  readonly status: 'running' | 'completed' | 'failed' | 'killed' | 'error'
+  readonly exitCode: number | null
+  readonly signal: string | null
+  readonly startTime: Date
+  readonly endTime: Date | null
+  getStatus(): Promise<string>
+  getLogs(): Promise<{ stdout: string; stderr: string; truncated: boolean }>
+  /** Replays from sequence number `since` (a `truncated` event first when the ring lost it), then follows; ends after the exit event. */
+  streamLogs(options?: { since?: number }): AsyncIterableIterator<LogEvent>
+  /** Rejects `ETIMEDOUT`, `ABORT_ERR` or `EPROCESSEXITED`. */
+  waitForLog(pattern: string | RegExp, options?: ProcessWaitOptions): Promise<{ line: string; stream: string }>
+  /** Resolves once `host:port` (default 127.0.0.1) accepts a connection; rejects as soon as the process exits. */
+  waitForPort(port: number, options?: ProcessWaitOptions & { host?: string }): Promise<void>
+  waitForExit(options?: ProcessWaitOptions): Promise<ProcessExit>
+  /** Signals the whole tree (default SIGTERM), SIGKILL after `graceMs` (default 5000); resolves when every process of it is gone. */
+  kill(signal?: string | number, options?: { graceMs?: number }): Promise<void>
+  /** With `stdin: "pipe"` only. */
+  writeStdin(data: string | Uint8Array): Promise<void>
+  closeStdin(): Promise<void>
+}
+
+export interface ProcessOptions {
+  id?: string
+  /** Default: the session's working directory when the call is made. */
+  cwd?: string
+  /** Over the session's exported environment when the call is made; `undefined` removes a name. */
+  env?: Record<string, string | undefined>
+  /** A hard deadline: the whole tree is killed at it. */
+  timeoutMs?: number
+  stdin?: 'ignore' | 'pipe'
+  /** The log ring's size in bytes. Default 8 MiB. */
+  maxLogBytes?: number
+  onStdout?(chunk: Buffer): void
+  onStderr?(chunk: Buffer): void
+  onExit?(e: ProcessExit): void
+}
+
 /** A bash kept alive between commands: `cd`, `export`, functions, aliases and `set` options persist. */
 export declare class Session implements AsyncDisposable {
   private constructor()
@@ -489,6 +551,13 @@ export declare class Session implements AsyncDisposable {
   exec(command: string, options?: SessionExecOptions): Promise<SessionExecResult>
   /** Exports (or, for `undefined`, unsets) variables in the shell, in call order. */
   setEnv(vars: Record<string, string | undefined>): Promise<void>
+  /** Starts `command` (`bash -c`) on a reaper of its own, in the session's cwd and exported environment as they are after the calls before it, under the session's isolation. */
+  startProcess(command: string, options?: ProcessOptions): Promise<Process>
+  getProcess(id: string): Process | undefined
+  /** Running processes and the last 100 finished ones. */
+  listProcesses(): Process[]
+  /** Kills every running process's tree; resolves with how many there were. */
+  killAllProcesses(signal?: string | number): Promise<number>
   /** Kills the shell and everything the session started, and resolves once all are gone; running and queued calls reject ESESSIONDESTROYED. Idempotent. */
   destroy(): Promise<void>
   [Symbol.asyncDispose](): Promise<void>

@@ -1226,7 +1226,6 @@ class ToolSandbox {
 const DEFAULT_SESSION_MAX_OUTPUT_BYTES = 16 * 1024 * 1024
 const MAX_SESSION_MS = 2 ** 31 - 1
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/
-const signalNames = Object.fromEntries(Object.entries(require('node:os').constants.signals).map(([name, n]) => [n, name]))
 const asyncDispose = Symbol.asyncDispose ?? Symbol.for('nodejs.asyncDispose')
 
 function sessionPool(pool) {
@@ -1322,7 +1321,7 @@ async function createSession(options) {
   }
   const reply = await nativeSession.start()
   if (reply.errorCode != null) throw new SessionError(reply.errorCode, reply.errorMessage)
-  return new Session(nativeSession, id, defaults, opts.pool ?? sharedPool())
+  return new Session(nativeSession, id, defaults, opts.pool ?? sharedPool(), opts.isolation)
 }
 
 function toSessionError(err) {
@@ -1354,12 +1353,16 @@ class Session {
   #destroyed = false
   #nextId = 1
   #ended
+  #isolation
+  /** The session's background processes by id: running ones, and the last finished ones. */
+  #processes = new Map()
 
-  constructor(nativeSession, id, defaults, pool) {
+  constructor(nativeSession, id, defaults, pool, isolation) {
     this.#native = nativeSession
     this.#id = id
     this.#defaults = defaults
     this.#pool = pool
+    this.#isolation = isolation
     const ref = new WeakRef(nativeSession)
     liveSessions.add(ref)
     forgetSession.register(nativeSession, ref)
@@ -1407,6 +1410,74 @@ class Session {
     }
   }
 
+  /**
+   * Starts `command` (run by `bash -c`) as a background process on a reaper of its own, in the
+   * session's working directory and exported environment as they are now (read from the shell
+   * in call order), with the session's isolation; `options.cwd` and `options.env` override them.
+   */
+  async startProcess(command, options) {
+    if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session is destroyed')
+    if (typeof command !== 'string') throw invalidSession(`command must be a string, not ${typeof command}`)
+    const opts = sessionOptions(options, 'options')
+    if (opts.isolation !== undefined) throw invalidSession('options.isolation is the session\'s: set it on createSession')
+    if (opts.id !== undefined && this.#processes.has(opts.id) && this.#processes.get(opts.id).status === 'running') {
+      throw invalidSession(`options.id ${shown(opts.id)} names a running process of this session`)
+    }
+    const state = await this.exec("builtin printf '%s\\0' \"$PWD\"; command -p env -0", { encoding: 'buffer' })
+    if (state.exitCode !== 0) throw new SessionError(SessionErrorCode.EINVAL, `the session's state could not be read: ${state.stderr.toString().trim()}`)
+    const fields = state.stdout.toString().split('\0')
+    const env = {}
+    for (const entry of fields.slice(1)) {
+      const eq = entry.indexOf('=')
+      if (eq > 0) env[entry.slice(0, eq)] = entry.slice(eq + 1)
+    }
+    delete env._
+    for (const [k, v] of Object.entries(opts.env ?? {})) {
+      if (v === undefined) delete env[k]
+      else env[k] = v
+    }
+    if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session is destroyed')
+    const proc = await startProcess(this.#pool, command, {
+      ...opts,
+      id: opts.id ?? `${this.#id}-proc-${this.#nextProcess++}`,
+      cwd: opts.cwd ?? fields[0],
+      env,
+      inheritEnv: false,
+      isolation: this.#isolation,
+    })
+    if (this.#destroyed) {
+      await proc.kill('SIGKILL').catch(() => {})
+      throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
+    }
+    this.#processes.set(proc.id, proc)
+    this.#prune()
+    return proc
+  }
+
+  #nextProcess = 1
+
+  /** Keeps every running process and the last 100 finished ones. */
+  #prune() {
+    const done = [...this.#processes.values()].filter((p) => p.status !== 'running')
+    for (const p of done.slice(0, Math.max(0, done.length - 100))) this.#processes.delete(p.id)
+  }
+
+  getProcess(id) {
+    return this.#processes.get(id)
+  }
+
+  listProcesses() {
+    this.#prune()
+    return [...this.#processes.values()]
+  }
+
+  /** Kills every running process of the session (whole trees); resolves with how many. */
+  async killAllProcesses(signal) {
+    const running = [...this.#processes.values()].filter((p) => p.status === 'running')
+    await Promise.all(running.map((p) => p.kill(signal).catch(() => {})))
+    return running.length
+  }
+
   /** Ends the shell and everything it started; rejects running and queued calls. Idempotent. */
   destroy() {
     if (this.#ended !== undefined) return this.#ended
@@ -1414,7 +1485,8 @@ class Session {
     const destroyed = () => new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
     for (const entry of this.#waiting.splice(0)) entry.fail(destroyed())
     if (this.#running) this.#native.stop(this.#running.id)
-    this.#ended = this.#native.end().then(() => undefined)
+    const killed = [...this.#processes.values()].filter((p) => p.status === 'running').map((p) => p.kill('SIGKILL').catch(() => {}))
+    this.#ended = Promise.all([this.#native.end(), ...killed]).then(() => undefined)
     return this.#ended
   }
 
@@ -1822,7 +1894,7 @@ function probeIsolation() {
 function doctor() {
   return JSON.parse(native.doctorJson())
 }
-// Internal until the session shell lands: `Session.startProcess` will be its public door.
+// The tests reach a process without a session through it; `Session.startProcess` is the public door.
 Object.defineProperty(module.exports, '_startProcess', { value: startProcess, enumerable: false })
 module.exports.probeIsolation = probeIsolation
 module.exports.doctor = doctor

@@ -221,13 +221,15 @@ fn run_error(e: RunError) -> PoolError {
 
 impl Inner {
   /// A background process's tree is gone: it no longer counts as running. With nothing
-  /// running and no worker thread parked, the supervisor goes too (as a worker thread leaving
-  /// an idle pool does it: `worker.rs`), so an idle pool holds no process.
+  /// running, no worker thread parked and no session's lease held, the supervisor goes too (as
+  /// a worker thread leaving an idle pool does it: `worker.rs`), so an idle pool holds no
+  /// process; a session's shell runs under that supervisor and keeps it.
   pub(super) fn finish_process(&self, id: u64) {
     let mut state = self.lock();
     state.running.remove(&id);
     if state.running.is_empty() {
       if state.parked.is_empty()
+        && state.leases == 0
         && let Some(sup) = &self.supervisor
       {
         sup.stop();
