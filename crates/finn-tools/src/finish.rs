@@ -155,7 +155,7 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
     }
     ToolArgs::Find { max_results, .. } => {
       let prefix = rel_prefix(target);
-      let mut rules = Rules::new(jail, &target.expect("find has a target").path);
+      let mut rules = Rules::new(jail, &target.expect("find has a target").rel);
       let mut paths: Vec<String> = records(&stdout, out.truncated)
         .filter_map(|r| {
           let r = r.strip_prefix("./").unwrap_or(r);
@@ -389,7 +389,7 @@ fn grep(
   if run_cut && lines.last().is_some_and(|l| !l.ends_with('\n')) {
     lines.pop();
   }
-  let mut rules = Rules::new(jail, &target.path);
+  let mut rules = Rules::new(jail, &target.rel);
   let mut matches: Vec<Match> = lines
     .iter()
     .filter_map(|l| {

@@ -1,10 +1,13 @@
-//! The `.gitignore` files of a searched directory and of the directories below it, applied to
-//! the names a search printed: the same filter whichever program searched (rg, fd, grep and
+//! The `.gitignore` files of the worktree, from its root down to every directory below a
+//! searched one, applied to the names a search printed: the same filter whichever program searched (rg, fd, grep and
 //! find all run with no ignore file of their own), so their outputs stay identical. Git's
 //! rules: a deeper file's pattern overrides a shallower one's, a `!` pattern re-includes, and
 //! nothing below an ignored directory comes back.
 //!
-//! Files above the searched directory, `.git/info/exclude` and global excludes are not read.
+//! Only names below the searched directory are judged (a directory named as the path is
+//! searched even when ignored, as rg and fd search a path they are given); the rules that judge
+//! them include those of the directories above it, up to the worktree's root. `.git/info/exclude`
+//! and global excludes are not read.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,17 +20,26 @@ use finn_policy::FilesystemJail;
 /// The rules of one searched directory, read lazily, one `.gitignore` per directory at most.
 pub struct Rules<'j> {
   jail: &'j FilesystemJail,
-  /// The searched directory, canonical.
+  /// The worktree's root, canonical: every path here is relative to it.
   base: PathBuf,
+  /// The searched directory, relative to the root, `/`-terminated (empty for the root).
+  searched: String,
   /// Per directory below `base` (relative), its file's rules, or none.
   by_dir: HashMap<PathBuf, Option<Gitignore>>,
 }
 
 impl<'j> Rules<'j> {
-  pub fn new(jail: &'j FilesystemJail, base: &Path) -> Self {
+  /// `searched`: the searched directory relative to the worktree's root (empty: the root).
+  pub fn new(jail: &'j FilesystemJail, searched: &str) -> Self {
+    let searched = searched.trim_matches('/');
     Rules {
       jail,
-      base: base.to_path_buf(),
+      base: jail.root().to_path_buf(),
+      searched: if searched.is_empty() {
+        String::new()
+      } else {
+        format!("{searched}/")
+      },
       by_dir: HashMap::new(),
     }
   }
@@ -58,11 +70,14 @@ impl<'j> Rules<'j> {
     self.by_dir.get(dir).and_then(Option::as_ref)
   }
 
-  /// Whether `rel` (relative to the base, `/`-separated) is ignored: it, or a directory above
-  /// it, matches an ignore pattern that no deeper or later pattern re-includes.
+  /// Whether `rel` (relative to the searched directory, `/`-separated) is ignored: it, or a
+  /// directory above it and below the searched one, matches an ignore pattern that no deeper
+  /// or later pattern re-includes.
   pub fn ignored(&mut self, rel: &str, is_dir: bool) -> bool {
-    let parts: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
-    for end in 1..=parts.len() {
+    let full = format!("{}{rel}", self.searched);
+    let parts: Vec<&str> = full.split('/').filter(|p| !p.is_empty()).collect();
+    let from = self.searched.split('/').filter(|p| !p.is_empty()).count();
+    for end in from + 1..=parts.len() {
       let path: PathBuf = parts[..end].iter().collect();
       let dir_here = end < parts.len() || is_dir;
       if self.decides(&path, dir_here) {
@@ -105,7 +120,7 @@ mod tests {
     std::fs::create_dir_all(root.join("build")).unwrap();
     std::fs::write(root.join(".gitignore"), "build/\n*.log\n/top.txt\n").unwrap();
     std::fs::write(root.join("src/.gitignore"), "!keep.log\ngen\n").unwrap();
-    let mut rules = Rules::new(&jail, &root);
+    let mut rules = Rules::new(&jail, "");
     assert!(rules.ignored("build", true));
     assert!(rules.ignored("build/a.rs", false));
     assert!(
@@ -119,10 +134,15 @@ mod tests {
     assert!(rules.ignored("top.txt", false));
     assert!(!rules.ignored("src/top.txt", false), "anchored to the root");
     assert!(!rules.ignored("src/main.rs", false));
-    // Searching below the root reads the rules from there down only.
-    let mut below = Rules::new(&jail, &root.join("src"));
-    assert!(!below.ignored("a.log", false));
+    // Searching below the root: the root's rules apply there too, a deeper one overrides them.
+    let mut below = Rules::new(&jail, "src");
+    assert!(below.ignored("a.log", false), "the root's *.log");
+    assert!(!below.ignored("keep.log", false), "src's !keep.log");
     assert!(below.ignored("gen/a.rs", false));
+    assert!(!below.ignored("main.rs", false));
+    // A directory named as the path is searched even when ignored, as rg and fd do.
+    let mut inside = Rules::new(&jail, "build");
+    assert!(!inside.ignored("a.rs", false));
   }
 
   #[test]
@@ -133,7 +153,7 @@ mod tests {
     let jail = FilesystemJail::new(dir.path().to_str().unwrap()).unwrap();
     std::os::unix::fs::symlink(outside.path().join("rules"), jail.root().join(".gitignore"))
       .unwrap();
-    let mut rules = Rules::new(&jail, jail.root());
+    let mut rules = Rules::new(&jail, "");
     assert!(!rules.ignored("a.txt", false));
   }
 }
