@@ -12,51 +12,11 @@ import { holders, until } from './helpers.js'
 const root = join(import.meta.dirname, '..')
 const require = createRequire(import.meta.url)
 
-type LogEvent =
-  | { type: 'stdout' | 'stderr'; seq: number; time: number; data: Buffer }
-  | { type: 'truncated'; seq: number; time: number }
-  | { type: 'exit'; seq: number; time: number; exitCode: number | null; signal: string | null }
-interface Exit {
-  exitCode: number | null
-  signal: string | null
-  timedOut: boolean
-}
-interface Wait {
-  timeoutMs?: number
-  signal?: AbortSignal
-}
-/** The internal API under test (index.js, exported as the non-enumerable `_startProcess`). */
-interface Process extends AsyncIterable<LogEvent> {
-  readonly id: string
-  readonly pid: number
-  readonly command: string
-  readonly status: 'running' | 'completed' | 'failed' | 'killed' | 'error'
-  readonly exitCode: number | null
-  readonly signal: string | null
-  readonly startTime: Date
-  readonly endTime: Date | null
-  getStatus(): Promise<string>
-  getLogs(): Promise<{ stdout: string; stderr: string; truncated: boolean }>
-  streamLogs(options?: { since?: number }): AsyncIterableIterator<LogEvent>
-  waitForLog(pattern: string | RegExp, options?: Wait): Promise<{ line: string; stream: string }>
-  waitForPort(port: number, options?: Wait & { host?: string }): Promise<void>
-  waitForExit(options?: Wait): Promise<Exit>
-  kill(signal?: string | number, options?: { graceMs?: number }): Promise<void>
-  writeStdin(data: string | Uint8Array): Promise<void>
-  closeStdin(): Promise<void>
-}
-interface ProcessOptions {
-  id?: string
-  cwd?: string
-  env?: Record<string, string | undefined>
-  inheritEnv?: boolean
-  timeoutMs?: number
-  stdin?: 'ignore' | 'pipe'
-  maxLogBytes?: number
-  onStdout?(chunk: Buffer): void
-  onStderr?(chunk: Buffer): void
-  onExit?(e: Exit): void
-}
+// The public types (index.d.ts); the internal function also takes `inheritEnv` and `isolation`.
+type LogEvent = import('../index.js').LogEvent
+type Exit = import('../index.js').ProcessExit
+type Process = import('../index.js').Process
+type ProcessOptions = import('../index.js').ProcessOptions & { inheritEnv?: boolean }
 // Loaded with require, as the internal export is: vitest's ESM copy of index.js would be a
 // second module with a WorkerPool class of its own.
 const { _startProcess: startProcess, WorkerPool, SessionError } = require('../index.js') as {
