@@ -1,13 +1,15 @@
 'use strict'
 // One measurement of the session phase in a fresh Node process, started by bench/session.js:
-//   node bench/session-child.js true <session|pool> --iterations 300 --warmup 30
-//   node bench/session-child.js bulk <session|execFile> --bytes 104857600
+//   node bench/session-child.js true <session|pool|sdk> --iterations 300 --warmup 30
+//   node bench/session-child.js bulk <session|execFile|sdk> --bytes 104857600
+// `sdk` is the Sandbox SDK's shell protocol (bench/lib/sdk-shell.js).
 // Prints one BENCH_RESULT line.
 
 const { execFile } = require('node:child_process')
 const { emit, fail, parseArgs } = require('./lib/child-util.js')
 
 const { createSession, WorkerPool } = require('..')
+const { SdkShell } = require('./lib/sdk-shell.js')
 
 const ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: process.env.HOME || '/', LANG: 'C' }
 
@@ -15,7 +17,10 @@ async function roundTrips(mode, iterations, warmup) {
   const pool = new WorkerPool({ interactiveWorkers: 2 })
   let run
   let session
-  if (mode === 'session') {
+  if (mode === 'sdk') {
+    session = new SdkShell({ cwd: '/tmp', env: ENV })
+    run = () => session.exec('true')
+  } else if (mode === 'session') {
     session = await createSession({ pool, cwd: '/tmp', env: ENV, inheritEnv: false })
     run = () => session.exec('true')
   } else {
@@ -41,6 +46,15 @@ async function bulk(mode, bytes) {
   const command = `head -c ${bytes} /dev/zero`
   const t = process.hrtime.bigint()
   let got
+  if (mode === 'sdk') {
+    // The SDK's log is text split into lines: NUL bytes are lost, so `bytes` says what arrived.
+    const shell = new SdkShell({ cwd: '/tmp', env: ENV })
+    const t0 = process.hrtime.bigint()
+    const r = await shell.exec(command)
+    const ms = Number(process.hrtime.bigint() - t0) / 1e6
+    await shell.destroy()
+    return { ms, bytes: Buffer.byteLength(r.stdout) }
+  }
   if (mode === 'session') {
     const pool = new WorkerPool({ interactiveWorkers: 2 })
     const session = await createSession({ pool, cwd: '/tmp', env: ENV, inheritEnv: false })

@@ -4,7 +4,10 @@
 // - `session.exec("true")` sequentially through one session, against a fresh `bash -c true`
 //   per command through the same pool (what a command costs without a session);
 // - 100 MiB of stdout (`head -c 104857600 /dev/zero`) through one session exec, against
-//   `child_process.execFile` of the same command.
+//   `child_process.execFile` of the same command;
+// - both through the Cloudflare Sandbox SDK's shell protocol (temp files, a line labeller in
+//   bash, an exit-code file found by `fs.watch` and a 50 ms poll: bench/lib/sdk-shell.js), as a
+//   contender with no bar: its bulk row records how many of the bytes arrived.
 //
 // Each (measurement, contender) runs in a fresh `bench/session-child.js` process, contenders
 // rotated each round. run.js calls `phase({ node, log, rotate, quick })` and stores the result
@@ -28,10 +31,10 @@ async function phase({ node, log, rotate, quick }) {
   const c = quick ? CONFIG.quick : CONFIG.full
   log(`\n[session] exec("true") round trip vs a fresh bash -c true through the pool: ${c.rounds} round(s) x ${c.iterations}; 100 MiB through a session exec vs execFile: ${c.bulkRounds} round(s)`)
   const out = { config: c, trueRoundTrip: {}, bulk: { bytes: BULK_BYTES } }
-  const samples = { session: [], pool: [] }
+  const samples = { session: [], pool: [], sdk: [] }
   const errors = {}
   for (let r = 0; r < c.rounds; r++) {
-    for (const mode of rotate(['session', 'pool'], r)) {
+    for (const mode of rotate(['session', 'pool', 'sdk'], r)) {
       const res = await node('session-child.js', ['true', mode, '--iterations', String(c.iterations), '--warmup', String(c.warmup)], { timeoutMs: 300_000 })
       if (res.error || res.failures) {
         errors[mode] = res.error || `${res.failures} commands did not exit 0`
@@ -42,12 +45,14 @@ async function phase({ node, log, rotate, quick }) {
       log(`  round ${r + 1} ${mode.padEnd(8)} median ${fmt(summarize(res.samplesMs).median)} ms`)
     }
   }
-  for (const mode of ['session', 'pool']) out.trueRoundTrip[mode] = { summary: summarize(samples[mode]), error: errors[mode] }
-  const bulk = { session: [], execFile: [] }
+  for (const mode of ['session', 'pool', 'sdk']) out.trueRoundTrip[mode] = { summary: summarize(samples[mode]), error: errors[mode] }
+  const bulk = { session: [], execFile: [], sdk: [] }
+  const sdkBytes = []
   for (let r = 0; r < c.bulkRounds; r++) {
-    for (const mode of rotate(['session', 'execFile'], r)) {
+    for (const mode of rotate(['session', 'execFile', 'sdk'], r)) {
       const res = await node('session-child.js', ['bulk', mode, '--bytes', String(BULK_BYTES)], { timeoutMs: 300_000 })
-      if (res.error || res.bytes !== BULK_BYTES) {
+      if (mode === 'sdk' && !res.error) sdkBytes.push(res.bytes)
+      if (res.error || (mode !== 'sdk' && res.bytes !== BULK_BYTES)) {
         errors[`bulk-${mode}`] = res.error || `${res.bytes} bytes instead of ${BULK_BYTES}`
         log(`  100 MiB ${mode}: ERROR ${errors[`bulk-${mode}`]}`)
         continue
@@ -56,7 +61,8 @@ async function phase({ node, log, rotate, quick }) {
       log(`  round ${r + 1} 100 MiB ${mode.padEnd(8)} ${fmt(res.ms, 1)} ms`)
     }
   }
-  for (const mode of ['session', 'execFile']) out.bulk[mode] = { summary: summarize(bulk[mode]), error: errors[`bulk-${mode}`] }
+  for (const mode of ['session', 'execFile', 'sdk']) out.bulk[mode] = { summary: summarize(bulk[mode]), error: errors[`bulk-${mode}`] }
+  out.bulk.sdk.bytesArrived = sdkBytes.length ? Math.max(...sdkBytes) : null
   return out
 }
 
@@ -71,7 +77,8 @@ function targets(s, add) {
 }
 
 function markdown(s, link) {
-  const row = (name, x) => `| ${name} | ${fmt(x.summary.median)} | ${x.summary.n ? `${fmt(x.summary.p10)}..${fmt(x.summary.p90)}` : '–'} | ${x.summary.n}${x.error ? ` (${x.error})` : ''} |`
+  const row = (name, x) => (x ? `| ${name} | ${fmt(x.summary.median)} | ${x.summary.n ? `${fmt(x.summary.p10)}..${fmt(x.summary.p90)}` : '–'} | ${x.summary.n}${x.error ? ` (${x.error})` : ''} |` : `| ${name} | not measured in this run | | |`)
+  const sdkBulk = s.bulk.sdk && s.bulk.sdk.bytesArrived !== null && s.bulk.sdk.bytesArrived !== undefined ? ` (${s.bulk.sdk.bytesArrived} of ${s.bulk.bytes} bytes arrive)` : ''
   return [
     '## Sessions',
     '',
@@ -81,8 +88,12 @@ function markdown(s, link) {
     '| --- | --- | --- | --- |',
     row('`session.exec("true")`', s.trueRoundTrip.session),
     row('fresh `bash -c true` through the pool', s.trueRoundTrip.pool),
+    row("`exec(\"true\")` through the Sandbox SDK's shell protocol", s.trueRoundTrip.sdk),
     row('100 MiB through a session exec', s.bulk.session),
     row('100 MiB through `execFile`', s.bulk.execFile),
+    row(`100 MiB through the Sandbox SDK's shell protocol${sdkBulk}`, s.bulk.sdk),
+    '',
+    "The Sandbox SDK's protocol is ported from its container's `session.ts` without the HTTP hop between caller and container (`bench/lib/sdk-shell.js`), so its figures are a lower bound: completion waits for `fs.watch` or a 50 ms poll, output goes through temp files and a line labeller in bash, trailing newlines and NUL bytes are lost.",
     '',
   ]
 }
