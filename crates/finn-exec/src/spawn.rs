@@ -223,15 +223,103 @@ pub fn classify_exec_error(spec: &SpawnSpec, source: io::Error) -> SpawnError {
   SpawnError::Exec { program, source }
 }
 
-/// RAII for the libc spawn attribute objects.
-struct Attrs {
+/// The libc spawn attribute objects for a child that starts clean: a session of its own (no
+/// terminal signal reaches it), an empty signal mask and every catchable signal at its default.
+/// The caller adds its file actions, then [`SpawnAttrs::spawn`]; dropping destroys both objects.
+pub struct SpawnAttrs {
   attr: libc::posix_spawnattr_t,
   actions: libc::posix_spawn_file_actions_t,
 }
 
-impl Drop for Attrs {
+impl SpawnAttrs {
+  pub fn new_session() -> io::Result<Self> {
+    // SAFETY: both objects are initialised by their `_init` before any other use, and an
+    // `SpawnAttrs` exists (and so is dropped) only once both are.
+    unsafe {
+      let mut attr = MaybeUninit::<libc::posix_spawnattr_t>::zeroed().assume_init();
+      check(libc::posix_spawnattr_init(&mut attr))?;
+      let mut actions = MaybeUninit::<libc::posix_spawn_file_actions_t>::zeroed().assume_init();
+      if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut actions)) {
+        libc::posix_spawnattr_destroy(&mut attr);
+        return Err(e);
+      }
+      let mut a = SpawnAttrs { attr, actions };
+      let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
+        | libc::POSIX_SPAWN_SETSIGMASK
+        | libc::POSIX_SPAWN_SETSIGDEF;
+      check(libc::posix_spawnattr_setflags(
+        &mut a.attr,
+        flags as libc::c_short,
+      ))?;
+      let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
+      libc::sigemptyset(empty.as_mut_ptr());
+      check(libc::posix_spawnattr_setsigmask(
+        &mut a.attr,
+        empty.as_ptr(),
+      ))?;
+      let mut defaults = MaybeUninit::<libc::sigset_t>::uninit();
+      libc::sigemptyset(defaults.as_mut_ptr());
+      for sig in 1..32 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+          libc::sigaddset(defaults.as_mut_ptr(), sig);
+        }
+      }
+      check(libc::posix_spawnattr_setsigdefault(
+        &mut a.attr,
+        defaults.as_ptr(),
+      ))?;
+      Ok(a)
+    }
+  }
+
+  /// The child gets `from` as its fd `to`.
+  pub fn dup2(&mut self, from: RawFd, to: RawFd) -> io::Result<()> {
+    // SAFETY: `actions` is initialised; libc only records the numbers.
+    check(unsafe { libc::posix_spawn_file_actions_adddup2(&mut self.actions, from, to) })
+  }
+
+  /// The child gets `path` opened with `flags` as its fd `fd`.
+  pub fn open(&mut self, fd: RawFd, path: &CStr, flags: libc::c_int) -> io::Result<()> {
+    // SAFETY: `actions` is initialised; glibc copies `path`.
+    check(unsafe {
+      libc::posix_spawn_file_actions_addopen(&mut self.actions, fd, path.as_ptr(), flags, 0)
+    })
+  }
+
+  /// The child starts in `dir`.
+  pub fn chdir(&mut self, dir: &CStr) -> io::Result<()> {
+    // SAFETY: `actions` is initialised; glibc copies `dir`.
+    check(unsafe { libc::posix_spawn_file_actions_addchdir_np(&mut self.actions, dir.as_ptr()) })
+  }
+
+  /// Starts `program` with `argv` and `envp`, each a null-terminated array of C strings.
+  pub fn spawn(
+    &self,
+    program: &CStr,
+    argv: &[*mut libc::c_char],
+    envp: &[*mut libc::c_char],
+  ) -> io::Result<libc::pid_t> {
+    assert!(argv.last().is_some_and(|p| p.is_null()) && envp.last().is_some_and(|p| p.is_null()));
+    let mut pid: libc::pid_t = 0;
+    // SAFETY: both objects are initialised; the arrays are null-terminated (checked above) and
+    // point at C strings the caller keeps alive for the call.
+    check(unsafe {
+      libc::posix_spawn(
+        &mut pid,
+        program.as_ptr(),
+        &self.actions,
+        &self.attr,
+        argv.as_ptr(),
+        envp.as_ptr(),
+      )
+    })?;
+    Ok(pid)
+  }
+}
+
+impl Drop for SpawnAttrs {
   fn drop(&mut self) {
-    // SAFETY: both were initialised in `posix_spawn` before an `Attrs` was built.
+    // SAFETY: both were initialised in `new_session` before a `SpawnAttrs` was built.
     unsafe {
       libc::posix_spawnattr_destroy(&mut self.attr);
       libc::posix_spawn_file_actions_destroy(&mut self.actions);
@@ -258,89 +346,17 @@ pub fn posix_spawn_fed(
   stdout: RawFd,
   stderr: RawFd,
 ) -> io::Result<Pid> {
-  const DEV_NULL: &CStr = c"/dev/null";
   let mut argv: Vec<*mut libc::c_char> = spec.argv.iter().map(|a| a.as_ptr() as *mut _).collect();
   argv.push(ptr::null_mut());
   let mut envp: Vec<*mut libc::c_char> = spec.env.iter().map(|e| e.as_ptr() as *mut _).collect();
   envp.push(ptr::null_mut());
-
-  // SAFETY: every pointer handed to libc below points into `spec`, `argv`, `envp` or `a`,
-  // all of which outlive the posix_spawn call; the objects are initialised before use and
-  // destroyed by `Attrs::drop`.
-  unsafe {
-    let mut a = Attrs {
-      attr: MaybeUninit::zeroed().assume_init(),
-      actions: MaybeUninit::zeroed().assume_init(),
-    };
-    check(libc::posix_spawnattr_init(&mut a.attr))?;
-    if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut a.actions)) {
-      libc::posix_spawnattr_destroy(&mut a.attr);
-      return Err(e);
-    }
-
-    let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
-      | libc::POSIX_SPAWN_SETSIGMASK
-      | libc::POSIX_SPAWN_SETSIGDEF;
-    check(libc::posix_spawnattr_setflags(
-      &mut a.attr,
-      flags as libc::c_short,
-    ))?;
-    let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
-    libc::sigemptyset(empty.as_mut_ptr());
-    check(libc::posix_spawnattr_setsigmask(
-      &mut a.attr,
-      empty.as_ptr(),
-    ))?;
-    let mut defaults = MaybeUninit::<libc::sigset_t>::uninit();
-    libc::sigemptyset(defaults.as_mut_ptr());
-    for sig in 1..32 {
-      if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-        libc::sigaddset(defaults.as_mut_ptr(), sig);
-      }
-    }
-    check(libc::posix_spawnattr_setsigdefault(
-      &mut a.attr,
-      defaults.as_ptr(),
-    ))?;
-
-    match stdin {
-      Some(fd) => check(libc::posix_spawn_file_actions_adddup2(
-        &mut a.actions,
-        fd,
-        0,
-      ))?,
-      None => check(libc::posix_spawn_file_actions_addopen(
-        &mut a.actions,
-        0,
-        DEV_NULL.as_ptr(),
-        libc::O_RDONLY,
-        0,
-      ))?,
-    }
-    check(libc::posix_spawn_file_actions_adddup2(
-      &mut a.actions,
-      stdout,
-      1,
-    ))?;
-    check(libc::posix_spawn_file_actions_adddup2(
-      &mut a.actions,
-      stderr,
-      2,
-    ))?;
-    check(libc::posix_spawn_file_actions_addchdir_np(
-      &mut a.actions,
-      spec.cwd.as_ptr(),
-    ))?;
-
-    let mut pid: libc::pid_t = 0;
-    check(libc::posix_spawn(
-      &mut pid,
-      spec.program.as_ptr(),
-      &a.actions,
-      &a.attr,
-      argv.as_ptr(),
-      envp.as_ptr(),
-    ))?;
-    Ok(Pid::from_raw(pid))
+  let mut a = SpawnAttrs::new_session()?;
+  match stdin {
+    Some(fd) => a.dup2(fd, 0)?,
+    None => a.open(0, c"/dev/null", libc::O_RDONLY)?,
   }
+  a.dup2(stdout, 1)?;
+  a.dup2(stderr, 2)?;
+  a.chdir(&spec.cwd)?;
+  Ok(Pid::from_raw(a.spawn(&spec.program, &argv, &envp)?))
 }

@@ -7,8 +7,7 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::mem::MaybeUninit;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -23,6 +22,7 @@ use super::server::{ADDON_FD, DEFAULT_REAPER_IDLE, REAPER_IDLE_ARG};
 use super::wire::{self, Conn};
 use finn_exec::lifecycle::NUDGE_EVERY;
 use finn_exec::pidfd;
+use finn_exec::spawn::SpawnAttrs;
 
 /// A job reaper leased for one job.
 pub struct Reaper {
@@ -371,30 +371,6 @@ fn new_reaper(link: &Link, landlock: u8) -> Result<io::Result<(i32, Conn)>, Faul
 /// How long a request for a reaper waits for the supervisor's answer.
 const NEW_REAPER_BOUND: Duration = Duration::from_secs(10);
 
-/// RAII for the libc spawn attribute objects.
-struct Attrs {
-  attr: libc::posix_spawnattr_t,
-  actions: libc::posix_spawn_file_actions_t,
-}
-
-impl Drop for Attrs {
-  fn drop(&mut self) {
-    // SAFETY: both were initialised before an `Attrs` was built.
-    unsafe {
-      libc::posix_spawnattr_destroy(&mut self.attr);
-      libc::posix_spawn_file_actions_destroy(&mut self.actions);
-    }
-  }
-}
-
-fn check(rc: libc::c_int) -> io::Result<()> {
-  if rc == 0 {
-    Ok(())
-  } else {
-    Err(io::Error::from_raw_os_error(rc))
-  }
-}
-
 /// Starts the supervisor with `socket` as its fd 3: a new session (no terminal signal reaches
 /// it), stdin and stdout `/dev/null`, stderr shared for its diagnostics, an empty signal mask,
 /// default dispositions and an empty environment.
@@ -402,82 +378,24 @@ fn spawn_supervisor(program: &CString, args: &[&CStr], socket: i32) -> io::Resul
   let mut argv: Vec<*mut libc::c_char> = args.iter().map(|a| a.as_ptr() as *mut _).collect();
   argv.push(std::ptr::null_mut());
   let envp = [std::ptr::null_mut::<libc::c_char>()];
-  // SAFETY: every pointer handed to libc points into `program`, `argv`, `envp` or `a`, all of
-  // which outlive the call; the objects are initialised before use and destroyed by `Attrs`.
-  unsafe {
-    let mut a = Attrs {
-      attr: MaybeUninit::zeroed().assume_init(),
-      actions: MaybeUninit::zeroed().assume_init(),
-    };
-    check(libc::posix_spawnattr_init(&mut a.attr))?;
-    if let Err(e) = check(libc::posix_spawn_file_actions_init(&mut a.actions)) {
-      libc::posix_spawnattr_destroy(&mut a.attr);
-      return Err(e);
-    }
-    let flags = libc::POSIX_SPAWN_SETSID as libc::c_int
-      | libc::POSIX_SPAWN_SETSIGMASK
-      | libc::POSIX_SPAWN_SETSIGDEF;
-    check(libc::posix_spawnattr_setflags(
-      &mut a.attr,
-      flags as libc::c_short,
-    ))?;
-    let mut empty = MaybeUninit::<libc::sigset_t>::uninit();
-    libc::sigemptyset(empty.as_mut_ptr());
-    check(libc::posix_spawnattr_setsigmask(
-      &mut a.attr,
-      empty.as_ptr(),
-    ))?;
-    let mut defaults = MaybeUninit::<libc::sigset_t>::uninit();
-    libc::sigemptyset(defaults.as_mut_ptr());
-    for sig in 1..32 {
-      if sig != libc::SIGKILL && sig != libc::SIGSTOP {
-        libc::sigaddset(defaults.as_mut_ptr(), sig);
-      }
-    }
-    check(libc::posix_spawnattr_setsigdefault(
-      &mut a.attr,
-      defaults.as_ptr(),
-    ))?;
-    for fd in [0, 1] {
-      check(libc::posix_spawn_file_actions_addopen(
-        &mut a.actions,
-        fd,
-        c"/dev/null".as_ptr(),
-        libc::O_RDWR,
-        0,
-      ))?;
-    }
-    // dup2 of a descriptor onto its own number would leave close-on-exec set: if the socket
-    // happens to be fd 3, hand the child a copy from another number.
-    let source = if socket == ADDON_FD {
-      let moved = libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, ADDON_FD + 1);
-      if moved < 0 {
-        return Err(io::Error::last_os_error());
-      }
-      moved
-    } else {
-      socket
-    };
-    let result = (|| {
-      check(libc::posix_spawn_file_actions_adddup2(
-        &mut a.actions,
-        source,
-        ADDON_FD,
-      ))?;
-      let mut pid: libc::pid_t = 0;
-      check(libc::posix_spawn(
-        &mut pid,
-        program.as_ptr(),
-        &a.actions,
-        &a.attr,
-        argv.as_ptr(),
-        envp.as_ptr(),
-      ))?;
-      Ok(pid)
-    })();
-    if source != socket {
-      libc::close(source);
-    }
-    result
+  let mut a = SpawnAttrs::new_session()?;
+  for fd in [0, 1] {
+    a.open(fd, c"/dev/null", libc::O_RDWR)?;
   }
+  // dup2 of a descriptor onto its own number would leave close-on-exec set: if the socket
+  // happens to be fd 3, hand the child a copy from another number.
+  let moved = if socket == ADDON_FD {
+    // SAFETY: fcntl on a descriptor we hold; the copy is owned below.
+    let fd = unsafe { libc::fcntl(socket, libc::F_DUPFD_CLOEXEC, ADDON_FD + 1) };
+    if fd < 0 {
+      return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just made by fcntl and nothing else owns it.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+  } else {
+    None
+  };
+  let source = moved.as_ref().map_or(socket, |m| m.as_raw_fd());
+  a.dup2(source, ADDON_FD)?;
+  a.spawn(program, &argv, &envp)
 }
