@@ -891,12 +891,22 @@ mod tests {
       ("the end is asked for once", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::StopCommand, 400, cut(shell(busy(100, Some(800))), CommandCut::Wall), none()),
       ("the command's end: idle again, the cut kept", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::CommandEnded { seq: 7 }, 400, cut(shell(RUNNING), CommandCut::Wall), none()),
       ("another command's end changes nothing", shell(busy(100, None)), Event::CommandEnded { seq: 6 }, 150, shell(busy(100, None)), none()),
+      ("before the bound the command's tree may still end", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::Tick, 799, cut(shell(busy(100, Some(800))), CommandCut::Wall), none()),
       ("no end by the bound: the shell is terminated", cut(shell(busy(100, Some(800))), CommandCut::Wall), Event::Tick, 800, ended(cut(shell(graceful(800)), CommandCut::Wall), TIMEOUT), [ask(0)].into()),
       ("the shell's exit while busy: draining", shell(busy(100, None)), Event::LeaderExited, 150, shell(draining(None)), none()),
       ("a stop of the session while busy terminates the whole tree", shell(busy(100, None)), stop(0), 150, ended(shell(graceful(150)), ABORT), [ask(0)].into()),
       ("the tree gone while busy settles", shell(busy(100, None)), Event::TreeGone, 150, shell(GONE), none()),
       ("a new command clears the last cut", cut(shell(RUNNING), CommandCut::Idle), Event::CommandSent { seq: 8, deadline: None, idle: None }, 900, shell(Phase::Busy(Command { seq: 8, deadline: None, idle: None, last_output: t(900), ending: None })), none()),
     ]
+  }
+
+  /// What cut the last command is what the session reports, until the next command.
+  #[test]
+  fn the_cut_is_read_back_until_the_next_command() {
+    for cut_by in [CommandCut::Wall, CommandCut::Idle, CommandCut::Stopped] {
+      assert_eq!(cut(shell(RUNNING), cut_by).command_cut(), Some(cut_by));
+    }
+    assert_eq!(shell(busy(100, None)).command_cut(), None);
   }
 
   /// Every transition of both roles, as (state, event, now) -> (state, actions).
