@@ -259,6 +259,15 @@ async fn a_host_that_disagrees_with_the_connect_target_is_refused() {
   .await;
   assert!(String::from_utf8_lossy(&back).starts_with("HTTP/1.1 403 "));
   h.record().await;
+  // An absolute-form target inside the tunnel names the destination to a relay there.
+  let back = through_tunnel(
+    proxy,
+    &target,
+    format!("GET http://denied.test/ HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes(),
+  )
+  .await;
+  assert!(String::from_utf8_lossy(&back).starts_with("HTTP/1.1 403 "));
+  h.record().await;
   assert!(server.saw_nothing());
   // A request naming the target goes through.
   let served = server.serve_one();

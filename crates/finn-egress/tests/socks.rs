@@ -124,8 +124,16 @@ async fn socks5_to_an_unlisted_name_port_or_ip_literal_is_reply_0x02_and_no_conn
     (Dest::V4([127, 0, 0, 2]), denied.port(), "127.0.0.2"),
     (Dest::V4([127, 0, 0, 1]), allowed.port(), "127.0.0.1"),
     (Dest::Name("127.0.0.1"), allowed.port(), "127.0.0.1"),
-    (Dest::Name("allowed.test"), other_port.port(), "allowed.test"),
-    (Dest::Name("sub.allowed.test"), allowed.port(), "sub.allowed.test"),
+    (
+      Dest::Name("allowed.test"),
+      other_port.port(),
+      "allowed.test",
+    ),
+    (
+      Dest::Name("sub.allowed.test"),
+      allowed.port(),
+      "sub.allowed.test",
+    ),
   ];
   if let Some(l) = &v6 {
     let port = l.local_addr().unwrap().port();
@@ -152,8 +160,7 @@ async fn socks5_to_an_unlisted_name_port_or_ip_literal_is_reply_0x02_and_no_conn
 }
 
 #[tokio::test(flavor = "current_thread")]
-async fn socks5_to_a_listed_name_that_resolves_to_a_local_address_is_refused_without_allow_local()
-{
+async fn socks5_to_a_listed_name_that_resolves_to_a_local_address_is_refused_without_allow_local() {
   let mut h = Harness::new();
   let server = Server::on("127.0.0.1");
   let proxy = h
@@ -264,7 +271,10 @@ async fn plain_http_through_socks5_follows_allow_plain_http() {
     "{back}"
   );
   let r = h.record().await;
-  assert_eq!((r.kind, r.decision), ("SOCKS5 plain HTTP", Decision::Refused));
+  assert_eq!(
+    (r.kind, r.decision),
+    ("SOCKS5 plain HTTP", Decision::Refused)
+  );
   assert!(server.saw_nothing());
   // A name without a port opens 80 for plain HTTP, 443 for a tunnel, and no other port.
   let portless = h
@@ -288,7 +298,10 @@ async fn plain_http_through_socks5_follows_allow_plain_http() {
   assert_eq!(back, RESPONSE);
   assert_eq!(served.join().unwrap(), request.as_bytes());
   let r = h.record().await;
-  assert_eq!((r.kind, r.decision), ("SOCKS5 plain HTTP", Decision::Allowed));
+  assert_eq!(
+    (r.kind, r.decision),
+    ("SOCKS5 plain HTTP", Decision::Allowed)
+  );
 }
 
 #[tokio::test(flavor = "current_thread")]
@@ -333,11 +346,19 @@ async fn a_malformed_socks5_negotiation_is_closed() {
     // Requests after a good greeting: wrong version, reserved byte set, an empty name, a name
     // with a space, a name that is a number, an unknown address type.
     (
-      [&greeting[..], &with_port(b"\x04\x01\x00\x01\x7f\x00\x00\x01")].concat(),
+      [
+        &greeting[..],
+        &with_port(b"\x04\x01\x00\x01\x7f\x00\x00\x01"),
+      ]
+      .concat(),
       vec![5, 0],
     ),
     (
-      [&greeting[..], &with_port(b"\x05\x01\x01\x01\x7f\x00\x00\x01")].concat(),
+      [
+        &greeting[..],
+        &with_port(b"\x05\x01\x01\x01\x7f\x00\x00\x01"),
+      ]
+      .concat(),
       vec![5, 0],
     ),
     (
@@ -345,7 +366,11 @@ async fn a_malformed_socks5_negotiation_is_closed() {
       vec![5, 0],
     ),
     (
-      [&greeting[..], &with_port(b"\x05\x01\x00\x03\x0ballowed tes")].concat(),
+      [
+        &greeting[..],
+        &with_port(b"\x05\x01\x00\x03\x0ballowed tes"),
+      ]
+      .concat(),
       vec![5, 0],
     ),
     (
@@ -424,7 +449,10 @@ async fn curl_through_a_unix_socket_socks5_proxy_gets_the_allowed_server_and_not
   let got = String::from_utf8(served.join().unwrap()).unwrap();
   assert!(got.starts_with("GET /hello HTTP/1.1\r\n"), "{got}");
   let r = h.record().await;
-  assert_eq!((r.kind, r.decision), ("SOCKS5 plain HTTP", Decision::Allowed));
+  assert_eq!(
+    (r.kind, r.decision),
+    ("SOCKS5 plain HTTP", Decision::Allowed)
+  );
   for url in [
     format!("http://denied.test:{}/", denied.port()),
     format!("http://127.0.0.2:{}/", denied.port()),
@@ -460,7 +488,14 @@ impl TlsServer {
       .expect("openssl runs");
     assert!(made.success());
     let mut child = Command::new("openssl")
-      .args(["s_server", "-accept", "127.0.0.1:0", "-www", "-naccept", "1"])
+      .args([
+        "s_server",
+        "-accept",
+        "127.0.0.1:0",
+        "-www",
+        "-naccept",
+        "1",
+      ])
       .arg("-cert")
       .arg(&cert)
       .arg("-key")
@@ -513,7 +548,10 @@ async fn curl_https_through_a_unix_socket_socks5_proxy_reaches_the_allowed_tls_s
   assert!(body.contains("s_server"), "{body}");
   let r = h.record().await;
   assert_eq!((r.kind, r.decision), ("SOCKS5", Decision::Allowed));
-  assert_eq!(r.address, Some(SocketAddr::from(([127, 0, 0, 1], tls.port))));
+  assert_eq!(
+    r.address,
+    Some(SocketAddr::from(([127, 0, 0, 1], tls.port)))
+  );
 }
 
 /// A dumb-HTTP git server for `git ls-remote`: `info/refs` lists one branch, `HEAD` points to
@@ -542,7 +580,11 @@ fn serve_git(server: &Server, n: usize) -> std::thread::JoinHandle<Vec<String>> 
       } else {
         ""
       };
-      let status = if body.is_empty() { "404 Not Found" } else { "200 OK" };
+      let status = if body.is_empty() {
+        "404 Not Found"
+      } else {
+        "200 OK"
+      };
       let _ = write!(
         s,
         "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
@@ -570,6 +612,8 @@ async fn git_ls_remote_through_a_unix_socket_socks5_proxy_reaches_the_allowed_se
     c.env("HOME", dir.path())
       .env("GIT_CONFIG_NOSYSTEM", "1")
       .env("GIT_TERMINAL_PROMPT", "0")
+      // A broken proxy that connects to a server that never answers must not hang the test.
+      .args(["-c", "http.lowSpeedLimit=1", "-c", "http.lowSpeedTime=20"])
       .arg("-c")
       .arg(format!("http.proxy=socks5h://localhost{}", sock.display()))
       .args(["ls-remote", &url]);
