@@ -429,7 +429,10 @@ async fn read_more<S: AsyncRead + Unpin>(
 ) -> Result<(), Stop> {
   let mut chunk = [0u8; 4096];
   match timeout_at(deadline, client.read(&mut chunk)).await {
-    Err(_) => Err(Stop::Gone("sent nothing in time".into())),
+    Err(_) => Err(Stop::Gone(format!(
+      "did not send its request or first bytes within {} s",
+      FIRST_BYTES_TIMEOUT.as_secs()
+    ))),
     Ok(Err(e)) => Err(Stop::Gone(e.to_string())),
     Ok(Ok(0)) => Err(Stop::Gone("closed before a complete request".into())),
     Ok(Ok(n)) => {

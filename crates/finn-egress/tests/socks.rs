@@ -636,3 +636,62 @@ async fn git_ls_remote_through_a_unix_socket_socks5_proxy_reaches_the_allowed_se
   assert_eq!(h.record().await.decision, Decision::Refused);
   assert!(denied.saw_nothing() && allowed.saw_nothing());
 }
+
+/// A client that sends a byte now and then never completes its request; the bound is on the
+/// whole request, so it cannot hold a task of the proxy for longer. Time is tokio's paused
+/// clock: it advances only while every task waits, so nothing here depends on the machine's
+/// speed.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_request_dripped_a_byte_at_a_time_is_closed_at_the_first_bytes_bound() {
+  use finn_egress::proxy::FIRST_BYTES_TIMEOUT;
+  use tokio::time::{Duration, Instant, sleep};
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let target = format!("allowed.test:{}", server.port());
+  let proxy = h
+    .job("j1", options(std::slice::from_ref(&target), true, true))
+    .await;
+  // An HTTP head, a SOCKS5 greeting offering 255 methods, a ClientHello in a SOCKS5 tunnel.
+  let mut tunnel_request = vec![5, 1, 0, 5, 1, 0, 3, 12];
+  tunnel_request.extend_from_slice(b"allowed.test");
+  tunnel_request.extend_from_slice(&server.port().to_be_bytes());
+  let hello = client_hello_bytes(Some("allowed.test"));
+  for (opening, drip) in [
+    (b"GET / HTTP/1.1\r\nX-Drip: ".to_vec(), b'a'),
+    (vec![5, 255], 1),
+    ([&tunnel_request[..], &hello[..5]].concat(), 0),
+  ] {
+    let mut c = TcpStream::connect(proxy).await.unwrap();
+    c.write_all(&opening).await.unwrap();
+    let started = Instant::now();
+    let mut back = Vec::new();
+    loop {
+      let mut b = [0u8; 64];
+      tokio::select! {
+        n = c.read(&mut b) => match n {
+          // A close with a dripped byte unread is a reset.
+          Ok(0) | Err(_) => break,
+          Ok(n) => back.extend_from_slice(&b[..n]),
+        },
+        () = sleep(Duration::from_secs(10)) => {
+          assert!(
+            started.elapsed() < FIRST_BYTES_TIMEOUT * 4,
+            "the proxy still reads a request dripped for {:?}",
+            started.elapsed()
+          );
+          if c.write_all(&[drip]).await.is_err() {
+            break;
+          }
+        }
+      }
+    }
+    let r = h.record().await;
+    assert_eq!(r.decision, Decision::Refused);
+    assert!(r.reason.unwrap().contains("within 30 s"));
+    // The tunnel's bound starts when the client has its success reply.
+    if opening[0] == 5 && opening.len() > 2 {
+      assert_eq!(back, [5, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+    }
+  }
+  assert!(server.saw_nothing());
+}
