@@ -619,6 +619,16 @@ async fn git_ls_remote_through_a_unix_socket_socks5_proxy_reaches_the_allowed_se
       .args(["ls-remote", &url]);
     c
   };
+  let version = Command::new("git").arg("--version").output().unwrap();
+  let version = String::from_utf8_lossy(&version.stdout).trim().to_owned();
+  if !git_passes_the_proxy_path(&version) {
+    // Older git drops the proxy URL's path and connects to localhost:1080: it gets nowhere.
+    let out = run(git(format!("http://allowed.test:{}/repo", allowed.port()))).await;
+    assert!(!out.status.success(), "{version}: {out:?}");
+    assert!(allowed.saw_nothing());
+    eprintln!("{version}: older than 2.47, shown not to reach the proxy");
+    return;
+  }
   let served = serve_git(&allowed, 2);
   let out = run(git(format!("http://allowed.test:{}/repo", allowed.port()))).await;
   assert!(out.status.success(), "{out:?}");
@@ -694,4 +704,18 @@ async fn a_request_dripped_a_byte_at_a_time_is_closed_at_the_first_bytes_bound()
     }
   }
   assert!(server.saw_nothing());
+}
+
+/// Whether `git --version` names 2.47 or later, the first git that passes the proxy URL's path
+/// (the socket) on to libcurl.
+fn git_passes_the_proxy_path(version: &str) -> bool {
+  let numbers: Vec<u32> = version
+    .split_whitespace()
+    .nth(2)
+    .unwrap_or_default()
+    .split('.')
+    .take(2)
+    .map_while(|n| n.parse().ok())
+    .collect();
+  numbers.as_slice() >= [2, 47].as_slice()
 }
