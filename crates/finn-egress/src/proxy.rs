@@ -32,8 +32,9 @@ use crate::rules::{Host, Kind, Policy, parse_authority};
 use crate::sni::{self, Hello};
 use crate::socks::{self, Reply};
 
-/// How long a command may take to send a request head or a tunnel's first bytes: a connection
-/// that says nothing holds one task of the proxy, and the bound frees it.
+/// How long a command may take to send a whole request head (or SOCKS5 greeting and request),
+/// and then a tunnel's first bytes: a connection that says nothing, or a byte at a time, holds
+/// one task of the proxy, and the bound frees it.
 pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the proxy waits for a destination to accept.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
