@@ -8,6 +8,11 @@
 //! connected: a TLS ClientHello must name the CONNECT target (or no name), an HTTP request
 //! must name it in `Host` and must not be another CONNECT. Refusals before the tunnel are an
 //! HTTP 403 whose body names the host and the rule; a malformed request is a 400 and a close.
+//!
+//! A connection whose first byte is `0x05` speaks SOCKS5 (`socks.rs`) instead: its request is
+//! checked as above and refused with reply `0x02`, and once the client has its success reply
+//! its first bytes decide what it is: an HTTP request is plain HTTP (`allowPlainHttp`, a name
+//! without a port opens 80), anything else a tunnel checked as a CONNECT.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -18,16 +23,18 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
-use tokio::time::timeout;
+use tokio::time::{timeout, timeout_at};
 
 use crate::addr::classify;
 use crate::head::{self, RequestHead};
 use crate::record::{ConnectionRecord, Decision};
 use crate::rules::{Host, Kind, Policy, parse_authority};
 use crate::sni::{self, Hello};
+use crate::socks::{self, Reply};
 
-/// How long a command may take to send a request head or a tunnel's first bytes: a connection
-/// that says nothing holds one task of the proxy, and the bound frees it.
+/// How long a command may take to send a whole request head (or SOCKS5 greeting and request),
+/// and then a tunnel's first bytes: a connection that says nothing, or a byte at a time, holds
+/// one task of the proxy, and the bound frees it.
 pub const FIRST_BYTES_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long the proxy waits for a destination to accept.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -75,6 +82,56 @@ enum Stop {
   Unreachable(String),
   /// The client went away.
   Gone(String),
+  /// A SOCKS5 answer (a refused method or a reply) and a close.
+  Socks(Vec<u8>, String),
+  /// SOCKS5 reply `0x04`: the destination is allowed but its name did not resolve.
+  SocksUnreachable(String),
+}
+
+/// The record's kind of a SOCKS5 connection, and of one whose first bytes are an HTTP request.
+const SOCKS: &str = "SOCKS5";
+const SOCKS_PLAIN_HTTP: &str = "SOCKS5 plain HTTP";
+
+/// Why an allowed name leads nowhere.
+enum Denial {
+  /// Only addresses the job may not reach.
+  Refused(String),
+  /// No answer from `hosts` or the resolver.
+  Unresolved(String),
+}
+
+/// The text of a refusal by the list.
+fn list_refusal(named: &str, kind: Kind, refusal: crate::rules::Refusal) -> String {
+  match refusal {
+    crate::rules::Refusal::PlainHttpOff => {
+      format!("refused {named}: plain HTTP is off for this job (network.allowPlainHttp)")
+    }
+    crate::rules::Refusal::NotListed => format!(
+      "refused {named}: no entry of network.allow opens it for {} (a name without a port opens 443 for CONNECT and 80 for plain HTTP)",
+      kind.name()
+    ),
+  }
+}
+
+/// Sends `first` to the destination, then copies both ways until either side ends.
+async fn relay<S: AsyncRead + AsyncWrite + Unpin>(
+  client: &mut Counted<S>,
+  mut upstream: TcpStream,
+  first: &[u8],
+  rec: &mut ConnectionRecord,
+) {
+  rec.address = upstream.peer_addr().ok();
+  rec.decision = Decision::Allowed;
+  let mut upstream_counted = Counted::new(&mut upstream);
+  if let Err(e) = upstream_counted.inner.write_all(first).await {
+    rec.reason = Some(format!("destination closed: {e}"));
+    return;
+  }
+  // `first` is counted as read from the client already.
+  if let Err(e) = tokio::io::copy_bidirectional(client, &mut upstream_counted).await {
+    rec.reason = Some(format!("ended by an error: {e}"));
+  }
+  rec.bytes_down = upstream_counted.read;
 }
 
 impl Proxy {
@@ -118,6 +175,20 @@ impl Proxy {
           (Some("502 Bad Gateway"), r)
         }
         Stop::RefuseSilently(r) | Stop::Gone(r) => (None, r),
+        Stop::Socks(answer, r) => {
+          let _ = client.inner.write_all(&answer).await;
+          let _ = client.inner.shutdown().await;
+          (None, r)
+        }
+        Stop::SocksUnreachable(r) => {
+          rec.decision = Decision::Allowed;
+          let _ = client
+            .inner
+            .write_all(&socks::reply(Reply::HostUnreachable))
+            .await;
+          let _ = client.inner.shutdown().await;
+          (None, r)
+        }
       };
       if let Some(status) = status {
         let body = format!("finn-sandbox egress: {reason}\n");
@@ -141,8 +212,13 @@ impl Proxy {
     job: &Job,
     rec: &mut ConnectionRecord,
   ) -> Result<(), Stop> {
+    let deadline = tokio::time::Instant::now() + FIRST_BYTES_TIMEOUT;
     let mut buf = Vec::with_capacity(4096);
-    let head = read_head(client, &mut buf).await?;
+    read_more(client, &mut buf, deadline).await?;
+    if buf[0] == socks::VERSION {
+      return self.run_socks(client, job, rec, buf, deadline).await;
+    }
+    let head = read_head(client, &mut buf, deadline).await?;
     let (kind, host, port, path) = destination(&head)?;
     rec.kind = kind.name();
     rec.host = host.to_string();
@@ -150,28 +226,169 @@ impl Proxy {
     let named = format!("{host}:{port}");
     let rule = match job.policy.check(&host, port, kind) {
       Ok(rule) => rule.text.clone(),
-      Err(crate::rules::Refusal::PlainHttpOff) => {
-        return Err(Stop::Refuse(format!(
-          "refused {named}: plain HTTP is off for this job (network.allowPlainHttp)"
-        )));
+      Err(refusal) => return Err(Stop::Refuse(list_refusal(&named, kind, refusal))),
+    };
+    rec.rule = Some(rule.clone());
+    let usable = self
+      .usable_addresses(&host, &named, &rule, job)
+      .await
+      .map_err(|d| match d {
+        Denial::Refused(r) => Stop::Refuse(r),
+        Denial::Unresolved(r) => Stop::Unreachable(r),
+      })?;
+    let rest = buf[head.len..].to_vec();
+    let first = match kind {
+      Kind::Connect => {
+        client
+          .inner
+          .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+          .await
+          .map_err(|e| Stop::Gone(e.to_string()))?;
+        tunnel_first_bytes(client, rest, &host, port).await?.0
       }
-      Err(crate::rules::Refusal::NotListed) => {
-        return Err(Stop::Refuse(format!(
-          "refused {named}: no entry of network.allow opens it for {} (a name without a port opens 443 for CONNECT and 80 for plain HTTP)",
-          kind.name()
+      Kind::PlainHttp => {
+        let mut out = forwarded_head(&head, &path, &host, port).into_bytes();
+        out.extend_from_slice(&rest);
+        out
+      }
+    };
+    let upstream = match connect_any(&usable, port).await {
+      Ok(u) => u,
+      // The tunnel's client already has its 200: a close is all it can be told.
+      Err(e) if kind == Kind::Connect => return Err(Stop::Gone(format!("cannot connect: {e}"))),
+      Err(e) => return Err(Stop::Unreachable(format!("cannot connect to {named}: {e}"))),
+    };
+    relay(client, upstream, &first, rec).await;
+    Ok(())
+  }
+
+  /// A SOCKS5 connection, from its greeting (`buf` holds its first bytes) to its end.
+  async fn run_socks<S: AsyncRead + AsyncWrite + Unpin>(
+    &self,
+    client: &mut Counted<S>,
+    job: &Job,
+    rec: &mut ConnectionRecord,
+    mut buf: Vec<u8>,
+    deadline: tokio::time::Instant,
+  ) -> Result<(), Stop> {
+    let malformed = |e: socks::SocksError| Stop::RefuseSilently(e.to_string());
+    let (no_auth, used) = loop {
+      match socks::greeting(&buf).map_err(malformed)? {
+        Some(g) => break g,
+        None => read_more(client, &mut buf, deadline).await?,
+      }
+    };
+    let answer = socks::method_choice(no_auth);
+    if !no_auth {
+      return Err(Stop::Socks(
+        answer.to_vec(),
+        "refused a SOCKS5 greeting without the method \"no authentication\"".into(),
+      ));
+    }
+    client
+      .inner
+      .write_all(&answer)
+      .await
+      .map_err(|e| Stop::Gone(e.to_string()))?;
+    buf.drain(..used);
+    let request = loop {
+      match socks::request(&buf) {
+        Ok(Some(r)) => break r,
+        Ok(None) => read_more(client, &mut buf, deadline).await?,
+        Err(e @ socks::SocksError::AddressType(_)) => {
+          return Err(Stop::Socks(
+            socks::reply(Reply::AddressTypeNotSupported).to_vec(),
+            e.to_string(),
+          ));
+        }
+        Err(e) => return Err(malformed(e)),
+      }
+    };
+    let (host, port) = (request.host, request.port);
+    rec.kind = SOCKS;
+    rec.host = host.to_string();
+    rec.port = port;
+    let named = format!("{host}:{port}");
+    let not_allowed =
+      |reason: String| Stop::Socks(socks::reply(Reply::NotAllowed).to_vec(), reason);
+    if request.command != socks::CMD_CONNECT {
+      return Err(Stop::Socks(
+        socks::reply(Reply::CommandNotSupported).to_vec(),
+        format!(
+          "refused SOCKS5 command {:#04x} to {named}: only CONNECT is carried",
+          request.command
+        ),
+      ));
+    }
+    // What the tunnel will carry is not known until the client has its reply, so the list
+    // must open the destination for a tunnel or for plain HTTP; the first bytes then decide.
+    let as_tunnel = job.policy.check(&host, port, Kind::Connect);
+    let as_plain = job.policy.check(&host, port, Kind::PlainHttp);
+    let rule = match (&as_tunnel, &as_plain) {
+      (Ok(rule), _) | (_, Ok(rule)) => rule.text.clone(),
+      (Err(_), Err(_)) => {
+        return Err(not_allowed(format!(
+          "refused {named}: no entry of network.allow opens it (a name without a port opens 443, and 80 for plain HTTP when network.allowPlainHttp is on)"
         )));
       }
     };
     rec.rule = Some(rule.clone());
-    let addresses = self.addresses(&host, job).await.map_err(|e| {
-      Stop::Unreachable(format!("cannot resolve {host} (allowed by {rule:?}): {e}"))
+    let usable = self
+      .usable_addresses(&host, &named, &rule, job)
+      .await
+      .map_err(|d| match d {
+        Denial::Refused(r) => not_allowed(r),
+        Denial::Unresolved(r) => Stop::SocksUnreachable(r),
+      })?;
+    client
+      .inner
+      .write_all(&socks::reply(Reply::Succeeded))
+      .await
+      .map_err(|e| Stop::Gone(e.to_string()))?;
+    let rest = buf.split_off(request.len);
+    let (first, carried) = tunnel_first_bytes(client, rest, &host, port).await?;
+    let (kind, check) = match carried {
+      Carried::Http => {
+        rec.kind = SOCKS_PLAIN_HTTP;
+        (Kind::PlainHttp, as_plain)
+      }
+      Carried::Tls | Carried::Other => (Kind::Connect, as_tunnel),
+    };
+    match check {
+      Ok(rule) => rec.rule = Some(rule.text.clone()),
+      Err(refusal) => {
+        let reason = list_refusal(&named, kind, refusal);
+        return Err(match kind {
+          Kind::PlainHttp => Stop::RefuseInTunnel(reason),
+          Kind::Connect => Stop::RefuseSilently(reason),
+        });
+      }
+    }
+    let upstream = connect_any(&usable, port)
+      .await
+      .map_err(|e| Stop::Gone(format!("cannot connect: {e}")))?;
+    relay(client, upstream, &first, rec).await;
+    Ok(())
+  }
+
+  /// The addresses of an allowed destination the job may reach: public ones, or local ones
+  /// with `allowLocal`.
+  async fn usable_addresses(
+    &self,
+    host: &Host,
+    named: &str,
+    rule: &str,
+    job: &Job,
+  ) -> Result<Vec<IpAddr>, Denial> {
+    let addresses = self.addresses(host, job).await.map_err(|e| {
+      Denial::Unresolved(format!("cannot resolve {host} (allowed by {rule:?}): {e}"))
     })?;
     let (usable, refused): (Vec<IpAddr>, Vec<IpAddr>) = addresses
       .into_iter()
       .partition(|ip| classify(*ip).allowed(job.policy.allow_local));
     if usable.is_empty() {
       let classes: Vec<&str> = refused.iter().map(|ip| classify(*ip).name()).collect();
-      return Err(Stop::Refuse(format!(
+      return Err(Denial::Refused(format!(
         "refused {named} (allowed by {rule:?}): it resolves only to {} addresses, which network.allowLocal {}",
         if classes.is_empty() {
           "no".to_owned()
@@ -185,42 +402,7 @@ impl Proxy {
         }
       )));
     }
-    let rest = buf[head.len..].to_vec();
-    let first = match kind {
-      Kind::Connect => {
-        client
-          .inner
-          .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-          .await
-          .map_err(|e| Stop::Gone(e.to_string()))?;
-        tunnel_first_bytes(client, rest, &host, port).await?
-      }
-      Kind::PlainHttp => {
-        let mut out = forwarded_head(&head, &path, &host, port).into_bytes();
-        out.extend_from_slice(&rest);
-        out
-      }
-    };
-    let upstream = connect_any(&usable, port).await;
-    let mut upstream = match upstream {
-      Ok(u) => u,
-      // The tunnel's client already has its 200: a close is all it can be told.
-      Err(e) if kind == Kind::Connect => return Err(Stop::Gone(format!("cannot connect: {e}"))),
-      Err(e) => return Err(Stop::Unreachable(format!("cannot connect to {named}: {e}"))),
-    };
-    rec.address = upstream.peer_addr().ok();
-    rec.decision = Decision::Allowed;
-    let mut upstream_counted = Counted::new(&mut upstream);
-    if let Err(e) = upstream_counted.inner.write_all(&first).await {
-      rec.reason = Some(format!("destination closed: {e}"));
-      return Ok(());
-    }
-    // `first` is counted as read from the client already.
-    if let Err(e) = tokio::io::copy_bidirectional(client, &mut upstream_counted).await {
-      rec.reason = Some(format!("ended by an error: {e}"));
-    }
-    rec.bytes_down = upstream_counted.read;
-    Ok(())
+    Ok(usable)
   }
 
   async fn addresses(&self, host: &Host, job: &Job) -> io::Result<Vec<IpAddr>> {
@@ -239,10 +421,19 @@ impl Proxy {
   }
 }
 
-async fn read_more<S: AsyncRead + Unpin>(client: &mut S, buf: &mut Vec<u8>) -> Result<(), Stop> {
+/// Reads what the client sent next; `deadline` bounds the whole of what is being read (a head,
+/// a SOCKS5 negotiation, a tunnel's first bytes), not each read.
+async fn read_more<S: AsyncRead + Unpin>(
+  client: &mut S,
+  buf: &mut Vec<u8>,
+  deadline: tokio::time::Instant,
+) -> Result<(), Stop> {
   let mut chunk = [0u8; 4096];
-  match timeout(FIRST_BYTES_TIMEOUT, client.read(&mut chunk)).await {
-    Err(_) => Err(Stop::Gone("sent nothing in time".into())),
+  match timeout_at(deadline, client.read(&mut chunk)).await {
+    Err(_) => Err(Stop::Gone(format!(
+      "did not send its request or first bytes within {} s",
+      FIRST_BYTES_TIMEOUT.as_secs()
+    ))),
     Ok(Err(e)) => Err(Stop::Gone(e.to_string())),
     Ok(Ok(0)) => Err(Stop::Gone("closed before a complete request".into())),
     Ok(Ok(n)) => {
@@ -255,11 +446,12 @@ async fn read_more<S: AsyncRead + Unpin>(client: &mut S, buf: &mut Vec<u8>) -> R
 async fn read_head<S: AsyncRead + Unpin>(
   client: &mut S,
   buf: &mut Vec<u8>,
+  deadline: tokio::time::Instant,
 ) -> Result<RequestHead, Stop> {
   loop {
     match head::parse(buf) {
       Ok(Some(h)) => return Ok(h),
-      Ok(None) => read_more(client, buf).await?,
+      Ok(None) => read_more(client, buf, deadline).await?,
       Err(e) => return Err(Stop::Malformed(e.to_string())),
     }
   }
@@ -339,26 +531,38 @@ fn agree(value: &str, host: &Host, port: u16, default: Option<u16>) -> Result<()
   }
 }
 
-/// Reads a tunnel's first bytes and checks them against its target.
+/// What a tunnel's first bytes are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Carried {
+  Tls,
+  Http,
+  Other,
+}
+
+/// Reads a tunnel's first bytes (within [`FIRST_BYTES_TIMEOUT`]) and checks them against its
+/// target.
 async fn tunnel_first_bytes<S: AsyncRead + Unpin>(
   client: &mut S,
   mut first: Vec<u8>,
   host: &Host,
   port: u16,
-) -> Result<Vec<u8>, Stop> {
+) -> Result<(Vec<u8>, Carried), Stop> {
+  let deadline = tokio::time::Instant::now() + FIRST_BYTES_TIMEOUT;
   let target = format!("{host}:{port}");
   loop {
     if first.is_empty() {
-      read_more(client, &mut first).await?;
+      read_more(client, &mut first, deadline).await?;
       continue;
     }
     if first[0] == 0x16 {
       match sni::client_hello(&first) {
-        Hello::Incomplete => read_more(client, &mut first).await?,
-        Hello::NoSni => return Ok(first),
+        Hello::Incomplete => read_more(client, &mut first, deadline).await?,
+        Hello::NoSni => return Ok((first, Carried::Tls)),
         Hello::Sni(name) => {
           return match host {
-            Host::Name(n) if *n == name.strip_suffix('.').unwrap_or(&name) => Ok(first),
+            Host::Name(n) if *n == name.strip_suffix('.').unwrap_or(&name) => {
+              Ok((first, Carried::Tls))
+            }
             _ => Err(Stop::RefuseSilently(format!(
               "refused the tunnel to {target}: its TLS ClientHello names {name:?}"
             ))),
@@ -375,17 +579,17 @@ async fn tunnel_first_bytes<S: AsyncRead + Unpin>(
     let undecided =
       first.len() < 21 && !first.contains(&b' ') && first.iter().all(u8::is_ascii_uppercase);
     if undecided {
-      read_more(client, &mut first).await?;
+      read_more(client, &mut first, deadline).await?;
       continue;
     }
     if head::request_method(&first).is_none() {
       // Neither TLS nor HTTP: bytes for the allowed host and port, passed on as they are.
-      return Ok(first);
+      return Ok((first, Carried::Other));
     }
     let inner = loop {
       match head::parse(&first) {
         Ok(Some(h)) => break h,
-        Ok(None) => read_more(client, &mut first).await?,
+        Ok(None) => read_more(client, &mut first, deadline).await?,
         Err(e) => {
           return Err(Stop::RefuseInTunnel(format!(
             "closed the tunnel to {target}: {e}"
@@ -402,23 +606,20 @@ async fn tunnel_first_bytes<S: AsyncRead + Unpin>(
     let host_header = inner
       .header("host")
       .map_err(|e| Stop::RefuseInTunnel(format!("closed the tunnel to {target}: {e}")))?;
-    let named = host_header.or_else(|| inner.target.contains("://").then_some(&*inner.target));
-    return match named {
-      Some(value) => {
-        let value = value
-          .split_once("://")
-          .map(|(_, r)| r.split(['/', '?', '#']).next().unwrap_or(r))
-          .unwrap_or(value);
-        agree(value, host, port, Some(port))
-          .map(|()| first)
-          .map_err(|_| {
-            Stop::RefuseInTunnel(format!(
-              "refused a request for {value:?} inside the tunnel to {target}"
-            ))
-          })
-      }
-      None => Ok(first),
-    };
+    // Both name the destination to a server that relays: the Host header and an absolute-form
+    // target (which a proxy on the other end reads first).
+    let absolute = inner.target.split_once("://").map(|(_, r)| {
+      let authority = r.split(['/', '?', '#']).next().unwrap_or(r);
+      authority.rsplit_once('@').map_or(authority, |(_, a)| a)
+    });
+    for value in host_header.into_iter().chain(absolute) {
+      agree(value, host, port, Some(port)).map_err(|_| {
+        Stop::RefuseInTunnel(format!(
+          "refused a request for {value:?} inside the tunnel to {target}"
+        ))
+      })?;
+    }
+    return Ok((first, Carried::Http));
   }
 }
 

@@ -11,7 +11,8 @@ pub enum Decision {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnectionRecord {
   pub job: String,
-  /// `CONNECT`, `plain HTTP`, or `malformed` for a request that named no destination.
+  /// `CONNECT`, `plain HTTP`, `SOCKS5` (a tunnel), `SOCKS5 plain HTTP` (one that carries an
+  /// HTTP request), or `malformed` for a request that named no destination.
   pub kind: &'static str,
   /// As the command named it; empty when it named none.
   pub host: String,

@@ -10,8 +10,9 @@
 //! - proxy -> supervisor: `{"audit": AuditEntry}` for each connection that ended, and
 //!   `{"refused": {"job": id, "reason": ..}}` for a job whose options are bad.
 //!
-//! On a job's channel (also `SOCK_SEQPACKET`) each message carries one connected stream socket,
-//! a connection the job's command opened: the one who accepted it passes it on as it is.
+//! On a job's channel (also `SOCK_SEQPACKET`) each message carries one connected stream socket
+//! (TCP or Unix), a connection the job's command opened: the one who accepted it passes it on
+//! as it is.
 //! The process ends when the control socket closes.
 
 use std::io;
@@ -173,19 +174,37 @@ fn add_job(proxy: &Arc<Proxy>, bytes: &[u8], fd: Option<OwnedFd>) -> Result<(), 
   Ok(())
 }
 
-/// Takes the job's connections off its channel until the channel closes.
+/// Takes the job's connections off its channel until the channel closes. A connection is a
+/// TCP socket (a job's listener on loopback in its network namespace) or a Unix one (a job's
+/// pathname socket where it has no namespace); anything else is closed.
 async fn serve_job(proxy: Arc<Proxy>, job: Arc<Job>, channel: AsyncFd<OwnedFd>) {
+  use nix::sys::socket::{SockaddrLike, SockaddrStorage, getsockname};
   while let Ok(Some((_, fd))) = recv_async(&channel).await {
     let Some(fd) = fd else { continue };
-    let stream = std::net::TcpStream::from(fd);
-    let stream = match stream
-      .set_nonblocking(true)
-      .and_then(|()| tokio::net::TcpStream::from_std(stream))
-    {
-      Ok(s) => s,
-      Err(_) => continue,
-    };
+    let family = getsockname::<SockaddrStorage>(fd.as_raw_fd())
+      .ok()
+      .and_then(|a| a.family());
     let (proxy, job) = (proxy.clone(), job.clone());
-    tokio::spawn(async move { proxy.handle(stream, &job).await });
+    match family {
+      Some(AddressFamily::Inet | AddressFamily::Inet6) => {
+        let stream = std::net::TcpStream::from(fd);
+        if let Ok(s) = stream
+          .set_nonblocking(true)
+          .and_then(|()| tokio::net::TcpStream::from_std(stream))
+        {
+          tokio::spawn(async move { proxy.handle(s, &job).await });
+        }
+      }
+      Some(AddressFamily::Unix) => {
+        let stream = std::os::unix::net::UnixStream::from(fd);
+        if let Ok(s) = stream
+          .set_nonblocking(true)
+          .and_then(|()| tokio::net::UnixStream::from_std(stream))
+        {
+          tokio::spawn(async move { proxy.handle(s, &job).await });
+        }
+      }
+      _ => {}
+    }
   }
 }

@@ -157,3 +157,75 @@ fn a_bad_list_is_refused_naming_the_entry_and_closing_control_ends_the_service()
   drop(control);
   service.join().unwrap().unwrap();
 }
+
+/// Where a job has no network namespace, its command reaches the proxy through a pathname Unix
+/// socket and speaks SOCKS5 there; the reaper passes each accepted Unix connection on the
+/// job's channel as it passes a TCP one.
+#[test]
+fn a_unix_socket_connection_on_a_job_s_channel_is_served_as_socks5() {
+  use std::os::unix::net::{UnixListener, UnixStream};
+  let dir = tempfile::tempdir().unwrap();
+  let (control, egress_end) = seqpacket_pair().unwrap();
+  let service = std::thread::spawn(move || service::run(egress_end, Arc::new(NoDns)));
+  let allowed = TcpListener::bind("127.0.0.1:0").unwrap();
+  let denied = TcpListener::bind("127.0.0.2:0").unwrap();
+  let (a_port, d_port) = (
+    allowed.local_addr().unwrap().port(),
+    denied.local_addr().unwrap().port(),
+  );
+  let route = JobRoute::add(&control, "u", network(&[format!("allowed.test:{a_port}")]));
+  let sock = UnixListener::bind(dir.path().join("egress.sock")).unwrap();
+  let connect = || {
+    let command = UnixStream::connect(dir.path().join("egress.sock")).unwrap();
+    let (accepted, _) = sock.accept().unwrap();
+    service::send(&route.channel, b"c", Some(accepted.as_raw_fd())).unwrap();
+    command
+      .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+      .unwrap();
+    command
+  };
+  let socks_request = |name: &str, port: u16| {
+    let mut r = vec![5, 1, 0, 5, 1, 0, 3, name.len() as u8];
+    r.extend_from_slice(name.as_bytes());
+    r.extend_from_slice(&port.to_be_bytes());
+    r
+  };
+
+  let mut c = connect();
+  c.write_all(&socks_request("denied.test", d_port)).unwrap();
+  let mut back = Vec::new();
+  c.read_to_end(&mut back)
+    .expect("the proxy answers and closes");
+  assert_eq!(back, [5, 0, 5, 2, 0, 1, 0, 0, 0, 0, 0, 0]);
+  let m = next_message(&control);
+  assert_eq!(m["audit"]["action"], "deny", "{m}");
+  assert_eq!(m["audit"]["args"][0], "SOCKS5", "{m}");
+  assert_eq!(m["audit"]["args"][1], format!("denied.test:{d_port}"));
+  assert!(saw_nothing(&denied));
+
+  let server = std::thread::spawn(move || {
+    let (mut s, _) = allowed.accept().unwrap();
+    let mut got = [0u8; 256];
+    let n = s.read(&mut got).unwrap();
+    s.write_all(b"ok").unwrap();
+    got[..n].to_vec()
+  });
+  let mut c = connect();
+  c.write_all(&socks_request("allowed.test", a_port)).unwrap();
+  let mut reply = [0u8; 12];
+  c.read_exact(&mut reply).unwrap();
+  assert_eq!(reply, [5, 0, 5, 0, 0, 1, 0, 0, 0, 0, 0, 0]);
+  let hello = finn_egress::sni::client_hello_bytes(Some("allowed.test"));
+  c.write_all(&hello).unwrap();
+  let mut back = Vec::new();
+  c.read_to_end(&mut back).unwrap();
+  assert_eq!(back, b"ok");
+  assert_eq!(server.join().unwrap(), hello);
+  drop(c);
+  let m = next_message(&control);
+  assert_eq!(m["audit"]["action"], "allow", "{m}");
+  assert_eq!(m["audit"]["egress"]["job"], "u");
+  drop(route);
+  drop(control);
+  service.join().unwrap().unwrap();
+}
