@@ -163,7 +163,8 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
             Some(dir) => (dir, true),
             None => (r, false),
           };
-          (!rules.ignored(name, is_dir)).then(|| format!("{prefix}{name}"))
+          let path = format!("{prefix}{name}");
+          (!rules.ignored(name, is_dir) && !host_owned(jail, &path)).then_some(path)
         })
         .collect();
       paths.sort_unstable();
@@ -235,6 +236,35 @@ fn same_target(jail: &FilesystemJail, target: &Target) -> Result<(), ToolResult>
     )));
   }
   Ok(())
+}
+
+/// `rel` (relative to the worktree) lies in a directory of the host's (the audit log's).
+fn host_owned(jail: &FilesystemJail, rel: &str) -> bool {
+  let path = jail.root().join(rel);
+  jail.hidden().iter().any(|h| path.starts_with(h))
+}
+
+/// What a file whose lines a search printed is when the call finishes.
+enum FileNow {
+  /// Inside the worktree, reached through no symlink, a regular file with one name.
+  Kept,
+  /// A second name: its content may be a file's outside the worktree.
+  HardLinked,
+  /// Gone, no longer a regular file, or reached through a symlink swapped in for a directory
+  /// on its path: what the search read may have been a file's outside the worktree.
+  Changed,
+}
+
+fn file_now(jail: &FilesystemJail, rel: &str) -> FileNow {
+  match jail.validate_path(rel) {
+    Ok(path) => match std::fs::symlink_metadata(path) {
+      Ok(meta) if meta.is_file() && meta.nlink() == 1 => FileNow::Kept,
+      Ok(meta) if meta.is_file() => FileNow::HardLinked,
+      _ => FileNow::Changed,
+    },
+    Err(d) if d.message.starts_with("Hard-linked file rejected") => FileNow::HardLinked,
+    Err(_) => FileNow::Changed,
+  }
 }
 
 /// `rel/` for names printed relative to the target directory; empty at the worktree.
@@ -407,10 +437,11 @@ fn grep(
       // under its `.gitignore` rules.
       let path = if target.is_dir {
         let name = name.strip_prefix("./").unwrap_or(name);
-        if rules.ignored(name, false) {
+        let path = format!("{prefix}{name}");
+        if rules.ignored(name, false) || host_owned(jail, &path) {
           return None;
         }
-        format!("{prefix}{name}")
+        path
       } else {
         target.rel.clone()
       };
@@ -443,23 +474,26 @@ fn grep(
     cut.push(format!("maxResults ({max_results})"));
   }
   let mut withheld: Vec<String> = Vec::new();
+  let mut changed: Vec<String> = Vec::new();
   // Matches are sorted by path: each file is looked at once.
   let mut last: Option<(String, bool)> = None;
-  matches.retain(|m| {
-    let linked = match &last {
-      Some((path, linked)) if *path == m.path => *linked,
-      _ => {
-        let linked = std::fs::symlink_metadata(jail.root().join(&m.path))
-          .map(|meta| meta.is_file() && meta.nlink() > 1)
-          .unwrap_or(false);
-        if linked {
+  matches.retain(|m| match &last {
+    Some((path, keep)) if *path == m.path => *keep,
+    _ => {
+      let keep = match file_now(jail, &m.path) {
+        FileNow::Kept => true,
+        FileNow::HardLinked => {
           withheld.push(m.path.clone());
+          false
         }
-        last = Some((m.path.clone(), linked));
-        linked
-      }
-    };
-    !linked
+        FileNow::Changed => {
+          changed.push(m.path.clone());
+          false
+        }
+      };
+      last = Some((m.path.clone(), keep));
+      keep
+    }
   });
   let rendered: Vec<String> = matches
     .iter()
@@ -479,6 +513,15 @@ fn grep(
     text.push_str(&format!(
       "[matches in hard-linked files withheld: {}]",
       withheld.join(", ")
+    ));
+  }
+  if !changed.is_empty() {
+    if !text.is_empty() {
+      text.push('\n');
+    }
+    text.push_str(&format!(
+      "[matches in files changed during the call withheld: {}]",
+      changed.join(", ")
     ));
   }
   let what = if run_cut {
@@ -597,6 +640,7 @@ mod tests {
       json!({"pattern": "x", "path": "src", "maxCount": 1, "maxResults": 5}),
       1000,
     );
+    std::fs::write(jail.root().join("src/b.txt"), "x1\nx2\n").unwrap();
     let out = "b.txt\u{0}2:x2\nb.txt\u{0}1:x1\na.txt\u{0}1:x\nbinary file matches\n";
     let r = finish(&c, &jail, ran(out, 0, false));
     assert_eq!(
@@ -633,6 +677,23 @@ mod tests {
     let r = finish(&c, &jail, ran("f b\0d a\0f .x\0", 0, false));
     assert_eq!(r.output, ".x\na/\nb");
     assert!(!r.truncated);
+  }
+
+  #[test]
+  fn matches_in_files_gone_or_reached_through_a_symlink_at_the_finish_are_withheld() {
+    let (_d, jail) = fixture();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("s.txt"), "x secret\n").unwrap();
+    let c = context(&jail, ToolName::Grep, json!({"pattern": "x"}), 1000);
+    // src/sub was a directory when the search went through it, a symlink out by the finish;
+    // gone.txt was removed (a hard link to a file outside, unlinked once read).
+    std::os::unix::fs::symlink(outside.path(), jail.root().join("src/sub")).unwrap();
+    let out = "src/a.txt\u{0}1:x\nsrc/sub/s.txt\u{0}1:x secret\ngone.txt\u{0}1:x secret\n";
+    let r = finish(&c, &jail, ran(out, 0, false));
+    assert_eq!(
+      r.output,
+      "src/a.txt:1:x\n[matches in files changed during the call withheld: gone.txt, src/sub/s.txt]"
+    );
   }
 
   #[test]

@@ -179,6 +179,74 @@ pub fn check_target(jail: &FilesystemJail, given: &str) -> Result<Target, ToolRe
   })
 }
 
+/// The host's directories (the audit log's) below `dir`, relative to it: a search from `dir` must
+/// not enter them (an isolated runner cannot read them and the search would fail; an unisolated
+/// one would show the host's files).
+fn hidden_below(jail: &FilesystemJail, dir: &Path) -> Vec<PathBuf> {
+  jail
+    .hidden()
+    .iter()
+    .filter_map(|h| h.strip_prefix(dir).ok())
+    .filter(|rel| !rel.as_os_str().is_empty())
+    .map(Path::to_path_buf)
+    .collect()
+}
+
+/// `rel` as a glob (rg's `--glob`, fd's `--exclude`, find's `-path`) matching itself only.
+fn literal_glob(rel: &Path) -> String {
+  let mut out = String::new();
+  for c in rel.to_string_lossy().chars() {
+    if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\' | '!') {
+      out.push('\\');
+    }
+    out.push(c);
+  }
+  out
+}
+
+/// grep has no option that skips one path (`--exclude-dir` matches base names): with a host
+/// directory below `cwd`, grep gets as operands the entries of `cwd` instead, each ancestor of a
+/// host directory replaced by its own entries, the host directory left out. Hidden names,
+/// symlinks, FIFOs and devices are left out, as grep's recursion leaves them. `None`: no host directory below, or a name that is not
+/// UTF-8 on the way (an argv is text): the search then runs as before.
+fn grep_operands(cwd: &Path, hidden: &[PathBuf]) -> Option<Vec<String>> {
+  fn expand(cwd: &Path, rel: &Path, hidden: &[PathBuf], out: &mut Vec<String>) -> Option<()> {
+    let mut names: Vec<_> = std::fs::read_dir(cwd.join(rel))
+      .ok()?
+      .filter_map(Result::ok)
+      .map(|e| e.file_name())
+      .collect();
+    names.sort();
+    for name in names {
+      let name = name.into_string().ok()?;
+      if name.starts_with('.') {
+        continue;
+      }
+      let p = rel.join(&name);
+      if hidden.contains(&p) {
+        continue;
+      }
+      // grep follows a symlink and reads a FIFO or a device named on its command line, and
+      // skips them below: only directories and regular files are named.
+      let Ok(meta) = std::fs::symlink_metadata(cwd.join(&p)) else {
+        continue;
+      };
+      if meta.is_dir() && hidden.iter().any(|h| h.starts_with(&p)) {
+        expand(cwd, &p, hidden, out)?;
+      } else if meta.is_dir() || meta.is_file() {
+        out.push(p.to_str()?.to_owned());
+      }
+    }
+    Some(())
+  }
+  if hidden.is_empty() {
+    return None;
+  }
+  let mut out = Vec::new();
+  expand(cwd, Path::new(""), hidden, &mut out)?;
+  Some(out)
+}
+
 fn want_dir(target: &Target, tool: &str) -> Result<(), ToolResult> {
   if target.is_dir {
     return Ok(());
@@ -241,51 +309,41 @@ fn plan_checked(
       let t = check_target(jail, path)?;
       want_dir(&t, "find")?;
       cwd = Some(t.path.clone());
+      let hidden = hidden_below(jail, &t.path);
       // fd's globs match bytes (`?` is one byte of `ü`): find in the C locale does too.
       env.push((s("LC_ALL"), s("C")));
       match finders.fd {
         Some(fd) => {
           // Hidden entries skipped (fd's default), ignore files not read (find reads none),
           // case-sensitive as `find -name` is.
-          let argv = [
+          let mut argv: Vec<String> = [
             "--glob",
             "--no-ignore",
             "--case-sensitive",
             "--color=never",
             "--print0",
-            "--",
-            pattern,
           ]
           .map(s)
           .to_vec();
+          for h in &hidden {
+            argv.push(format!("--exclude=/{}", literal_glob(h)));
+          }
+          argv.extend([s("--"), pattern.clone()]);
           (fd, argv, Some(t))
         }
         None => {
-          let argv = [
-            ".",
-            "-mindepth",
-            "1",
-            "(",
-            "-name",
-            ".*",
-            "-prune",
-            ")",
-            "-o",
-            "-name",
-            pattern,
+          // Hidden names and the host's directories pruned.
+          let mut argv: Vec<String> = [".", "-mindepth", "1", "(", "-name", ".*"].map(s).to_vec();
+          for h in &hidden {
+            argv.extend([s("-o"), s("-path"), format!("./{}", literal_glob(h))]);
+          }
+          let rest = [
+            "-prune", ")", "-o", "-name", pattern,
             // Directories end with `/`, as fd prints them: `.gitignore`'s `dir/` patterns
             // match directories only.
-            "(",
-            "-type",
-            "d",
-            "-printf",
-            "%p/\\0",
-            "-o",
-            "-print0",
-            ")",
-          ]
-          .map(s)
-          .to_vec();
+            "(", "-type", "d", "-printf", "%p/\\0", "-o", "-print0", ")",
+          ];
+          argv.extend(rest.map(s));
           ("find", argv, Some(t))
         }
       }
@@ -306,6 +364,18 @@ fn plan_checked(
         ));
       }
       let t = check_target(jail, path)?;
+      if !t.is_dir && !t.is_file {
+        // A FIFO would hold the search until its timeout, a device never end.
+        return Err(ToolResult::failed(
+          "NOT_A_FILE",
+          format!("grep: not a regular file or directory: {path}"),
+        ));
+      }
+      let hidden = if t.is_dir {
+        hidden_below(jail, &t.path)
+      } else {
+        Vec::new()
+      };
       // A directory is searched from inside it (names come out relative to it, and grep's
       // hidden-name exclusions never match the directory itself); a file by its path.
       let operand = if t.is_dir {
@@ -343,6 +413,9 @@ fn plan_checked(
         if let Some(g) = glob {
           argv.push(format!("--glob={g}"));
         }
+        for h in &hidden {
+          argv.push(format!("--glob=!/{}", literal_glob(h)));
+        }
         argv.extend([s("-e"), pattern.clone()]);
         "rg"
       } else {
@@ -369,9 +442,18 @@ fn plan_checked(
         if *ignore_case {
           argv.push(s("-i"));
         }
-        if *word {
-          argv.push(s("-w"));
-        }
+        // PCRE's `\w`, `\d`, `\b` and `\s` are ASCII unless `(*UCP)` opens the pattern; Rust's
+        // (and rg's) are Unicode. grep's `-w` would wrap the pattern before the verb: the
+        // same wrapping (grep's own for `-P -w`) is written here instead.
+        let pattern = match (dialect, *word) {
+          ("-P", true) => format!("(*UCP)(?<!\\w)(?:{pattern})(?!\\w)"),
+          ("-P", false) => format!("(*UCP){pattern}"),
+          (_, true) => {
+            argv.push(s("-w"));
+            pattern.clone()
+          }
+          _ => pattern.clone(),
+        };
         if let Some(n) = per_file {
           argv.push(format!("--max-count={n}"));
         }
@@ -383,7 +465,7 @@ fn plan_checked(
         if t.is_dir {
           argv.extend([s("--exclude=.*"), s("--exclude-dir=.*")]);
         }
-        argv.extend([s("-e"), pattern.clone()]);
+        argv.extend([s("-e"), pattern]);
         "grep"
       };
       // rg without a path reads a stdin that is a pipe (a JS runner's may be): it always gets
@@ -391,7 +473,13 @@ fn plan_checked(
       match operand {
         Some(operand) => argv.extend([s("--"), operand]),
         None if binary == "rg" => argv.extend([s("--"), s(".")]),
-        None => {}
+        None => {
+          if let Some(operands) = grep_operands(&t.path, &hidden) {
+            // /dev/null keeps an empty list from reading stdin; it never matches.
+            argv.extend([s("--"), s("/dev/null")]);
+            argv.extend(operands);
+          }
+        }
       }
       (binary, argv, Some(t))
     }

@@ -1,0 +1,127 @@
+// Attacks on the structured tools by what an agent controls: the worktree's files (and a
+// process of its own that changes them while a call runs) and the tools' arguments.
+import { execFileSync } from 'node:child_process'
+import { linkSync, mkdirSync, mkdtempSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, describe, expect, test } from 'vitest'
+import { AuditLog, WorkerPool, createToolExecutor, executeTool, type ExecResult, type ExecSpec } from '../index.js'
+
+const pool = new WorkerPool({ interactiveWorkers: 2, killGraceMs: 200 })
+afterAll(() => pool.shutdown())
+
+const hasFast = ['rg', 'fdfind'].every((b) => {
+  try {
+    execFileSync('sh', ['-c', `command -v ${b}`])
+    return true
+  } catch {
+    return false
+  }
+})
+const FINDERS = hasFast ? (['rg-fd', 'grep-find'] as const) : (['grep-find'] as const)
+
+function dir(prefix: string): string {
+  return realpathSync(mkdtempSync(join(tmpdir(), prefix)))
+}
+
+describe('the host audit directory inside the worktree', () => {
+  test('grep and find over the worktree never show the audit log, whatever runs them', async () => {
+    const wt = dir('atk-audit-')
+    writeFileSync(join(wt, 'a.txt'), 'allow me\n')
+    const audit = new AuditLog(wt) // <wt>/audit/audit.log, loa-finn's default layout
+    for (const finders of FINDERS) {
+      const ex = createToolExecutor({ worktree: wt, audit, finders, runner: pool })
+      // A call or two, so the log has lines with "allow" in it.
+      await ex.execute('read', { path: 'a.txt' }, 't')
+      expect(await ex.execute('read', { path: 'audit/audit.log' }, 't')).toEqual({
+        output: 'Path is reserved for the host: audit/audit.log',
+        is_error: false,
+      })
+      const grep = await ex.execute('grep', { pattern: 'allow' }, 't')
+      expect(grep, finders).toEqual({ output: 'a.txt:1:allow me', is_error: false })
+      const find = await ex.execute('find', { pattern: '*' }, 't')
+      expect(find.output, finders).not.toContain('audit.log')
+    }
+  })
+
+  test('the same answer isolated (the shared pool) and not, the audit directory left out alone', async () => {
+    const wt = dir('atk-audit-iso-')
+    mkdirSync(join(wt, 'data'))
+    mkdirSync(join(wt, 'src/audit'), { recursive: true })
+    mkdirSync(join(wt, 'data/keep'))
+    writeFileSync(join(wt, 'src/audit/a.txt'), 'allow me\n')
+    writeFileSync(join(wt, 'data/keep/b.txt'), 'allow too\n')
+    writeFileSync(join(wt, 'data/c.txt'), 'allow three\n')
+    const audit = new AuditLog(join(wt, 'data')) // <wt>/data/audit/audit.log
+    const expected = {
+      grep: { output: 'data/c.txt:1:allow three\ndata/keep/b.txt:1:allow too\nsrc/audit/a.txt:1:allow me', is_error: false },
+      grepData: { output: 'data/c.txt:1:allow three\ndata/keep/b.txt:1:allow too', is_error: false },
+      find: { output: 'data\ndata/c.txt\ndata/keep\ndata/keep/b.txt\nsrc\nsrc/audit\nsrc/audit/a.txt', is_error: false },
+    }
+    for (const finders of FINDERS) {
+      for (const runner of [pool, undefined]) {
+        const label = `${finders} ${runner ? 'pool' : 'shared, isolated'}`
+        const ex = createToolExecutor({ worktree: wt, audit, finders, runner })
+        await ex.execute('read', { path: 'data/c.txt' }, 't')
+        expect(await ex.execute('grep', { pattern: 'allow' }, 't'), label).toEqual(expected.grep)
+        expect(await ex.execute('grep', { pattern: 'allow', path: 'data' }, 't'), label).toEqual(expected.grepData)
+        expect(await ex.execute('find', { pattern: '*' }, 't'), label).toEqual(expected.find)
+      }
+    }
+  })
+})
+
+describe('grep of a path that is not a regular file', () => {
+  test('a FIFO named as grep path is refused, not read until the timeout', async () => {
+    const wt = dir('atk-fifo-')
+    execFileSync('mkfifo', [join(wt, 'fifo')])
+    for (const finders of FINDERS) {
+      const started = Date.now()
+      const r = await executeTool('grep', { pattern: 'x', path: 'fifo' }, wt, { runner: pool, finders, timeoutMs: 10_000 })
+      expect(r.error, finders).toEqual({ code: 'NOT_A_FILE', message: 'grep: not a regular file or directory: fifo' })
+      expect(Date.now() - started).toBeLessThan(5_000)
+    }
+  })
+})
+
+describe('a file changed while the search runs', () => {
+  test('a hard-linked file removed before the call finishes is not shown', async () => {
+    for (const finders of FINDERS) {
+      const wt = dir('atk-link-')
+      const outside = dir('atk-outside-')
+      writeFileSync(join(outside, 'secret.txt'), 'hello outside secret\n')
+      mkdirSync(join(wt, 'src'))
+      writeFileSync(join(wt, 'src/a.txt'), 'hello inside\n')
+      linkSync(join(outside, 'secret.txt'), join(wt, 'src/linked.txt'))
+      // The agent's own process removes its hard link once the search has read it.
+      const runner = {
+        exec: async (spec: ExecSpec): Promise<ExecResult> => {
+          const r = await pool.exec(spec)
+          rmSync(join(wt, 'src/linked.txt'))
+          return r
+        },
+      }
+      const r = await executeTool('grep', { pattern: 'hello' }, wt, { runner, finders })
+      expect(r.output, finders).not.toContain('secret')
+    }
+  })
+})
+
+describe('grep -P reads the pattern as rg does', () => {
+  test('\\w, \\d and \\b are Unicode on both paths, with and without word', async () => {
+    const wt = dir('atk-ucp-')
+    writeFileSync(join(wt, 'a.txt'), 'héllo\nx\u0663y\nnaïve café\n')
+    for (const [pattern, extra, output] of [
+      ['h\\w+o', {}, 'a.txt:1:héllo'],
+      ['x\\dy', {}, 'a.txt:2:x\u0663y'],
+      ['\\bllo', {}, ''],
+      ['caf\\w', { word: true }, 'a.txt:3:naïve café'],
+      ['na\\w', { word: true }, ''],
+    ] as const) {
+      for (const finders of FINDERS) {
+        const r = await executeTool('grep', { pattern, ...extra }, wt, { runner: pool, finders })
+        expect(r, `${finders} ${pattern}`).toEqual({ ok: true, exitCode: 0, output, truncated: false })
+      }
+    }
+  })
+})
