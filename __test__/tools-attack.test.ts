@@ -125,3 +125,40 @@ describe('grep -P reads the pattern as rg does', () => {
     }
   })
 })
+
+describe('a .gitignore the agent wrote', () => {
+  test('a huge .gitignore fails the call, without growing Node by its compiled patterns', async () => {
+    const wt = dir('atk-gitignore-')
+    writeFileSync(join(wt, 'a.txt'), 'hello\n')
+    // 200,000 patterns, 5 MB: compiled, several GB in Node's process (and no timeout applies).
+    let big = ''
+    for (let i = 0; i < 200_000; i++) big += `*x${i}y*z[ab]/**/q${i}\n`
+    writeFileSync(join(wt, '.gitignore'), big)
+    const before = process.memoryUsage().rss
+    for (const finders of FINDERS) {
+      const started = Date.now()
+      const find = await executeTool('find', { pattern: '*' }, wt, { runner: pool, finders, timeoutMs: 5_000 })
+      expect(find.error, finders).toEqual({
+        code: 'TOOL_FAILED',
+        message: 'find: .gitignore is larger than 262144 bytes: its rules are not read',
+      })
+      const grep = await executeTool('grep', { pattern: 'hello' }, wt, { runner: pool, finders, timeoutMs: 5_000 })
+      expect(grep.error?.code, finders).toBe('TOOL_FAILED')
+      expect(Date.now() - started).toBeLessThan(5_000)
+    }
+    expect(process.memoryUsage().rss - before).toBeLessThan(200 * 2 ** 20)
+    // Many files under the byte bound: the patterns are counted over the call.
+    const many = dir('atk-gitignore-many-')
+    let lines = ''
+    for (let i = 0; i < 3_000; i++) lines += `q${i}\n`
+    for (const d of ['a', 'b', 'c']) {
+      mkdirSync(join(many, d))
+      writeFileSync(join(many, d, '.gitignore'), lines)
+      writeFileSync(join(many, d, 'x.txt'), 'hello\n')
+    }
+    for (const finders of FINDERS) {
+      const r = await executeTool('find', { pattern: '*' }, many, { runner: pool, finders })
+      expect(r.error?.message, finders).toMatch(/^find: the .gitignore files read hold more than 8192 patterns/)
+    }
+  }, 60_000)
+})

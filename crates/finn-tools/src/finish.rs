@@ -167,6 +167,9 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
           (!rules.ignored(name, is_dir) && !host_owned(jail, &path)).then_some(path)
         })
         .collect();
+      if let Some(why) = rules.refused() {
+        return ToolResult::failed("TOOL_FAILED", format!("find: {why}"));
+      }
       paths.sort_unstable();
       let (text, truncated) = listing(
         &paths,
@@ -185,7 +188,7 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
       max_results,
       ..
     } => {
-      let (text, truncated) = grep(
+      let (text, truncated) = match grep(
         &stdout,
         jail,
         target.expect("grep has a target"),
@@ -193,7 +196,10 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
         *max_results,
         out.truncated,
         budget,
-      );
+      ) {
+        Ok(done) => done,
+        Err(why) => return ToolResult::failed("TOOL_FAILED", format!("grep: {why}")),
+      };
       // grep and rg: 0 matched, 1 matched nothing, 2 an error.
       match out.exit_code {
         0 | 1 => ToolResult {
@@ -413,7 +419,7 @@ fn grep(
   max_results: u64,
   run_cut: bool,
   budget: usize,
-) -> (String, bool) {
+) -> Result<(String, bool), String> {
   let prefix = rel_prefix(Some(target));
   let mut lines: Vec<&str> = stdout.split_inclusive('\n').collect();
   if run_cut && lines.last().is_some_and(|l| !l.ends_with('\n')) {
@@ -448,6 +454,9 @@ fn grep(
       Some(Match { path, line, text })
     })
     .collect();
+  if let Some(why) = rules.refused() {
+    return Err(why.to_owned());
+  }
   matches.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
   let mut cut = Vec::new();
   if let Some(max) = max_count {
@@ -530,7 +539,7 @@ fn grep(
     format!("{held} of {total} matching lines shown")
   };
   note(&mut text, &cut, &what);
-  (text, !cut.is_empty())
+  Ok((text, !cut.is_empty()))
 }
 
 #[cfg(test)]
