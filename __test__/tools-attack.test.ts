@@ -107,6 +107,21 @@ describe('a file changed while the search runs', () => {
   })
 })
 
+describe('names that are not UTF-8', () => {
+  test('a hard link with a name that is not UTF-8 does not escape the hard-link check', async () => {
+    const wt = dir('atk-nonutf8-')
+    const outside = dir('atk-outside-')
+    writeFileSync(join(outside, 's'), 'hello SECRET\n')
+    // The name reaches the check as `l\uFFFD` (lossy), which names no file: the lstat failed
+    // and the match was shown.
+    linkSync(join(outside, 's'), Buffer.from(`${wt}/l\xff`, 'latin1'))
+    for (const finders of FINDERS) {
+      const r = await executeTool('grep', { pattern: 'hello' }, wt, { runner: pool, finders })
+      expect(r.output, finders).toBe('[matches in files with names that are not UTF-8 withheld: l\uFFFD]')
+    }
+  })
+})
+
 describe('grep -P reads the pattern as rg does', () => {
   test('\\w, \\d and \\b are Unicode on both paths, with and without word', async () => {
     const wt = dir('atk-ucp-')

@@ -259,6 +259,9 @@ enum FileNow {
   /// Gone, no longer a regular file, or reached through a symlink swapped in for a directory
   /// on its path: what the search read may have been a file's outside the worktree.
   Changed,
+  /// A name that is not UTF-8 reaches here with U+FFFD (the runner's lossy decoding): the file
+  /// it names cannot be looked at (nor read by the model), and may be a hard link.
+  NotUtf8,
 }
 
 fn file_now(jail: &FilesystemJail, rel: &str) -> FileNow {
@@ -266,6 +269,7 @@ fn file_now(jail: &FilesystemJail, rel: &str) -> FileNow {
     Ok(path) => match std::fs::symlink_metadata(path) {
       Ok(meta) if meta.is_file() && meta.nlink() == 1 => FileNow::Kept,
       Ok(meta) if meta.is_file() => FileNow::HardLinked,
+      Err(_) if rel.contains('\u{FFFD}') => FileNow::NotUtf8,
       _ => FileNow::Changed,
     },
     Err(d) if d.message.starts_with("Hard-linked file rejected") => FileNow::HardLinked,
@@ -484,6 +488,7 @@ fn grep(
   }
   let mut withheld: Vec<String> = Vec::new();
   let mut changed: Vec<String> = Vec::new();
+  let mut not_utf8: Vec<String> = Vec::new();
   // Matches are sorted by path: each file is looked at once.
   let mut last: Option<(String, bool)> = None;
   matches.retain(|m| match &last {
@@ -497,6 +502,10 @@ fn grep(
         }
         FileNow::Changed => {
           changed.push(m.path.clone());
+          false
+        }
+        FileNow::NotUtf8 => {
+          not_utf8.push(m.path.clone());
           false
         }
       };
@@ -524,14 +533,19 @@ fn grep(
       withheld.join(", ")
     ));
   }
-  if !changed.is_empty() {
-    if !text.is_empty() {
-      text.push('\n');
+  for (files, why) in [
+    (&changed, "changed during the call"),
+    (&not_utf8, "with names that are not UTF-8"),
+  ] {
+    if !files.is_empty() {
+      if !text.is_empty() {
+        text.push('\n');
+      }
+      text.push_str(&format!(
+        "[matches in files {why} withheld: {}]",
+        files.join(", ")
+      ));
     }
-    text.push_str(&format!(
-      "[matches in files changed during the call withheld: {}]",
-      changed.join(", ")
-    ));
   }
   let what = if run_cut {
     format!("{held} matching lines shown of more")
