@@ -177,3 +177,26 @@ describe('a .gitignore the agent wrote', () => {
     }
   }, 60_000)
 })
+
+describe('hidden names on both paths', () => {
+  test('a grep glob never opens hidden files to rg, and a find pattern with a leading dot is no fd error', async () => {
+    const wt = dir('atk-hidden-')
+    mkdirSync(join(wt, '.h/.in'), { recursive: true })
+    mkdirSync(join(wt, 'd'))
+    writeFileSync(join(wt, '.env'), 'hello env\n')
+    writeFileSync(join(wt, '.h/x'), 'hello h\n')
+    writeFileSync(join(wt, '.h/.in/y'), 'hello in\n')
+    writeFileSync(join(wt, 'd/z'), 'hello z\n')
+    const ok = (output: string) => ({ ok: true, exitCode: 0, output, truncated: false })
+    for (const finders of FINDERS) {
+      for (const glob of ['*', '.*', '.env']) {
+        const expected = glob === '*' ? ok('d/z:1:hello z') : ok('')
+        expect(await executeTool('grep', { pattern: 'hello', glob }, wt, { runner: pool, finders }), `${finders} ${glob}`).toEqual(expected)
+      }
+      expect(await executeTool('grep', { pattern: 'hello', glob: '*', path: '.h' }, wt, { runner: pool, finders }), finders).toEqual(ok('.h/x:1:hello h'))
+      for (const pattern of ['.*', '.env']) {
+        expect(await executeTool('find', { pattern }, wt, { runner: pool, finders }), `${finders} ${pattern}`).toEqual(ok(''))
+      }
+    }
+  })
+})

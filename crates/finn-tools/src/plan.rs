@@ -312,7 +312,10 @@ fn plan_checked(
       let hidden = hidden_below(jail, &t.path);
       // fd's globs match bytes (`?` is one byte of `ü`): find in the C locale does too.
       env.push((s("LC_ALL"), s("C")));
-      match finders.fd {
+      // fd refuses a pattern that starts with a dot ("only matches hidden files") where find
+      // prints nothing: find runs it, with the same (empty) answer.
+      let fd = finders.fd.filter(|_| !pattern.starts_with('.'));
+      match fd {
         Some(fd) => {
           // Hidden entries skipped (fd's default), ignore files not read (find reads none),
           // case-sensitive as `find -name` is.
@@ -412,6 +415,11 @@ fn plan_checked(
         }
         if let Some(g) = glob {
           argv.push(format!("--glob={g}"));
+          // rg searches a hidden name a glob matches: hidden names excluded after it, as grep's
+          // `--exclude=.*` does (the directory searched is never judged by it).
+          if t.is_dir {
+            argv.push(s("--glob=!.*"));
+          }
         }
         for h in &hidden {
           argv.push(format!("--glob=!/{}", literal_glob(h)));
