@@ -122,6 +122,23 @@ describe('names that are not UTF-8', () => {
   })
 })
 
+describe('names with a newline', () => {
+  test('a hard link named x\\nsafe.txt is judged as itself, not as safe.txt', async () => {
+    const wt = dir('atk-newline-')
+    const outside = dir('atk-outside-')
+    writeFileSync(join(outside, 's'), 'hello SECRET\n')
+    writeFileSync(join(wt, 'safe.txt'), 'nothing\n')
+    // grep's `name\0line:text` records split on newlines made `safe.txt` the match's file:
+    // its hard-link check passed and the outside file's line was shown as safe.txt's.
+    linkSync(join(outside, 's'), join(wt, 'x\nsafe.txt'))
+    writeFileSync(join(wt, 'y\nz.txt'), 'hello plain\n')
+    for (const finders of FINDERS) {
+      const r = await executeTool('grep', { pattern: 'hello' }, wt, { runner: pool, finders })
+      expect(r.output, finders).toBe('y\nz.txt:1:hello plain\n[matches in hard-linked files withheld: x\nsafe.txt]')
+    }
+  })
+})
+
 describe('grep -P reads the pattern as rg does', () => {
   test('\\w, \\d and \\b are Unicode on both paths, with and without word', async () => {
     const wt = dir('atk-ucp-')

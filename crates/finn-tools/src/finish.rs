@@ -430,11 +430,20 @@ fn grep(
     lines.pop();
   }
   let mut rules = Rules::new(jail, &target.rel);
+  // A file name may hold a newline (`x\nsafe.txt`): the lines before its NUL are the start of
+  // its name, never a record of their own, or the rest would pass for another file's name
+  // (and that file's hard-link check would judge the match).
+  let mut pending = String::new();
   let mut matches: Vec<Match> = lines
     .iter()
     .filter_map(|l| {
-      let l = l.strip_suffix('\n').unwrap_or(l);
-      let (name, rest) = l.split_once('\0')?;
+      let Some((head, rest)) = l.split_once('\0') else {
+        pending.push_str(l);
+        return None;
+      };
+      let name_owned = std::mem::take(&mut pending) + head;
+      let name = name_owned.as_str();
+      let rest = rest.strip_suffix('\n').unwrap_or(rest);
       let (n, text) = rest.split_once(':')?;
       let line = n.parse().ok()?;
       // A line that is not UTF-8 reaches here with U+FFFD (the runner's lossy decoding) from
