@@ -217,3 +217,33 @@ describe('hidden names on both paths', () => {
     }
   })
 })
+
+describe('a file swapped for a symlink during the call and back', () => {
+  test('read and grep of a file withhold what the runner read through the symlink', async () => {
+    for (const [name, args] of [
+      ['read', { path: 'a.txt' }],
+      ['grep', { pattern: 'e', path: 'a.txt' }],
+    ] as const) {
+      const wt = dir('atk-swapback-')
+      const outside = dir('atk-outside-')
+      writeFileSync(join(outside, 's'), 'SECRET\n')
+      writeFileSync(join(wt, 'a.txt'), 'inside\n')
+      // The agent's own process renames a.txt away, puts a symlink out in its place while the
+      // command opens it, and renames it back: the same device and inode at the finish.
+      const runner = {
+        exec: async (spec: ExecSpec): Promise<ExecResult> => {
+          renameSync(join(wt, 'a.txt'), join(wt, 'real'))
+          symlinkSync(join(outside, 's'), join(wt, 'a.txt'))
+          try {
+            return await pool.exec(spec)
+          } finally {
+            rmSync(join(wt, 'a.txt'))
+            renameSync(join(wt, 'real'), join(wt, 'a.txt'))
+          }
+        },
+      }
+      const r = await executeTool(name, args, wt, { runner })
+      expect(r.output, name).toBe('Path changed during the call: a.txt (its output is withheld)')
+    }
+  })
+})

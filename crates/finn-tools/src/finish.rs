@@ -235,7 +235,11 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
 /// The path must still be what the plan checked: inside the jail, no symlink, the same file.
 fn same_target(jail: &FilesystemJail, target: &Target) -> Result<(), ToolResult> {
   let now = check_target(jail, &target.given)?;
-  if (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
+  // A file's change time too: renamed away while a symlink out stood in its place and renamed
+  // back, it is the same inode, and the runner read what the symlink named. (A directory's
+  // changes whenever an entry is added: a search's own worktree may be busy.)
+  let changed = !target.is_dir && now.ctime != target.ctime;
+  if changed || (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
     return Err(ToolResult::refused(format!(
       "Path changed during the call: {} (its output is withheld)",
       target.given

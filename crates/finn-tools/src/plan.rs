@@ -87,6 +87,9 @@ pub struct Target {
   pub is_dir: bool,
   /// A regular file (not a FIFO, socket or device, which a read would block on or never end).
   pub is_file: bool,
+  /// The inode's change time (seconds, nanoseconds): a rename away and back (a symlink out
+  /// swapped in while the command read, then undone) changes it, where device and inode stay.
+  pub ctime: (i64, i64),
 }
 
 /// What finishing needs to know of the call.
@@ -176,6 +179,7 @@ pub fn check_target(jail: &FilesystemJail, given: &str) -> Result<Target, ToolRe
     ino: meta.ino(),
     is_dir: meta.is_dir(),
     is_file: meta.is_file(),
+    ctime: (meta.ctime(), meta.ctime_nsec()),
   })
 }
 
