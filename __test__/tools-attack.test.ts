@@ -139,6 +139,26 @@ describe('names with a newline', () => {
   })
 })
 
+describe('a pattern that matches a newline', () => {
+  test('is BAD_PATTERN on both paths, not an rg error here and two patterns for grep there', async () => {
+    const wt = dir('atk-nl-pattern-')
+    writeFileSync(join(wt, 'a.txt'), 'hello\n')
+    for (const pattern of ['zzz\nhello', 'zzz\\nhello', 'a\\x0Ab', '[\\n]']) {
+      for (const finders of FINDERS) {
+        const r = await executeTool('grep', { pattern }, wt, { runner: pool, finders })
+        expect(r.error, `${finders} ${JSON.stringify(pattern)}`).toEqual({
+          code: 'BAD_PATTERN',
+          message: 'args.pattern must not match a newline (\\n): lines are searched one by one',
+        })
+      }
+    }
+    // A class that holds a newline is fine: no line has one.
+    for (const finders of FINDERS) {
+      expect((await executeTool('grep', { pattern: 'hel[^\\n]o' }, wt, { runner: pool, finders })).output).toBe('a.txt:1:hello')
+    }
+  })
+})
+
 describe('grep -P reads the pattern as rg does', () => {
   test('\\w, \\d and \\b are Unicode on both paths, with and without word', async () => {
     const wt = dir('atk-ucp-')

@@ -251,6 +251,23 @@ fn grep_operands(cwd: &Path, hidden: &[PathBuf]) -> Option<Vec<String>> {
   Some(out)
 }
 
+/// Whether `pattern` holds a literal newline (`\n`, `\x0A`, `[\n]`, or the character itself):
+/// rg refuses it ("the literal '\n' is not allowed"), grep reads a newline in a pattern as
+/// the separator of two patterns. Classes may hold it (both drop it: no line has one).
+fn matches_a_newline(pattern: &str) -> bool {
+  use regex_syntax::hir::{Hir, HirKind};
+  fn walk(h: &Hir) -> bool {
+    match h.kind() {
+      HirKind::Literal(l) => l.0.contains(&b'\n'),
+      HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().any(walk),
+      HirKind::Repetition(r) => walk(&r.sub),
+      HirKind::Capture(c) => walk(&c.sub),
+      HirKind::Empty | HirKind::Class(_) | HirKind::Look(_) => false,
+    }
+  }
+  regex_syntax::parse(pattern).is_ok_and(|h| walk(&h))
+}
+
 fn want_dir(target: &Target, tool: &str) -> Result<(), ToolResult> {
   if target.is_dir {
     return Ok(());
@@ -368,6 +385,12 @@ fn plan_checked(
         return Err(ToolResult::failed(
           "BAD_PATTERN",
           format!("args.pattern is not a valid regular expression: {e}"),
+        ));
+      }
+      if matches_a_newline(pattern) {
+        return Err(ToolResult::failed(
+          "BAD_PATTERN",
+          "args.pattern must not match a newline (\\n): lines are searched one by one",
         ));
       }
       let t = check_target(jail, path)?;
