@@ -159,6 +159,29 @@ describe('a pattern that matches a newline', () => {
   })
 })
 
+describe('syntax only Rust reads', () => {
+  test('is BAD_PATTERN whichever program would run it', async () => {
+    const wt = dir('atk-syntax-')
+    writeFileSync(join(wt, 'a.txt'), 'ab cd\n[a]b\n')
+    for (const [pattern, why] of [
+      ['[a-z&&[^b]]b', 'a class set operation (&&, -- or ~~)'],
+      ['[[a]b]', 'a class nested in a class'],
+      ['[[:^alpha:]]', 'a negated ASCII class ([:^...:])'],
+      ['(?-u)\\w', 'the u flag'],
+      ['(?R)x', 'the R flag'],
+      ['(?<n>ab)', '(?<name>...), not read by every rg (write (?P<name>...))'],
+    ]) {
+      for (const finders of FINDERS) {
+        const r = await executeTool('grep', { pattern }, wt, { runner: pool, finders })
+        expect(r.error, `${finders} ${pattern}`).toEqual({
+          code: 'BAD_PATTERN',
+          message: `args.pattern uses ${why}, which grep and rg read differently`,
+        })
+      }
+    }
+  })
+})
+
 describe('grep -P reads the pattern as rg does', () => {
   test('\\w, \\d and \\b are Unicode on both paths, with and without word', async () => {
     const wt = dir('atk-ucp-')
@@ -169,6 +192,11 @@ describe('grep -P reads the pattern as rg does', () => {
       ['\\bllo', {}, ''],
       ['caf\\w', { word: true }, 'a.txt:3:naïve café'],
       ['na\\w', { word: true }, ''],
+      // ERE in a UTF-8 locale and PCRE with (*UCP) read [[:alpha:]] as Unicode, Rust as ASCII.
+      ['^[[:alpha:]]$', {}, ''],
+      ['^[[:alpha:] ]+$', {}, ''],
+      ['[[:alpha:]]af', {}, 'a.txt:3:naïve café'],
+      ['h[[:punct:][:alpha:]]llo', {}, ''],
     ] as const) {
       for (const finders of FINDERS) {
         const r = await executeTool('grep', { pattern, ...extra }, wt, { runner: pool, finders })

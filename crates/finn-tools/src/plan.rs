@@ -268,6 +268,98 @@ fn matches_a_newline(pattern: &str) -> bool {
   regex_syntax::parse(pattern).is_ok_and(|h| walk(&h))
 }
 
+/// `pattern` (valid for Rust's regex) as grep's `-P` reads it alike, or why it cannot be:
+/// syntax of Rust's alone (class set operations `&&`, `--`, `~~`, a class nested in a class,
+/// the `R` and `u` flags, a negated ASCII class `[[:^alpha:]]`, and `(?<name>`, which rg before
+/// 14 refuses) is refused; the ASCII classes
+/// (`[[:alpha:]]`), which PCRE's `(*UCP)` widens to Unicode as grep's UTF-8 locale does for
+/// `-E`, are written out as the ASCII ranges Rust reads them as.
+fn perl_pattern(pattern: &str) -> Result<String, String> {
+  use regex_syntax::ast::{
+    Ast, ClassAscii, ClassAsciiKind as K, ClassSetBinaryOp, ClassSetItem, Flag, GroupKind, Visitor,
+    parse::Parser, visit,
+  };
+  struct Classes(Vec<ClassAscii>);
+  impl Visitor for Classes {
+    type Output = Vec<ClassAscii>;
+    type Err = String;
+    fn finish(self) -> Result<Self::Output, String> {
+      Ok(self.0)
+    }
+    fn visit_pre(&mut self, ast: &Ast) -> Result<(), String> {
+      // rg before 14 (Debian 12's) refuses `(?<name>`; every version reads `(?P<name>`.
+      if let Ast::Group(g) = ast
+        && matches!(
+          g.kind,
+          GroupKind::CaptureName {
+            starts_with_p: false,
+            ..
+          }
+        )
+      {
+        return Err("(?<name>...), not read by every rg (write (?P<name>...))".into());
+      }
+      let flags = match ast {
+        Ast::Flags(f) => Some(&f.flags),
+        Ast::Group(g) => match &g.kind {
+          GroupKind::NonCapturing(f) => Some(f),
+          _ => None,
+        },
+        _ => None,
+      };
+      if let Some(f) = flags {
+        for (flag, name) in [(Flag::CRLF, "R"), (Flag::Unicode, "u")] {
+          if f.flag_state(flag).is_some() {
+            return Err(format!("the {name} flag"));
+          }
+        }
+      }
+      Ok(())
+    }
+    fn visit_class_set_item_pre(&mut self, item: &ClassSetItem) -> Result<(), String> {
+      match item {
+        ClassSetItem::Bracketed(_) => Err("a class nested in a class".into()),
+        ClassSetItem::Ascii(a) if a.negated => Err("a negated ASCII class ([:^...:])".into()),
+        ClassSetItem::Ascii(a) => {
+          self.0.push(a.clone());
+          Ok(())
+        }
+        _ => Ok(()),
+      }
+    }
+    fn visit_class_set_binary_op_pre(&mut self, _: &ClassSetBinaryOp) -> Result<(), String> {
+      Err("a class set operation (&&, -- or ~~)".into())
+    }
+  }
+  let ast = Parser::new().parse(pattern).map_err(|e| e.to_string())?;
+  let classes = visit(&ast, Classes(Vec::new()))?;
+  let mut out = String::with_capacity(pattern.len());
+  let mut at = 0;
+  for c in classes {
+    let ranges = match c.kind {
+      K::Alnum => "0-9A-Za-z",
+      K::Alpha => "A-Za-z",
+      K::Ascii => "\\x00-\\x7F",
+      K::Blank => "\\t\\x20",
+      K::Cntrl => "\\x00-\\x1F\\x7F",
+      K::Digit => "0-9",
+      K::Graph => "!-~",
+      K::Lower => "a-z",
+      K::Print => "\\x20-~",
+      K::Punct => "!-/:-@\\[-`{-~",
+      K::Space => "\\t\\n\\x0B\\f\\r\\x20",
+      K::Upper => "A-Z",
+      K::Word => "0-9A-Za-z_",
+      K::Xdigit => "0-9A-Fa-f",
+    };
+    out.push_str(&pattern[at..c.span.start.offset]);
+    out.push_str(ranges);
+    at = c.span.end.offset;
+  }
+  out.push_str(&pattern[at..]);
+  Ok(out)
+}
+
 fn want_dir(target: &Target, tool: &str) -> Result<(), ToolResult> {
   if target.is_dir {
     return Ok(());
@@ -387,6 +479,13 @@ fn plan_checked(
           format!("args.pattern is not a valid regular expression: {e}"),
         ));
       }
+      // Checked whichever program runs, so that both refuse it alike.
+      let perl = perl_pattern(pattern).map_err(|why| {
+        ToolResult::failed(
+          "BAD_PATTERN",
+          format!("args.pattern uses {why}, which grep and rg read differently"),
+        )
+      })?;
       if matches_a_newline(pattern) {
         return Err(ToolResult::failed(
           "BAD_PATTERN",
@@ -455,8 +554,10 @@ fn plan_checked(
         "rg"
       } else {
         env.push((s("LC_ALL"), s(UTF8_LOCALE)));
-        // Perl syntax where the pattern uses an escape or a group option ERE lacks.
-        let dialect = if pattern.contains('\\') || pattern.contains("(?") {
+        // Perl syntax where the pattern uses an escape or a group option ERE lacks, or POSIX
+        // classes (which ERE widens to Unicode in a UTF-8 locale; Rust's are ASCII).
+        let dialect = if pattern.contains('\\') || pattern.contains("(?") || pattern.contains("[:")
+        {
           "-P"
         } else {
           "-E"
@@ -481,8 +582,8 @@ fn plan_checked(
         // (and rg's) are Unicode. grep's `-w` would wrap the pattern before the verb: the
         // same wrapping (grep's own for `-P -w`) is written here instead.
         let pattern = match (dialect, *word) {
-          ("-P", true) => format!("(*UCP)(?<!\\w)(?:{pattern})(?!\\w)"),
-          ("-P", false) => format!("(*UCP){pattern}"),
+          ("-P", true) => format!("(*UCP)(?<!\\w)(?:{perl})(?!\\w)"),
+          ("-P", false) => format!("(*UCP){perl}"),
           (_, true) => {
             argv.push(s("-w"));
             pattern.clone()
@@ -609,6 +710,29 @@ mod tests {
       (p.binary, p.args),
       ("tail", vec!["-n".into(), "+3".into(), "--".into(), file])
     );
+  }
+
+  #[test]
+  fn ascii_classes_are_written_out_for_pcre_and_rust_only_syntax_refused() {
+    assert_eq!(
+      perl_pattern(r"^[[:alpha:]_][[:punct:]]\[:x:]").unwrap(),
+      r"^[A-Za-z_][!-/:-@\[-`{-~]\[:x:]"
+    );
+    assert_eq!(perl_pattern(r"(?i)a\d+").unwrap(), r"(?i)a\d+");
+    for bad in [
+      r"[a&&b]",
+      r"[a--b]",
+      r"[[a]]",
+      r"[[:^digit:]]",
+      r"(?u)x",
+      r"(?R)x",
+      r"(?<n>x)",
+    ] {
+      assert!(perl_pattern(bad).is_err(), "{bad}");
+    }
+    assert!(perl_pattern(r"(?P<n>x)").is_ok());
+    assert!(matches_a_newline("a\nb") && matches_a_newline(r"a\x0ab"));
+    assert!(!matches_a_newline(r"[^\n]") && !matches_a_newline(r"\s"));
   }
 
   #[test]
