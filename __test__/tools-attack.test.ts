@@ -266,32 +266,43 @@ describe('hidden names on both paths', () => {
   })
 })
 
-describe('a file swapped for a symlink during the call and back', () => {
-  test('read and grep of a file withhold what the runner read through the symlink', async () => {
+describe('a path swapped for a symlink during the call and back', () => {
+  test('read, ls, find and grep withhold what the runner read through the symlink', async () => {
     for (const [name, args] of [
       ['read', { path: 'a.txt' }],
       ['grep', { pattern: 'e', path: 'a.txt' }],
+      ['grep', { pattern: 'e', path: 'd' }],
+      ['ls', { path: 'd' }],
+      ['find', { pattern: '*', path: 'd' }],
     ] as const) {
       const wt = dir('atk-swapback-')
       const outside = dir('atk-outside-')
       writeFileSync(join(outside, 's'), 'SECRET\n')
       writeFileSync(join(wt, 'a.txt'), 'inside\n')
+      // A directory: the outside one holds `s`, and so does the inside one, so that the
+      // finish's look at d/s finds an ordinary file.
+      mkdirSync(join(outside, 'dir'))
+      writeFileSync(join(outside, 'dir/s'), 'SECRET\n')
+      mkdirSync(join(wt, 'd'))
+      writeFileSync(join(wt, 'd/s'), 'inside\n')
+      const victim = args.path
+      const target = victim === 'd' ? join(outside, 'dir') : join(outside, 's')
       // The agent's own process renames a.txt away, puts a symlink out in its place while the
       // command opens it, and renames it back: the same device and inode at the finish.
       const runner = {
         exec: async (spec: ExecSpec): Promise<ExecResult> => {
-          renameSync(join(wt, 'a.txt'), join(wt, 'real'))
-          symlinkSync(join(outside, 's'), join(wt, 'a.txt'))
+          renameSync(join(wt, victim), join(wt, 'real'))
+          symlinkSync(target, join(wt, victim))
           try {
             return await pool.exec(spec)
           } finally {
-            rmSync(join(wt, 'a.txt'))
-            renameSync(join(wt, 'real'), join(wt, 'a.txt'))
+            rmSync(join(wt, victim))
+            renameSync(join(wt, 'real'), join(wt, victim))
           }
         },
       }
       const r = await executeTool(name, args, wt, { runner })
-      expect(r.output, name).toBe('Path changed during the call: a.txt (its output is withheld)')
+      expect(r.output, `${name} ${victim}`).toBe(`Path changed during the call: ${victim} (its output is withheld)`)
     }
   })
 })

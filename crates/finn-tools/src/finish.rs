@@ -235,10 +235,10 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
 /// The path must still be what the plan checked: inside the jail, no symlink, the same file.
 fn same_target(jail: &FilesystemJail, target: &Target) -> Result<(), ToolResult> {
   let now = check_target(jail, &target.given)?;
-  // A file's change time too: renamed away while a symlink out stood in its place and renamed
-  // back, it is the same inode, and the runner read what the symlink named. (A directory's
-  // changes whenever an entry is added: a search's own worktree may be busy.)
-  let changed = !target.is_dir && now.ctime != target.ctime;
+  // The change time too: renamed away while a symlink out stood in its place (the runner's
+  // chdir or open followed it) and renamed back, it is the same inode. A directory's also
+  // changes when an entry is added or removed: its listing changed during the call as well.
+  let changed = now.ctime != target.ctime;
   if changed || (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
     return Err(ToolResult::refused(format!(
       "Path changed during the call: {} (its output is withheld)",
@@ -670,13 +670,13 @@ mod tests {
   #[test]
   fn grep_sorts_cuts_per_file_and_in_total_and_reports_which_limit() {
     let (_d, jail) = fixture();
+    std::fs::write(jail.root().join("src/b.txt"), "x1\nx2\n").unwrap();
     let c = context(
       &jail,
       ToolName::Grep,
       json!({"pattern": "x", "path": "src", "maxCount": 1, "maxResults": 5}),
       1000,
     );
-    std::fs::write(jail.root().join("src/b.txt"), "x1\nx2\n").unwrap();
     let out = "b.txt\u{0}2:x2\nb.txt\u{0}1:x1\na.txt\u{0}1:x\nbinary file matches\n";
     let r = finish(&c, &jail, ran(out, 0, false));
     assert_eq!(
