@@ -1,6 +1,6 @@
 // Attacks on the structured tools by what an agent controls: the worktree's files (and a
 // process of its own that changes them while a call runs) and the tools' arguments.
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { linkSync, mkdirSync, mkdtempSync, realpathSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -85,6 +85,61 @@ describe('grep of a path that is not a regular file', () => {
 })
 
 describe('a file changed while the search runs', () => {
+  test('a hard link replaced by a plain file of the same name once read is not shown', async () => {
+    for (const finders of FINDERS) {
+      const wt = dir('atk-relink-')
+      const outside = dir('atk-outside-')
+      writeFileSync(join(outside, 'secret.txt'), 'hello outside secret\n')
+      mkdirSync(join(wt, 'src'))
+      linkSync(join(outside, 'secret.txt'), join(wt, 'src/linked.txt'))
+      const runner = {
+        exec: async (spec: ExecSpec): Promise<ExecResult> => {
+          const r = await pool.exec(spec)
+          rmSync(join(wt, 'src/linked.txt'))
+          writeFileSync(join(wt, 'src/linked.txt'), 'plain\n')
+          return r
+        },
+      }
+      const r = await executeTool('grep', { pattern: 'hello' }, wt, { runner, finders })
+      expect(r.output, finders).toBe('[matches in files changed during the call withheld: src/linked.txt]')
+    }
+  })
+
+  test('a directory below the path swapped for a symlink out and back while the search runs', async () => {
+    const wt = dir('atk-race-')
+    const outside = dir('atk-outside-')
+    mkdirSync(join(wt, 'src/sub'), { recursive: true })
+    for (let i = 0; i < 200; i++) {
+      writeFileSync(join(outside, `f${i}.txt`), 'hello SECRET\n')
+      writeFileSync(join(wt, `src/sub/f${i}.txt`), 'hello inside\n')
+    }
+    // The agent's own process, swapping src/sub and a symlink to the outside directory.
+    const swapper = `
+import os, sys, time
+os.chdir(sys.argv[1]); os.symlink(sys.argv[2], 'lnk'); end = time.time() + 6
+while time.time() < end:
+  os.rename('sub', 'real'); os.rename('lnk', 'sub'); time.sleep(0.0005)
+  os.rename('sub', 'lnk'); os.rename('real', 'sub'); time.sleep(0.0005)
+`
+    const child = spawn('python3', ['-c', swapper, join(wt, 'src'), outside, 'atk-tools-swapper'], { stdio: 'ignore' })
+    let runs = 0
+    let leaks = 0
+    try {
+      const until = Date.now() + 4_000
+      while (Date.now() < until) {
+        for (const finders of FINDERS) {
+          const r = await executeTool('grep', { pattern: 'hello' }, wt, { runner: pool, finders })
+          runs++
+          if (r.output.includes('SECRET')) leaks++
+        }
+      }
+    } finally {
+      child.kill('SIGKILL')
+    }
+    expect(runs).toBeGreaterThan(5)
+    expect(leaks).toBe(0)
+  }, 30_000)
+
   test('a hard-linked file removed before the call finishes is not shown', async () => {
     for (const finders of FINDERS) {
       const wt = dir('atk-link-')

@@ -4,6 +4,7 @@
 //! limit cut something, and the output then says which.
 
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use super::args::ToolArgs;
 use super::gitignore::Rules;
@@ -192,10 +193,10 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
         &stdout,
         jail,
         target.expect("grep has a target"),
-        *max_count,
-        *max_results,
+        (*max_count, *max_results),
         out.truncated,
         budget,
+        context.planned_at,
       ) {
         Ok(done) => done,
         Err(why) => return ToolResult::failed("TOOL_FAILED", format!("grep: {why}")),
@@ -268,9 +269,51 @@ enum FileNow {
   NotUtf8,
 }
 
-fn file_now(jail: &FilesystemJail, rel: &str) -> FileNow {
+/// Whether the file at `path`, or a directory on its way below `from`, changed (its ctime) at
+/// or after `since`: a directory renamed away while a symlink out stood in its place (the
+/// search went through it) and renamed back, or a hard link replaced by a plain file once
+/// read, is the same name, changed. The kernel stamps a change from a clock that never runs
+/// ahead of the real time, so nothing changed before the call counts; a coarse stamp may lag
+/// the real time by a tick, so a change within a tick of the plan may pass (the runner has
+/// not even started by then).
+fn changed_since(from: &Path, path: &Path, since: std::time::SystemTime) -> bool {
+  let Ok(since) = since.duration_since(std::time::UNIX_EPOCH) else {
+    return true;
+  };
+  let Ok(rest) = path.strip_prefix(from) else {
+    return true;
+  };
+  let mut at = from.to_path_buf();
+  for part in rest.components() {
+    at.push(part);
+    let Ok(meta) = std::fs::symlink_metadata(&at) else {
+      return true;
+    };
+    let ctime = std::time::Duration::new(
+      u64::try_from(meta.ctime()).unwrap_or(0),
+      u32::try_from(meta.ctime_nsec()).unwrap_or(0),
+    );
+    if ctime >= since {
+      return true;
+    }
+  }
+  false
+}
+
+fn file_now(
+  jail: &FilesystemJail,
+  rel: &str,
+  below: Option<(&Path, std::time::SystemTime)>,
+) -> FileNow {
   match jail.validate_path(rel) {
-    Ok(path) => match std::fs::symlink_metadata(path) {
+    Ok(path) => match std::fs::symlink_metadata(&path) {
+      Ok(meta)
+        if meta.is_file()
+          && meta.nlink() == 1
+          && below.is_some_and(|(from, since)| changed_since(from, &path, since)) =>
+      {
+        FileNow::Changed
+      }
       Ok(meta) if meta.is_file() && meta.nlink() == 1 => FileNow::Kept,
       Ok(meta) if meta.is_file() => FileNow::HardLinked,
       Err(_) if rel.contains('\u{FFFD}') => FileNow::NotUtf8,
@@ -423,10 +466,10 @@ fn grep(
   stdout: &str,
   jail: &FilesystemJail,
   target: &Target,
-  max_count: Option<u64>,
-  max_results: u64,
+  (max_count, max_results): (Option<u64>, u64),
   run_cut: bool,
   budget: usize,
+  planned_at: std::time::SystemTime,
 ) -> Result<(String, bool), String> {
   let prefix = rel_prefix(Some(target));
   let mut lines: Vec<&str> = stdout.split_inclusive('\n').collect();
@@ -507,7 +550,8 @@ fn grep(
   matches.retain(|m| match &last {
     Some((path, keep)) if *path == m.path => *keep,
     _ => {
-      let keep = match file_now(jail, &m.path) {
+      let below = target.is_dir.then_some((target.path.as_path(), planned_at));
+      let keep = match file_now(jail, &m.path, below) {
         FileNow::Kept => true,
         FileNow::HardLinked => {
           withheld.push(m.path.clone());
@@ -726,10 +770,28 @@ mod tests {
     std::os::unix::fs::symlink(outside.path(), jail.root().join("src/sub")).unwrap();
     let out = "src/a.txt\u{0}1:x\nsrc/sub/s.txt\u{0}1:x secret\ngone.txt\u{0}1:x secret\n";
     let r = finish(&c, &jail, ran(out, 0, false));
-    assert_eq!(
-      r.output,
-      "src/a.txt:1:x\n[matches in files changed during the call withheld: gone.txt, src/sub/s.txt]"
+    // src itself changed during the call (the symlink added to it): src/a.txt's match may be
+    // withheld too, unless the change's coarse stamp fell before the plan's clock.
+    assert!(!r.output.contains("secret"), "{}", r.output);
+    assert!(
+      r.output
+        .starts_with("[matches in files changed during the call withheld: gone.txt, ")
+        || r.output.starts_with(
+          "src/a.txt:1:x\n[matches in files changed during the call withheld: gone.txt, "
+        ),
+      "{}",
+      r.output
     );
+    assert!(r.output.ends_with("src/sub/s.txt]"), "{}", r.output);
+    // Nothing changed since the plan: shown.
+    let c = context(
+      &jail,
+      ToolName::Grep,
+      json!({"pattern": "x", "path": "src"}),
+      1000,
+    );
+    let r = finish(&c, &jail, ran("a.txt\u{0}1:x\n", 0, false));
+    assert_eq!(r.output, "src/a.txt:1:x");
   }
 
   #[test]

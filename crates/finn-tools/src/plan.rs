@@ -98,6 +98,9 @@ pub struct Context {
   pub args: ToolArgs,
   pub target: Option<Target>,
   pub max_output_bytes: u64,
+  /// When the call was planned (after the target's check): a file a search printed, or a
+  /// directory on its way, whose change time is later changed during the call.
+  pub planned_at: std::time::SystemTime,
 }
 
 /// The argv to run through the ToolSandbox pipeline (`binary` is the name its policies give).
@@ -633,6 +636,9 @@ fn plan_checked(
       ("git", argv, None)
     }
   };
+  // A change made before now is stamped before now (a filesystem's clock, fine or coarse,
+  // never runs ahead of the real time); one made while the runner runs, later.
+  let planned_at = std::time::SystemTime::now();
   Ok(Plan {
     binary,
     args: argv,
@@ -643,6 +649,7 @@ fn plan_checked(
       args,
       target,
       max_output_bytes,
+      planned_at,
     },
   })
 }
