@@ -361,3 +361,40 @@ describe('a path swapped for a symlink during the call and back', () => {
     }
   })
 })
+
+describe('a directory on the named path swapped for a symlink during the call and back', () => {
+  test('read, ls, find and grep withhold what the runner read through it', async () => {
+    for (const [name, args] of [
+      ['read', { path: 'd/s' }],
+      ['grep', { pattern: 'e', path: 'd/s' }],
+      ['grep', { pattern: 'e', path: 'd/e' }],
+      ['ls', { path: 'd/e' }],
+      ['find', { pattern: '*', path: 'd/e' }],
+    ] as const) {
+      const wt = dir('atk-swapmid-')
+      const outside = dir('atk-outside-')
+      // The same names outside and inside: only the directory on the way differs.
+      for (const root of [outside, join(wt, 'd')]) {
+        mkdirSync(join(root, 'e'), { recursive: true })
+        const text = root === outside ? 'SECRET\n' : 'inside\n'
+        writeFileSync(join(root, 's'), text)
+        writeFileSync(join(root, 'e/t'), text)
+      }
+      const runner = {
+        exec: async (spec: ExecSpec): Promise<ExecResult> => {
+          renameSync(join(wt, 'd'), join(wt, 'real'))
+          symlinkSync(outside, join(wt, 'd'))
+          try {
+            return await pool.exec(spec)
+          } finally {
+            rmSync(join(wt, 'd'))
+            renameSync(join(wt, 'real'), join(wt, 'd'))
+          }
+        },
+      }
+      const r = await executeTool(name, args, wt, { runner })
+      expect(r.output, `${name} ${args.path}`).not.toMatch(/SECRET|^t$/)
+      expect(r.output, `${name} ${args.path}`).toBe(`Path changed during the call: ${args.path} (its output is withheld)`)
+    }
+  })
+})

@@ -80,7 +80,7 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
     return ToolResult::failed("TIMED_OUT", out.stderr);
   }
   if let Some(target) = &context.target
-    && let Err(refusal) = same_target(jail, target)
+    && let Err(refusal) = same_target(jail, target, context.planned_at)
   {
     return refusal;
   }
@@ -234,12 +234,23 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
 }
 
 /// The path must still be what the plan checked: inside the jail, no symlink, the same file.
-fn same_target(jail: &FilesystemJail, target: &Target) -> Result<(), ToolResult> {
+fn same_target(
+  jail: &FilesystemJail,
+  target: &Target,
+  planned_at: std::time::SystemTime,
+) -> Result<(), ToolResult> {
   let now = check_target(jail, &target.given)?;
   // The change time too: renamed away while a symlink out stood in its place (the runner's
   // chdir or open followed it) and renamed back, it is the same inode. A directory's also
   // changes when an entry is added or removed: its listing changed during the call as well.
-  let changed = now.ctime != target.ctime;
+  // So for each directory on the way: one swapped out and back while the runner opened the
+  // path through it changed after the plan.
+  let on_the_way = target
+    .path
+    .parent()
+    .filter(|p| p.starts_with(jail.root()) && *p != jail.root());
+  let changed = now.ctime != target.ctime
+    || on_the_way.is_some_and(|p| changed_since(jail.root(), p, planned_at));
   if changed || (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
     return Err(ToolResult::refused(format!(
       "Path changed during the call: {} (its output is withheld)",
