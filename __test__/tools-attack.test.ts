@@ -398,3 +398,31 @@ describe('a directory on the named path swapped for a symlink during the call an
     }
   })
 })
+
+describe('find through a directory swapped mid-walk', () => {
+  test('names below a directory that changed during the call are withheld', async () => {
+    for (const finders of FINDERS) {
+      const wt = dir('atk-find-swap-')
+      const outside = dir('atk-outside-')
+      mkdirSync(join(wt, 'src/sub'), { recursive: true })
+      writeFileSync(join(wt, 'src/sub/a.txt'), 'x\n')
+      writeFileSync(join(wt, 'src/b.txt'), 'x\n')
+      writeFileSync(join(outside, 'id_rsa'), 'x\n')
+      // Stands for a walk that went through src/sub while it was a symlink out: the runner
+      // reports the outside names under src/sub, and src/sub was swapped away and back.
+      const runner = {
+        exec: async (spec: ExecSpec): Promise<ExecResult> => {
+          renameSync(join(wt, 'src/sub'), join(wt, 'src/real'))
+          symlinkSync(outside, join(wt, 'src/sub'))
+          rmSync(join(wt, 'src/sub'))
+          renameSync(join(wt, 'src/real'), join(wt, 'src/sub'))
+          return pool.exec(spec)
+        },
+      }
+      const r = await executeTool('find', { pattern: '*', path: 'src' }, wt, { runner, finders })
+      expect(r.output, finders).toBe('Path changed during the call: src (its output is withheld)')
+      const r2 = await executeTool('find', { pattern: '*' }, wt, { runner, finders })
+      expect(r2.output, finders).toBe('src\n[3 entries below directories changed during the call withheld]')
+    }
+  })
+})

@@ -171,14 +171,38 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
       if let Some(why) = rules.refused() {
         return ToolResult::failed("TOOL_FAILED", format!("find: {why}"));
       }
+      // Names below a directory that changed during the call (swapped for a symlink out and
+      // back while the walk went through it) may be another directory's: withheld. Each
+      // directory is looked at once.
+      let from = &target.expect("find has a target").path;
+      let mut dirs: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+      let before = paths.len();
+      paths.retain(|p| {
+        let Some((dir, _)) = p.rsplit_once('/') else {
+          return true;
+        };
+        let dir = dir.to_owned();
+        !*dirs
+          .entry(dir.clone())
+          .or_insert_with(|| changed_since(from, &jail.root().join(&dir), context.planned_at))
+      });
+      let withheld = before - paths.len();
       paths.sort_unstable();
-      let (text, truncated) = listing(
+      let (mut text, truncated) = listing(
         &paths,
         *max_results as usize,
         "maxResults",
         out.truncated,
         budget,
       );
+      if withheld > 0 {
+        if !text.is_empty() {
+          text.push('\n');
+        }
+        text.push_str(&format!(
+          "[{withheld} entries below directories changed during the call withheld]"
+        ));
+      }
       if out.exit_code != 0 {
         return failure(text, truncated);
       }
