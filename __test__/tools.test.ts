@@ -281,7 +281,7 @@ describe('runners', () => {
         grepFind[0],
         grepFind[1],
         ['fd', '--glob', '--no-ignore', '--case-sensitive', '--color=never', '--print0', '--', '-name', '@/'],
-        ['rg', '--no-config', '--no-ignore', '--color=never', '--no-heading', '--with-filename', '--line-number', '--null', '--no-messages', '--ignore-case', '--word-regexp', '--max-count=3', '--glob=*.rs', '-e', '-rf', '--', '.', '@/'],
+        ['rg', '--no-config', '--no-ignore', '--color=never', '--no-heading', '--with-filename', '--line-number', '--null', '--no-messages', '--ignore-case', '--word-regexp', '--max-count=3', '--glob=*.rs', '--glob=!.*', '-e', '-rf', '--', '.', '@/'],
       ])
     }
     expect(argv.slice(-4)).toEqual(grepFind)

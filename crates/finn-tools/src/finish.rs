@@ -4,6 +4,7 @@
 //! limit cut something, and the output then says which.
 
 use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
 use super::args::ToolArgs;
 use super::gitignore::Rules;
@@ -79,7 +80,7 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
     return ToolResult::failed("TIMED_OUT", out.stderr);
   }
   if let Some(target) = &context.target
-    && let Err(refusal) = same_target(jail, target)
+    && let Err(refusal) = same_target(jail, target, context.planned_at)
   {
     return refusal;
   }
@@ -163,17 +164,45 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
             Some(dir) => (dir, true),
             None => (r, false),
           };
-          (!rules.ignored(name, is_dir)).then(|| format!("{prefix}{name}"))
+          let path = format!("{prefix}{name}");
+          (!rules.ignored(name, is_dir) && !host_owned(jail, &path)).then_some(path)
         })
         .collect();
+      if let Some(why) = rules.refused() {
+        return ToolResult::failed("TOOL_FAILED", format!("find: {why}"));
+      }
+      // Names below a directory that changed during the call (swapped for a symlink out and
+      // back while the walk went through it) may be another directory's: withheld. Each
+      // directory is looked at once.
+      let from = &target.expect("find has a target").path;
+      let mut dirs: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
+      let before = paths.len();
+      paths.retain(|p| {
+        let Some((dir, _)) = p.rsplit_once('/') else {
+          return true;
+        };
+        let dir = dir.to_owned();
+        !*dirs
+          .entry(dir.clone())
+          .or_insert_with(|| changed_since(from, &jail.root().join(&dir), context.planned_at))
+      });
+      let withheld = before - paths.len();
       paths.sort_unstable();
-      let (text, truncated) = listing(
+      let (mut text, truncated) = listing(
         &paths,
         *max_results as usize,
         "maxResults",
         out.truncated,
         budget,
       );
+      if withheld > 0 {
+        if !text.is_empty() {
+          text.push('\n');
+        }
+        text.push_str(&format!(
+          "[{withheld} entries below directories changed during the call withheld]"
+        ));
+      }
       if out.exit_code != 0 {
         return failure(text, truncated);
       }
@@ -184,15 +213,18 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
       max_results,
       ..
     } => {
-      let (text, truncated) = grep(
+      let (text, truncated) = match grep(
         &stdout,
         jail,
         target.expect("grep has a target"),
-        *max_count,
-        *max_results,
+        (*max_count, *max_results),
         out.truncated,
         budget,
-      );
+        context.planned_at,
+      ) {
+        Ok(done) => done,
+        Err(why) => return ToolResult::failed("TOOL_FAILED", format!("grep: {why}")),
+      };
       // grep and rg: 0 matched, 1 matched nothing, 2 an error.
       match out.exit_code {
         0 | 1 => ToolResult {
@@ -226,15 +258,105 @@ pub fn finish(context: &Context, jail: &FilesystemJail, out: RunnerOutput) -> To
 }
 
 /// The path must still be what the plan checked: inside the jail, no symlink, the same file.
-fn same_target(jail: &FilesystemJail, target: &Target) -> Result<(), ToolResult> {
+fn same_target(
+  jail: &FilesystemJail,
+  target: &Target,
+  planned_at: std::time::SystemTime,
+) -> Result<(), ToolResult> {
   let now = check_target(jail, &target.given)?;
-  if (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
+  // The change time too: renamed away while a symlink out stood in its place (the runner's
+  // chdir or open followed it) and renamed back, it is the same inode. A directory's also
+  // changes when an entry is added or removed: its listing changed during the call as well.
+  // So for each directory on the way: one swapped out and back while the runner opened the
+  // path through it changed after the plan.
+  let on_the_way = target
+    .path
+    .parent()
+    .filter(|p| p.starts_with(jail.root()) && *p != jail.root());
+  let changed = now.ctime != target.ctime
+    || on_the_way.is_some_and(|p| changed_since(jail.root(), p, planned_at));
+  if changed || (now.dev, now.ino, &now.path) != (target.dev, target.ino, &target.path) {
     return Err(ToolResult::refused(format!(
       "Path changed during the call: {} (its output is withheld)",
       target.given
     )));
   }
   Ok(())
+}
+
+/// `rel` (relative to the worktree) lies in a directory of the host's (the audit log's).
+fn host_owned(jail: &FilesystemJail, rel: &str) -> bool {
+  let path = jail.root().join(rel);
+  jail.hidden().iter().any(|h| path.starts_with(h))
+}
+
+/// What a file whose lines a search printed is when the call finishes.
+enum FileNow {
+  /// Inside the worktree, reached through no symlink, a regular file with one name.
+  Kept,
+  /// A second name: its content may be a file's outside the worktree.
+  HardLinked,
+  /// Gone, no longer a regular file, or reached through a symlink swapped in for a directory
+  /// on its path: what the search read may have been a file's outside the worktree.
+  Changed,
+  /// A name that is not UTF-8 reaches here with U+FFFD (the runner's lossy decoding): the file
+  /// it names cannot be looked at (nor read by the model), and may be a hard link.
+  NotUtf8,
+}
+
+/// Whether the file at `path`, or a directory on its way below `from`, changed (its ctime) at
+/// or after `since`: a directory renamed away while a symlink out stood in its place (the
+/// search went through it) and renamed back, or a hard link replaced by a plain file once
+/// read, is the same name, changed. The kernel stamps a change from a clock that never runs
+/// ahead of the real time, so nothing changed before the call counts; a coarse stamp may lag
+/// the real time by a tick, so a change within a tick of the plan may pass (the runner has
+/// not even started by then).
+fn changed_since(from: &Path, path: &Path, since: std::time::SystemTime) -> bool {
+  let Ok(since) = since.duration_since(std::time::UNIX_EPOCH) else {
+    return true;
+  };
+  let Ok(rest) = path.strip_prefix(from) else {
+    return true;
+  };
+  let mut at = from.to_path_buf();
+  for part in rest.components() {
+    at.push(part);
+    let Ok(meta) = std::fs::symlink_metadata(&at) else {
+      return true;
+    };
+    let ctime = std::time::Duration::new(
+      u64::try_from(meta.ctime()).unwrap_or(0),
+      u32::try_from(meta.ctime_nsec()).unwrap_or(0),
+    );
+    if ctime >= since {
+      return true;
+    }
+  }
+  false
+}
+
+fn file_now(
+  jail: &FilesystemJail,
+  rel: &str,
+  below: Option<(&Path, std::time::SystemTime)>,
+) -> FileNow {
+  match jail.validate_path(rel) {
+    Ok(path) => match std::fs::symlink_metadata(&path) {
+      Ok(meta)
+        if meta.is_file()
+          && meta.nlink() == 1
+          && below.is_some_and(|(from, since)| changed_since(from, &path, since)) =>
+      {
+        FileNow::Changed
+      }
+      Ok(meta) if meta.is_file() && meta.nlink() == 1 => FileNow::Kept,
+      Ok(meta) if meta.is_file() => FileNow::HardLinked,
+      Err(_) if rel.contains('\u{FFFD}') => FileNow::NotUtf8,
+      _ => FileNow::Changed,
+    },
+    Err(d) if d.message.starts_with("Hard-linked file rejected") => FileNow::HardLinked,
+    Err(_) => FileNow::Changed,
+  }
 }
 
 /// `rel/` for names printed relative to the target directory; empty at the worktree.
@@ -379,22 +501,31 @@ fn grep(
   stdout: &str,
   jail: &FilesystemJail,
   target: &Target,
-  max_count: Option<u64>,
-  max_results: u64,
+  (max_count, max_results): (Option<u64>, u64),
   run_cut: bool,
   budget: usize,
-) -> (String, bool) {
+  planned_at: std::time::SystemTime,
+) -> Result<(String, bool), String> {
   let prefix = rel_prefix(Some(target));
   let mut lines: Vec<&str> = stdout.split_inclusive('\n').collect();
   if run_cut && lines.last().is_some_and(|l| !l.ends_with('\n')) {
     lines.pop();
   }
   let mut rules = Rules::new(jail, &target.rel);
+  // A file name may hold a newline (`x\nsafe.txt`): the lines before its NUL are the start of
+  // its name, never a record of their own, or the rest would pass for another file's name
+  // (and that file's hard-link check would judge the match).
+  let mut pending = String::new();
   let mut matches: Vec<Match> = lines
     .iter()
     .filter_map(|l| {
-      let l = l.strip_suffix('\n').unwrap_or(l);
-      let (name, rest) = l.split_once('\0')?;
+      let Some((head, rest)) = l.split_once('\0') else {
+        pending.push_str(l);
+        return None;
+      };
+      let name_owned = std::mem::take(&mut pending) + head;
+      let name = name_owned.as_str();
+      let rest = rest.strip_suffix('\n').unwrap_or(rest);
       let (n, text) = rest.split_once(':')?;
       let line = n.parse().ok()?;
       // A line that is not UTF-8 reaches here with U+FFFD (the runner's lossy decoding) from
@@ -407,16 +538,20 @@ fn grep(
       // under its `.gitignore` rules.
       let path = if target.is_dir {
         let name = name.strip_prefix("./").unwrap_or(name);
-        if rules.ignored(name, false) {
+        let path = format!("{prefix}{name}");
+        if rules.ignored(name, false) || host_owned(jail, &path) {
           return None;
         }
-        format!("{prefix}{name}")
+        path
       } else {
         target.rel.clone()
       };
       Some(Match { path, line, text })
     })
     .collect();
+  if let Some(why) = rules.refused() {
+    return Err(why.to_owned());
+  }
   matches.sort_by(|a, b| (&a.path, a.line).cmp(&(&b.path, b.line)));
   let mut cut = Vec::new();
   if let Some(max) = max_count {
@@ -443,23 +578,32 @@ fn grep(
     cut.push(format!("maxResults ({max_results})"));
   }
   let mut withheld: Vec<String> = Vec::new();
+  let mut changed: Vec<String> = Vec::new();
+  let mut not_utf8: Vec<String> = Vec::new();
   // Matches are sorted by path: each file is looked at once.
   let mut last: Option<(String, bool)> = None;
-  matches.retain(|m| {
-    let linked = match &last {
-      Some((path, linked)) if *path == m.path => *linked,
-      _ => {
-        let linked = std::fs::symlink_metadata(jail.root().join(&m.path))
-          .map(|meta| meta.is_file() && meta.nlink() > 1)
-          .unwrap_or(false);
-        if linked {
+  matches.retain(|m| match &last {
+    Some((path, keep)) if *path == m.path => *keep,
+    _ => {
+      let below = target.is_dir.then_some((target.path.as_path(), planned_at));
+      let keep = match file_now(jail, &m.path, below) {
+        FileNow::Kept => true,
+        FileNow::HardLinked => {
           withheld.push(m.path.clone());
+          false
         }
-        last = Some((m.path.clone(), linked));
-        linked
-      }
-    };
-    !linked
+        FileNow::Changed => {
+          changed.push(m.path.clone());
+          false
+        }
+        FileNow::NotUtf8 => {
+          not_utf8.push(m.path.clone());
+          false
+        }
+      };
+      last = Some((m.path.clone(), keep));
+      keep
+    }
   });
   let rendered: Vec<String> = matches
     .iter()
@@ -481,13 +625,27 @@ fn grep(
       withheld.join(", ")
     ));
   }
+  for (files, why) in [
+    (&changed, "changed during the call"),
+    (&not_utf8, "with names that are not UTF-8"),
+  ] {
+    if !files.is_empty() {
+      if !text.is_empty() {
+        text.push('\n');
+      }
+      text.push_str(&format!(
+        "[matches in files {why} withheld: {}]",
+        files.join(", ")
+      ));
+    }
+  }
   let what = if run_cut {
     format!("{held} matching lines shown of more")
   } else {
     format!("{held} of {total} matching lines shown")
   };
   note(&mut text, &cut, &what);
-  (text, !cut.is_empty())
+  Ok((text, !cut.is_empty()))
 }
 
 #[cfg(test)]
@@ -591,6 +749,7 @@ mod tests {
   #[test]
   fn grep_sorts_cuts_per_file_and_in_total_and_reports_which_limit() {
     let (_d, jail) = fixture();
+    std::fs::write(jail.root().join("src/b.txt"), "x1\nx2\n").unwrap();
     let c = context(
       &jail,
       ToolName::Grep,
@@ -633,6 +792,41 @@ mod tests {
     let r = finish(&c, &jail, ran("f b\0d a\0f .x\0", 0, false));
     assert_eq!(r.output, ".x\na/\nb");
     assert!(!r.truncated);
+  }
+
+  #[test]
+  fn matches_in_files_gone_or_reached_through_a_symlink_at_the_finish_are_withheld() {
+    let (_d, jail) = fixture();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("s.txt"), "x secret\n").unwrap();
+    let c = context(&jail, ToolName::Grep, json!({"pattern": "x"}), 1000);
+    // src/sub was a directory when the search went through it, a symlink out by the finish;
+    // gone.txt was removed (a hard link to a file outside, unlinked once read).
+    std::os::unix::fs::symlink(outside.path(), jail.root().join("src/sub")).unwrap();
+    let out = "src/a.txt\u{0}1:x\nsrc/sub/s.txt\u{0}1:x secret\ngone.txt\u{0}1:x secret\n";
+    let r = finish(&c, &jail, ran(out, 0, false));
+    // src itself changed during the call (the symlink added to it): src/a.txt's match may be
+    // withheld too, unless the change's coarse stamp fell before the plan's clock.
+    assert!(!r.output.contains("secret"), "{}", r.output);
+    assert!(
+      r.output
+        .starts_with("[matches in files changed during the call withheld: gone.txt, ")
+        || r.output.starts_with(
+          "src/a.txt:1:x\n[matches in files changed during the call withheld: gone.txt, "
+        ),
+      "{}",
+      r.output
+    );
+    assert!(r.output.ends_with("src/sub/s.txt]"), "{}", r.output);
+    // Nothing changed since the plan: shown.
+    let c = context(
+      &jail,
+      ToolName::Grep,
+      json!({"pattern": "x", "path": "src"}),
+      1000,
+    );
+    let r = finish(&c, &jail, ran("a.txt\u{0}1:x\n", 0, false));
+    assert_eq!(r.output, "src/a.txt:1:x");
   }
 
   #[test]

@@ -17,6 +17,12 @@ use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
 use finn_policy::FilesystemJail;
 
+/// The largest `.gitignore` read: its patterns are compiled in the caller's process (Node's),
+/// several KiB each, so a file the agent wrote must not grow the host without bound.
+pub const MAX_GITIGNORE_BYTES: u64 = 256 * 1024;
+/// The most patterns one call reads, over every `.gitignore` it reads.
+pub const MAX_GITIGNORE_PATTERNS: usize = 8192;
+
 /// The rules of one searched directory, read lazily, one `.gitignore` per directory at most.
 pub struct Rules<'j> {
   jail: &'j FilesystemJail,
@@ -26,6 +32,11 @@ pub struct Rules<'j> {
   searched: String,
   /// Per directory below `base` (relative), its file's rules, or none.
   by_dir: HashMap<PathBuf, Option<Gitignore>>,
+  /// Patterns read so far.
+  patterns: usize,
+  /// Why a `.gitignore` could not be read whole (too large, too many patterns): the call then
+  /// fails, since its rules are unknown.
+  refused: Option<String>,
 }
 
 impl<'j> Rules<'j> {
@@ -41,7 +52,61 @@ impl<'j> Rules<'j> {
         format!("{searched}/")
       },
       by_dir: HashMap::new(),
+      patterns: 0,
+      refused: None,
     }
+  }
+
+  /// Why the rules are incomplete: a `.gitignore` over [`MAX_GITIGNORE_BYTES`], or more than
+  /// [`MAX_GITIGNORE_PATTERNS`] patterns in all.
+  pub fn refused(&self) -> Option<&str> {
+    self.refused.as_deref()
+  }
+
+  /// `file`'s patterns into `builder`, read as `GitignoreBuilder::add` reads them (a line that
+  /// is not UTF-8 skipped, a leading BOM dropped), opened without following a symlink or
+  /// waiting on a FIFO swapped in since the jail's check, and bounded.
+  fn read(&mut self, file: &Path, shown: &str, builder: &mut GitignoreBuilder) -> Option<()> {
+    use std::io::Read;
+    // Bounded below, by what is read: the size is not the open file's to promise.
+    let f = finn_policy::host_git::open_bounded(file, shown, u64::MAX)
+      .ok()
+      .flatten()?;
+    let mut bytes = Vec::new();
+    f.take(MAX_GITIGNORE_BYTES + 1)
+      .read_to_end(&mut bytes)
+      .ok()?;
+    if bytes.len() as u64 > MAX_GITIGNORE_BYTES {
+      self.refused = Some(format!(
+        "{shown} is larger than {MAX_GITIGNORE_BYTES} bytes: its rules are not read"
+      ));
+      return None;
+    }
+    for (i, line) in bytes.split(|b| *b == b'\n').enumerate() {
+      let line = line.strip_suffix(b"\r").unwrap_or(line);
+      let Ok(line) = std::str::from_utf8(line) else {
+        continue;
+      };
+      let line = if i == 0 {
+        line.trim_start_matches('\u{feff}')
+      } else {
+        line
+      };
+      let t = line.trim();
+      if t.is_empty() || t.starts_with('#') {
+        continue;
+      }
+      self.patterns += 1;
+      if self.patterns > MAX_GITIGNORE_PATTERNS {
+        self.refused = Some(format!(
+          "the .gitignore files read hold more than {MAX_GITIGNORE_PATTERNS} patterns (at {shown})"
+        ));
+        return None;
+      }
+      // A line git would refuse is skipped, as git skips it.
+      let _ = builder.add_line(Some(file.to_path_buf()), line);
+    }
+    Some(())
   }
 
   /// The rules of `dir` (relative to the base): its `.gitignore` when the jail lets it be read
@@ -57,11 +122,12 @@ impl<'j> Rules<'j> {
       // Most directories have none: one lstat says so before the jail's walk.
       let exists = std::fs::symlink_metadata(&file).is_ok();
       let rules = match exists.then(|| self.jail.validate_path(&rel.to_string_lossy())) {
-        Some(Ok(checked)) if checked.is_file() => {
+        Some(Ok(checked)) if self.refused.is_none() => {
           let mut builder = GitignoreBuilder::new(&abs);
-          // A line git would refuse is skipped, as git skips it.
-          let _ = builder.add(&checked);
-          builder.build().ok()
+          let shown = rel.to_string_lossy().into_owned();
+          self
+            .read(&checked, &shown, &mut builder)
+            .and_then(|()| builder.build().ok())
         }
         _ => None,
       };

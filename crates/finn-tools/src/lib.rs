@@ -4,8 +4,9 @@
 //! and the runner's output turned into a `ToolResult` (`finish.rs`, byte cuts in `text.rs`,
 //! `.gitignore` rules in `gitignore.rs`).
 //!
-//! May use `finn-policy` (the jail, the git policy and topology), `finn-job` (limits) and the
-//! `ignore` crate (git's ignore rules, as rg and fd read them) only:
+//! May use `finn-policy` (the jail, the git policy and topology), `finn-job` (limits), the
+//! `ignore` crate (git's ignore rules, as rg and fd read them), and `regex-syntax` (the
+//! pattern's syntax tree) only:
 //! what runs the argv (the ToolSandbox pipeline, then a pool or a JS runner) is the caller's.
 
 pub mod args;

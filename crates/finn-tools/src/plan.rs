@@ -87,6 +87,9 @@ pub struct Target {
   pub is_dir: bool,
   /// A regular file (not a FIFO, socket or device, which a read would block on or never end).
   pub is_file: bool,
+  /// The inode's change time (seconds, nanoseconds): a rename away and back (a symlink out
+  /// swapped in while the command read, then undone) changes it, where device and inode stay.
+  pub ctime: (i64, i64),
 }
 
 /// What finishing needs to know of the call.
@@ -95,6 +98,9 @@ pub struct Context {
   pub args: ToolArgs,
   pub target: Option<Target>,
   pub max_output_bytes: u64,
+  /// When the call was planned (after the target's check): a file a search printed, or a
+  /// directory on its way, whose change time is later changed during the call.
+  pub planned_at: std::time::SystemTime,
 }
 
 /// The argv to run through the ToolSandbox pipeline (`binary` is the name its policies give).
@@ -176,7 +182,185 @@ pub fn check_target(jail: &FilesystemJail, given: &str) -> Result<Target, ToolRe
     ino: meta.ino(),
     is_dir: meta.is_dir(),
     is_file: meta.is_file(),
+    ctime: (meta.ctime(), meta.ctime_nsec()),
   })
+}
+
+/// The host's directories (the audit log's) below `dir`, relative to it: a search from `dir` must
+/// not enter them (an isolated runner cannot read them and the search would fail; an unisolated
+/// one would show the host's files).
+fn hidden_below(jail: &FilesystemJail, dir: &Path) -> Vec<PathBuf> {
+  jail
+    .hidden()
+    .iter()
+    .filter_map(|h| h.strip_prefix(dir).ok())
+    .filter(|rel| !rel.as_os_str().is_empty())
+    .map(Path::to_path_buf)
+    .collect()
+}
+
+/// `rel` as a glob (rg's `--glob`, fd's `--exclude`, find's `-path`) matching itself only.
+fn literal_glob(rel: &Path) -> String {
+  let mut out = String::new();
+  for c in rel.to_string_lossy().chars() {
+    if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\' | '!') {
+      out.push('\\');
+    }
+    out.push(c);
+  }
+  out
+}
+
+/// grep has no option that skips one path (`--exclude-dir` matches base names): with a host
+/// directory below `cwd`, grep gets as operands the entries of `cwd` instead, each ancestor of a
+/// host directory replaced by its own entries, the host directory left out. Hidden names,
+/// symlinks, FIFOs and devices are left out, as grep's recursion leaves them. `None`: no host directory below, or a name that is not
+/// UTF-8 on the way (an argv is text): the search then runs as before.
+fn grep_operands(cwd: &Path, hidden: &[PathBuf]) -> Option<Vec<String>> {
+  fn expand(cwd: &Path, rel: &Path, hidden: &[PathBuf], out: &mut Vec<String>) -> Option<()> {
+    let mut names: Vec<_> = std::fs::read_dir(cwd.join(rel))
+      .ok()?
+      .filter_map(Result::ok)
+      .map(|e| e.file_name())
+      .collect();
+    names.sort();
+    for name in names {
+      let name = name.into_string().ok()?;
+      if name.starts_with('.') {
+        continue;
+      }
+      let p = rel.join(&name);
+      if hidden.contains(&p) {
+        continue;
+      }
+      // grep follows a symlink and reads a FIFO or a device named on its command line, and
+      // skips them below: only directories and regular files are named.
+      let Ok(meta) = std::fs::symlink_metadata(cwd.join(&p)) else {
+        continue;
+      };
+      if meta.is_dir() && hidden.iter().any(|h| h.starts_with(&p)) {
+        expand(cwd, &p, hidden, out)?;
+      } else if meta.is_dir() || meta.is_file() {
+        out.push(p.to_str()?.to_owned());
+      }
+    }
+    Some(())
+  }
+  if hidden.is_empty() {
+    return None;
+  }
+  let mut out = Vec::new();
+  expand(cwd, Path::new(""), hidden, &mut out)?;
+  Some(out)
+}
+
+/// Whether `pattern` holds a literal newline (`\n`, `\x0A`, `[\n]`, or the character itself):
+/// rg refuses it ("the literal '\n' is not allowed"), grep reads a newline in a pattern as
+/// the separator of two patterns. Classes may hold it (both drop it: no line has one).
+fn matches_a_newline(pattern: &str) -> bool {
+  use regex_syntax::hir::{Hir, HirKind};
+  fn walk(h: &Hir) -> bool {
+    match h.kind() {
+      HirKind::Literal(l) => l.0.contains(&b'\n'),
+      HirKind::Concat(v) | HirKind::Alternation(v) => v.iter().any(walk),
+      HirKind::Repetition(r) => walk(&r.sub),
+      HirKind::Capture(c) => walk(&c.sub),
+      HirKind::Empty | HirKind::Class(_) | HirKind::Look(_) => false,
+    }
+  }
+  regex_syntax::parse(pattern).is_ok_and(|h| walk(&h))
+}
+
+/// `pattern` (valid for Rust's regex) as grep's `-P` reads it alike, or why it cannot be:
+/// syntax of Rust's alone (class set operations `&&`, `--`, `~~`, a class nested in a class,
+/// the `R` and `u` flags, a negated ASCII class `[[:^alpha:]]`, and `(?<name>`, which rg before
+/// 14 refuses) is refused; the ASCII classes
+/// (`[[:alpha:]]`), which PCRE's `(*UCP)` widens to Unicode as grep's UTF-8 locale does for
+/// `-E`, are written out as the ASCII ranges Rust reads them as.
+fn perl_pattern(pattern: &str) -> Result<String, String> {
+  use regex_syntax::ast::{
+    Ast, ClassAscii, ClassAsciiKind as K, ClassSetBinaryOp, ClassSetItem, Flag, GroupKind, Visitor,
+    parse::Parser, visit,
+  };
+  struct Classes(Vec<ClassAscii>);
+  impl Visitor for Classes {
+    type Output = Vec<ClassAscii>;
+    type Err = String;
+    fn finish(self) -> Result<Self::Output, String> {
+      Ok(self.0)
+    }
+    fn visit_pre(&mut self, ast: &Ast) -> Result<(), String> {
+      // rg before 14 (Debian 12's) refuses `(?<name>`; every version reads `(?P<name>`.
+      if let Ast::Group(g) = ast
+        && matches!(
+          g.kind,
+          GroupKind::CaptureName {
+            starts_with_p: false,
+            ..
+          }
+        )
+      {
+        return Err("(?<name>...), not read by every rg (write (?P<name>...))".into());
+      }
+      let flags = match ast {
+        Ast::Flags(f) => Some(&f.flags),
+        Ast::Group(g) => match &g.kind {
+          GroupKind::NonCapturing(f) => Some(f),
+          _ => None,
+        },
+        _ => None,
+      };
+      if let Some(f) = flags {
+        for (flag, name) in [(Flag::CRLF, "R"), (Flag::Unicode, "u")] {
+          if f.flag_state(flag).is_some() {
+            return Err(format!("the {name} flag"));
+          }
+        }
+      }
+      Ok(())
+    }
+    fn visit_class_set_item_pre(&mut self, item: &ClassSetItem) -> Result<(), String> {
+      match item {
+        ClassSetItem::Bracketed(_) => Err("a class nested in a class".into()),
+        ClassSetItem::Ascii(a) if a.negated => Err("a negated ASCII class ([:^...:])".into()),
+        ClassSetItem::Ascii(a) => {
+          self.0.push(a.clone());
+          Ok(())
+        }
+        _ => Ok(()),
+      }
+    }
+    fn visit_class_set_binary_op_pre(&mut self, _: &ClassSetBinaryOp) -> Result<(), String> {
+      Err("a class set operation (&&, -- or ~~)".into())
+    }
+  }
+  let ast = Parser::new().parse(pattern).map_err(|e| e.to_string())?;
+  let classes = visit(&ast, Classes(Vec::new()))?;
+  let mut out = String::with_capacity(pattern.len());
+  let mut at = 0;
+  for c in classes {
+    let ranges = match c.kind {
+      K::Alnum => "0-9A-Za-z",
+      K::Alpha => "A-Za-z",
+      K::Ascii => "\\x00-\\x7F",
+      K::Blank => "\\t\\x20",
+      K::Cntrl => "\\x00-\\x1F\\x7F",
+      K::Digit => "0-9",
+      K::Graph => "!-~",
+      K::Lower => "a-z",
+      K::Print => "\\x20-~",
+      K::Punct => "!-/:-@\\[-`{-~",
+      K::Space => "\\t\\n\\x0B\\f\\r\\x20",
+      K::Upper => "A-Z",
+      K::Word => "0-9A-Za-z_",
+      K::Xdigit => "0-9A-Fa-f",
+    };
+    out.push_str(&pattern[at..c.span.start.offset]);
+    out.push_str(ranges);
+    at = c.span.end.offset;
+  }
+  out.push_str(&pattern[at..]);
+  Ok(out)
 }
 
 fn want_dir(target: &Target, tool: &str) -> Result<(), ToolResult> {
@@ -241,51 +425,44 @@ fn plan_checked(
       let t = check_target(jail, path)?;
       want_dir(&t, "find")?;
       cwd = Some(t.path.clone());
+      let hidden = hidden_below(jail, &t.path);
       // fd's globs match bytes (`?` is one byte of `ü`): find in the C locale does too.
       env.push((s("LC_ALL"), s("C")));
-      match finders.fd {
+      // fd refuses a pattern that starts with a dot ("only matches hidden files") where find
+      // prints nothing: find runs it, with the same (empty) answer.
+      let fd = finders.fd.filter(|_| !pattern.starts_with('.'));
+      match fd {
         Some(fd) => {
           // Hidden entries skipped (fd's default), ignore files not read (find reads none),
           // case-sensitive as `find -name` is.
-          let argv = [
+          let mut argv: Vec<String> = [
             "--glob",
             "--no-ignore",
             "--case-sensitive",
             "--color=never",
             "--print0",
-            "--",
-            pattern,
           ]
           .map(s)
           .to_vec();
+          for h in &hidden {
+            argv.push(format!("--exclude=/{}", literal_glob(h)));
+          }
+          argv.extend([s("--"), pattern.clone()]);
           (fd, argv, Some(t))
         }
         None => {
-          let argv = [
-            ".",
-            "-mindepth",
-            "1",
-            "(",
-            "-name",
-            ".*",
-            "-prune",
-            ")",
-            "-o",
-            "-name",
-            pattern,
+          // Hidden names and the host's directories pruned.
+          let mut argv: Vec<String> = [".", "-mindepth", "1", "(", "-name", ".*"].map(s).to_vec();
+          for h in &hidden {
+            argv.extend([s("-o"), s("-path"), format!("./{}", literal_glob(h))]);
+          }
+          let rest = [
+            "-prune", ")", "-o", "-name", pattern,
             // Directories end with `/`, as fd prints them: `.gitignore`'s `dir/` patterns
             // match directories only.
-            "(",
-            "-type",
-            "d",
-            "-printf",
-            "%p/\\0",
-            "-o",
-            "-print0",
-            ")",
-          ]
-          .map(s)
-          .to_vec();
+            "(", "-type", "d", "-printf", "%p/\\0", "-o", "-print0", ")",
+          ];
+          argv.extend(rest.map(s));
           ("find", argv, Some(t))
         }
       }
@@ -305,7 +482,32 @@ fn plan_checked(
           format!("args.pattern is not a valid regular expression: {e}"),
         ));
       }
+      // Checked whichever program runs, so that both refuse it alike.
+      let perl = perl_pattern(pattern).map_err(|why| {
+        ToolResult::failed(
+          "BAD_PATTERN",
+          format!("args.pattern uses {why}, which grep and rg read differently"),
+        )
+      })?;
+      if matches_a_newline(pattern) {
+        return Err(ToolResult::failed(
+          "BAD_PATTERN",
+          "args.pattern must not match a newline (\\n): lines are searched one by one",
+        ));
+      }
       let t = check_target(jail, path)?;
+      if !t.is_dir && !t.is_file {
+        // A FIFO would hold the search until its timeout, a device never end.
+        return Err(ToolResult::failed(
+          "NOT_A_FILE",
+          format!("grep: not a regular file or directory: {path}"),
+        ));
+      }
+      let hidden = if t.is_dir {
+        hidden_below(jail, &t.path)
+      } else {
+        Vec::new()
+      };
       // A directory is searched from inside it (names come out relative to it, and grep's
       // hidden-name exclusions never match the directory itself); a file by its path.
       let operand = if t.is_dir {
@@ -342,13 +544,23 @@ fn plan_checked(
         }
         if let Some(g) = glob {
           argv.push(format!("--glob={g}"));
+          // rg searches a hidden name a glob matches: hidden names excluded after it, as grep's
+          // `--exclude=.*` does (the directory searched is never judged by it).
+          if t.is_dir {
+            argv.push(s("--glob=!.*"));
+          }
+        }
+        for h in &hidden {
+          argv.push(format!("--glob=!/{}", literal_glob(h)));
         }
         argv.extend([s("-e"), pattern.clone()]);
         "rg"
       } else {
         env.push((s("LC_ALL"), s(UTF8_LOCALE)));
-        // Perl syntax where the pattern uses an escape or a group option ERE lacks.
-        let dialect = if pattern.contains('\\') || pattern.contains("(?") {
+        // Perl syntax where the pattern uses an escape or a group option ERE lacks, or POSIX
+        // classes (which ERE widens to Unicode in a UTF-8 locale; Rust's are ASCII).
+        let dialect = if pattern.contains('\\') || pattern.contains("(?") || pattern.contains("[:")
+        {
           "-P"
         } else {
           "-E"
@@ -369,9 +581,18 @@ fn plan_checked(
         if *ignore_case {
           argv.push(s("-i"));
         }
-        if *word {
-          argv.push(s("-w"));
-        }
+        // PCRE's `\w`, `\d`, `\b` and `\s` are ASCII unless `(*UCP)` opens the pattern; Rust's
+        // (and rg's) are Unicode. grep's `-w` would wrap the pattern before the verb: the
+        // same wrapping (grep's own for `-P -w`) is written here instead.
+        let pattern = match (dialect, *word) {
+          ("-P", true) => format!("(*UCP)(?<!\\w)(?:{perl})(?!\\w)"),
+          ("-P", false) => format!("(*UCP){perl}"),
+          (_, true) => {
+            argv.push(s("-w"));
+            pattern.clone()
+          }
+          _ => pattern.clone(),
+        };
         if let Some(n) = per_file {
           argv.push(format!("--max-count={n}"));
         }
@@ -383,7 +604,7 @@ fn plan_checked(
         if t.is_dir {
           argv.extend([s("--exclude=.*"), s("--exclude-dir=.*")]);
         }
-        argv.extend([s("-e"), pattern.clone()]);
+        argv.extend([s("-e"), pattern]);
         "grep"
       };
       // rg without a path reads a stdin that is a pipe (a JS runner's may be): it always gets
@@ -391,7 +612,13 @@ fn plan_checked(
       match operand {
         Some(operand) => argv.extend([s("--"), operand]),
         None if binary == "rg" => argv.extend([s("--"), s(".")]),
-        None => {}
+        None => {
+          if let Some(operands) = grep_operands(&t.path, &hidden) {
+            // /dev/null keeps an empty list from reading stdin; it never matches.
+            argv.extend([s("--"), s("/dev/null")]);
+            argv.extend(operands);
+          }
+        }
       }
       (binary, argv, Some(t))
     }
@@ -409,6 +636,9 @@ fn plan_checked(
       ("git", argv, None)
     }
   };
+  // A change made before now is stamped before now (a filesystem's clock, fine or coarse,
+  // never runs ahead of the real time); one made while the runner runs, later.
+  let planned_at = std::time::SystemTime::now();
   Ok(Plan {
     binary,
     args: argv,
@@ -419,6 +649,7 @@ fn plan_checked(
       args,
       target,
       max_output_bytes,
+      planned_at,
     },
   })
 }
@@ -486,6 +717,29 @@ mod tests {
       (p.binary, p.args),
       ("tail", vec!["-n".into(), "+3".into(), "--".into(), file])
     );
+  }
+
+  #[test]
+  fn ascii_classes_are_written_out_for_pcre_and_rust_only_syntax_refused() {
+    assert_eq!(
+      perl_pattern(r"^[[:alpha:]_][[:punct:]]\[:x:]").unwrap(),
+      r"^[A-Za-z_][!-/:-@\[-`{-~]\[:x:]"
+    );
+    assert_eq!(perl_pattern(r"(?i)a\d+").unwrap(), r"(?i)a\d+");
+    for bad in [
+      r"[a&&b]",
+      r"[a--b]",
+      r"[[a]]",
+      r"[[:^digit:]]",
+      r"(?u)x",
+      r"(?R)x",
+      r"(?<n>x)",
+    ] {
+      assert!(perl_pattern(bad).is_err(), "{bad}");
+    }
+    assert!(perl_pattern(r"(?P<n>x)").is_ok());
+    assert!(matches_a_newline("a\nb") && matches_a_newline(r"a\x0ab"));
+    assert!(!matches_a_newline(r"[^\n]") && !matches_a_newline(r"\s"));
   }
 
   #[test]
