@@ -12,7 +12,7 @@ import { type AddressInfo, createServer as createTcpServer, type Server as TcpSe
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { type IsolationOptions, type NetworkOptions, PoolError, WorkerPool, doctor, probeIsolation } from '../index.js'
+import { type IsolationOptions, type NetworkOptions, PoolError, WorkerPool, createSession, doctor, probeIsolation } from '../index.js'
 import { ENV, rejectionOf } from './helpers.js'
 
 const rung = probeIsolation().egress
@@ -255,6 +255,21 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
     expect(r.stdout).toMatch(/inner=HTTP\/1\.1 403/)
     expect(r.stdout).toContain('sni=REFUSED')
     expect(counts()).toEqual(before)
+  })
+
+  test("a session's commands reach the allowed host through the proxy and nothing else", async () => {
+    const before = denied.connections
+    const s = await createSession({ pool, cwd: dir, env: { ...ENV, HOME: dir }, isolation: { mode: 'auto', network: network() } })
+    try {
+      const ok = await s.exec(`curl -sS --max-time 20 http://allowed.test:${allowed.port}/session`)
+      expect(ok.stdout).toBe('allowed-http-5be1')
+      const refused = await s.exec(`curl -sS -o /dev/null -w '%{http_code}' http://denied.test:${denied.port}/; (exec 3<>/dev/tcp/127.0.0.2/${denied.port}) 2>/dev/null && echo OPEN`)
+      expect(refused.stdout).toBe('403')
+    } finally {
+      await s.destroy()
+    }
+    expect(allowed.paths).toContain('/session')
+    expect(denied.connections).toBe(before)
   })
 
   test('two jobs with different lists on one pool each get their own', async () => {
