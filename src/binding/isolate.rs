@@ -119,7 +119,9 @@ pub fn doctor_json() -> napi::Result<String> {
     .collect();
   let p = capped_probe()?;
   let egress = match egress_rung(&p) {
-    1 => serde_json::json!({"rung": 1, "reason": "a job with a network allowlist gets a network namespace of its own whose only route out is the pool's egress proxy"}),
+    1 => {
+      serde_json::json!({"rung": 1, "reason": "a job with a network allowlist gets a network namespace of its own whose only route out is the pool's egress proxy"})
+    }
     _ => serde_json::json!({
       "rung": 3,
       "reason": "no network namespace can be made (no CAP_SYS_ADMIN and no user namespaces): a job with a network allowlist gets no network (refused with ISOLATION_UNAVAILABLE when required)",

@@ -590,7 +590,9 @@ impl Route {
               &[nix::sys::socket::ControlMessage::ScmRights(&[
                 conn.as_raw_fd()
               ])],
-              nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+              // Never waits: a proxy that does not keep up costs the command that connection
+              // (closed as it is dropped here), never the reaper its watch over the job.
+              nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
               None,
             );
             if matches!(
