@@ -12,7 +12,7 @@ import { type AddressInfo, createServer as createTcpServer, type Server as TcpSe
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, test } from 'vitest'
-import { type IsolationOptions, type NetworkOptions, PoolError, WorkerPool, createSession, doctor, probeIsolation } from '../index.js'
+import { AuditLog, type CommandPolicy, type IsolationOptions, type NetworkOptions, PoolError, SandboxError, ToolSandbox, WorkerPool, createSession, doctor, probeIsolation } from '../index.js'
 import { ENV, rejectionOf } from './helpers.js'
 
 const rung = probeIsolation().egress
@@ -270,6 +270,25 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
     }
     expect(allowed.paths).toContain('/session')
     expect(denied.connections).toBe(before)
+  })
+
+  test("ToolSandbox's git fetch from an https remote reaches that remote's host only", async () => {
+    // The remote is this host's own server: its host, 127.0.0.1, is a loopback address, which
+    // the sandbox's list (no allowLocal) never reaches. With the whole network it would.
+    const jail = realpathSync(mkdtempSync(join(tmpdir(), 'finn-egress-jail-')))
+    const data = realpathSync(mkdtempSync(join(tmpdir(), 'finn-egress-data-')))
+    const GIT = realpathSync(spawnSync('sh', ['-c', 'command -v git'], { encoding: 'utf8' }).stdout.trim())
+    const git = (...args: string[]) => spawnSync('git', args, { cwd: jail, encoding: 'utf8', env: { ...ENV, HOME: dir } })
+    git('init', '-q', '-b', 'main')
+    git('config', 'remote.origin.url', `https://127.0.0.1:${allowedTls.port}/repo.git`)
+    git('config', 'remote.origin.fetch', '+refs/heads/*:refs/remotes/origin/*')
+    const policy: CommandPolicy = { binary: GIT, subcommands: ['fetch'], deniedFlags: ['-c', '--exec-path', '--git-dir', '--work-tree'], validatePaths: false }
+    const sandbox = new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 30_000, maxOutput: 65_536, policies: { git: policy } }, new AuditLog(data), pool)
+    const before = allowedTls.connections
+    const r = await sandbox.execute('git fetch origin').catch((e: SandboxError) => ({ exitCode: -1, stderr: e.message }))
+    expect(r.exitCode).not.toBe(0)
+    expect(r.stderr).toMatch(/403|CONNECT tunnel failed/)
+    expect(allowedTls.connections).toBe(before)
   })
 
   test('two jobs with different lists on one pool each get their own', async () => {

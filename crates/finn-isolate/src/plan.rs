@@ -400,8 +400,8 @@ fn cgroup_layer(probe: &Probe) -> Decided {
 }
 
 /// Why a job on the bwrap backend gets no egress route.
-const EGRESS_ON_BWRAP: &str =
-  "egress: the bwrap backend has no route to the egress proxy; the command gets no network";
+const EGRESS_ON_BWRAP: &str = "egress: the bwrap backend has no route to the egress proxy; the \
+                               command's network is as `network` says";
 
 /// A namespace the native backend can make: whether it is made when the options leave it
 /// open, and what still holds when the host cannot make it.
@@ -503,11 +503,17 @@ impl NativeLayers {
     }
     if !probe.sys_admin && !probe.userns {
       let why = probe.userns_reason.as_deref().unwrap_or("unknown");
+      // The caller's public option always denies the network beside a list; the sandbox's
+      // fetch and push keep the whole network where the list cannot be enforced.
+      let gets = match opts.network {
+        Access::Deny => "the command gets no network",
+        Access::Allow => "the command gets the whole network, as `network` says",
+      };
       self.degraded.push(format!(
         "egress: no network namespace can be made (no CAP_SYS_ADMIN and no user namespace: \
-         {why}); the command gets no network"
+         {why}); {gets}"
       ));
-      if opts.required || opts.mode == Mode::Native {
+      if (opts.required || opts.mode == Mode::Native) && opts.network == Access::Deny {
         self.missing.push("egress".into());
       }
       return false;
