@@ -291,7 +291,7 @@ impl Outgoing {
 }
 
 /// A name for each job's channel in the egress audit: unique within the process.
-fn next_egress_job() -> u64 {
+pub(crate) fn next_egress_job() -> u64 {
   static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
   NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }

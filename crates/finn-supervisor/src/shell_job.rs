@@ -80,7 +80,11 @@ impl ShellJob {
     let egress = match isolation.and_then(|p| p.egress.as_ref()) {
       Some(network) => {
         let network = serde_json::to_string(network).expect("options always serialize");
-        let job = format!("{}:session:{}", std::process::id(), null.as_raw_fd());
+        let job = format!(
+          "{}:session:{}",
+          std::process::id(),
+          super::run::next_egress_job()
+        );
         Some(
           supervisor
             .egress_channel(&job, &network)
