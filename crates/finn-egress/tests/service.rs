@@ -166,7 +166,7 @@ fn a_unix_socket_connection_on_a_job_s_channel_is_served_as_socks5() {
   use std::os::unix::net::{UnixListener, UnixStream};
   let dir = tempfile::tempdir().unwrap();
   let (control, egress_end) = seqpacket_pair().unwrap();
-  let service = std::thread::spawn(move || service::run(egress_end, Arc::new(NoDns)));
+  let service = std::thread::spawn(move || service::run(egress_end, None, Arc::new(NoDns)));
   let allowed = TcpListener::bind("127.0.0.1:0").unwrap();
   let denied = TcpListener::bind("127.0.0.2:0").unwrap();
   let (a_port, d_port) = (
