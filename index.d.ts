@@ -48,8 +48,8 @@ export interface IsolationOptions {
     /** Read-only inside the writable roots (needs the mount namespace). Default `.git/hooks`, `.git/config`, `.git/config.worktree`; a missing one inside an existing directory is created empty first (a file for the two configs, else a directory). */
     protect?: string[]
   }
-  /** Default `deny`: every non-Unix socket (seccomp) and TCP (landlock). */
-  network?: 'deny' | 'allow'
+  /** Default `deny`: every non-Unix socket (seccomp) and TCP (landlock). A `NetworkOptions` object: only what it lists, through the pool's egress proxy (needs `mode` other than `off`; docs/network.md). */
+  network?: 'deny' | 'allow' | NetworkOptions
   /** Default `deny`: `socket(AF_UNIX)` (socketpair stays allowed) and abstract sockets. */
   unixSockets?: 'deny' | 'allow'
   limits?: {
@@ -65,6 +65,22 @@ export interface IsolationOptions {
   }
   /** Default: mount where useful and permitted (as non-root, inside a user namespace); net and pid only when asked (each adds a few tenths of a ms per exec, README's cost table). */
   namespaces?: { pid?: boolean; net?: boolean; mount?: boolean }
+}
+
+/**
+ * A network allowlist: the command's only route out is the pool's egress proxy, reached through
+ * `HTTP_PROXY`/`HTTPS_PROXY`/`ALL_PROXY` and git's `http.proxy`, which allows what this lists.
+ * A bad entry is an error naming it (`isolation.network.allow[1]`).
+ */
+export interface NetworkOptions {
+  /** `"github.com"`, `"*.githubusercontent.com"` (subdomains only), `"registry.npmjs.org:443"`, IP literals (`"10.0.0.5:8080"`, `"[fd00::1]:443"`). Without a port: 443 for CONNECT, 80 for plain HTTP. */
+  allow: string[]
+  /** Plain HTTP through the proxy. Default false: CONNECT only. */
+  allowPlainHttp?: boolean
+  /** Loopback, private, link-local, carrier-grade NAT, unique local and cloud metadata addresses. Default false. */
+  allowLocal?: boolean
+  /** Static name -> address entries the proxy uses instead of DNS. */
+  hosts?: Record<string, string>
 }
 
 /** What isolation a command ran under. */
@@ -93,6 +109,8 @@ export interface IsolationProbe {
   bwrap: string | false
   sysAdmin: boolean
   uid: number
+  /** The network allowlist's rung here: 1, a job gets a network namespace of its own whose only route is the egress proxy; 3, no namespace can be made and an allowlist means no network (docs/network.md). */
+  egress: 1 | 3
 }
 
 /** Why each isolation layer is or is not available here, and what would fix it. */
@@ -100,6 +118,8 @@ export interface IsolationDoctor {
   backend: string
   layers: Array<{ name: string; available: boolean; reason?: string; remedy?: string }>
   ms: number
+  /** The network allowlist's rung (see `IsolationProbe.egress`), why, and what would raise it. */
+  egress: { rung: 1 | 3; reason: string; remedy?: string }
 }
 
 /** Throws when `FINN_SANDBOX_LANDLOCK_ABI_MAX` is set to anything but a whole number. */

@@ -178,19 +178,23 @@ test('required isolation that cannot apply rejects with ISOLATION_UNAVAILABLE; b
 
 // The network allowlist is not built yet: its object form (and serde's tagged-enum spelling,
 // which would otherwise read `{ allow: null }` as the whole network) is refused, naming the field.
-test('a network allowlist object is refused naming isolation.network, on a job and on the pool', async () => {
+// A network object is a NetworkOptions allowlist (__test__/egress.test.ts), never serde's
+// tagged form of "allow": `{ allow: null }` would otherwise be the whole network.
+test('a network object that is not an allowlist is refused naming isolation.network, on a job and on the pool', async () => {
   const d = dirs()
-  for (const network of [{ allow: ['allowed.test'] }, { allow: null }]) {
+  for (const network of [{ allow: null }, { deny: null }, { allow: ['allowed.test'], extra: 1 }]) {
     const e = await rejectionOf(
       bash('touch ran', d.jail, { mode: 'auto', network } as unknown as IsolationOptions),
       PoolError,
     )
     expect(e.code).toBe('INVALID_SPEC')
     expect(e.message).toContain('spec.isolation.network')
-    expect(() => new WorkerPool({ isolation: { network } as unknown as IsolationOptions })).toThrow(
+    expect(() => new WorkerPool({ isolation: { mode: 'auto', network } as unknown as IsolationOptions })).toThrow(
       /config\.isolation\.network/,
     )
   }
+  // An allowlist without isolation would be the whole network.
+  expect(() => new WorkerPool({ isolation: { network: { allow: ['allowed.test'] } } })).toThrow(/config\.isolation\.network/)
   expect(existsSync(join(d.jail, 'ran'))).toBe(false)
 })
 

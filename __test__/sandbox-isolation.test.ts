@@ -335,9 +335,11 @@ describe('git topology', () => {
     const recorded = new ToolSandbox(config, new AuditLog(data), recorder)
     git(jail, 'config', 'remote.web.url', 'https://example.invalid/x.git')
     for (const c of ['git fetch web', 'git push web main', 'git fetch origin', 'git push origin main', 'git log']) await recorded.execute(c)
+    // An https remote: its host only, through the pool's egress proxy (docs/network.md).
+    const web = { allow: ['example.invalid'], allowPlainHttp: false, allowLocal: false, hosts: {} }
     expect(specs.map((s) => [s.args[0], s.isolation?.network, s.isolation?.fs?.writable])).toEqual([
-      ['fetch', 'allow', [jail]],
-      ['push', 'allow', [jail]],
+      ['fetch', web, [jail]],
+      ['push', web, [jail]],
       // A remote inside the jail needs no network.
       ['fetch', 'deny', [jail]],
       ['push', 'deny', [jail]],

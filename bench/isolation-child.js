@@ -28,6 +28,9 @@ const VARIANTS = {
   auto: { mode: 'auto' },
   '+pidns': { mode: 'auto', namespaces: { pid: true } },
   '+pidns+netns': { mode: 'auto', namespaces: { pid: true, net: true } },
+  // Not cumulative: `auto` with a network allowlist, the job's own network namespace whose
+  // only route is the pool's egress proxy (started at the first such job, during the warmup).
+  egress: { mode: 'auto', network: { allow: ['example.invalid'] } },
   // Not cumulative: the bwrap backend with its defaults (network denied, so a network
   // namespace; a pid namespace with its own /proc), and without either namespace. No target:
   // the issue cites about +5 ms per exec as bwrap's known cost.

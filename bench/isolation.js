@@ -38,6 +38,9 @@ const LAYERS_COMMAND = `FINN_ISO_N=<n> cargo test --release --test isolate_cost 
 /** What `auto` may add per exec over `off`, and what the pid and net namespaces may add with it. */
 const BAR_MS = 1
 const BAR_NS_MS = 2
+/** What a network allowlist may add per exec over `auto`, and the proxy's share of a direct download. */
+const BAR_EGRESS_MS = 1
+const BAR_EGRESS_RATE = 0.8
 
 const fmt = (x, d = 3) => (Number.isFinite(x) ? x.toFixed(d) : '–')
 
@@ -124,6 +127,15 @@ async function phase({ node, log, rotate, quick }) {
     pausedOut.variants[id] = { summary: summarize(pausedSamples[id]), samplesMs: pausedSamples[id].map((x) => +x.toFixed(4)), error: pausedErrors[id] }
   }
   pausedOut.addedMs = pausedOut.variants.auto.summary.median - pausedOut.variants.off.summary.median
+  // 100 MiB through the egress proxy against the same download straight to the server.
+  const egressRounds = quick ? 3 : 7
+  log(`  100 MiB through the egress proxy vs direct (curl in an isolated job, ${egressRounds} rounds)`)
+  const egressLoadStart = os.loadavg()
+  const egress = await node('egress-child.js', ['--rounds', String(egressRounds), '--mib', '100'])
+  egress.loadAvgStart = egressLoadStart
+  egress.loadAvgEnd = os.loadavg()
+  if (egress.error) log(`  egress: ERROR ${egress.error}`)
+  else log(`  egress: proxy ${fmt(egress.proxyMiBps, 0)} MiB/s, direct ${fmt(egress.directMiBps, 0)} MiB/s`)
   const loadAvgEnd = os.loadavg()
   log(`  one \`auto\` job layer by layer (tests/isolate_cost.rs one_job_layer_by_layer, ${layerRuns} runs)`)
   const layers = built.error ? { error: built.error } : await runLayers(built.exe, layerRuns)
@@ -137,6 +149,7 @@ async function phase({ node, log, rotate, quick }) {
     loadAvgEnd,
     paused: pausedOut,
     layers,
+    egress,
     uid: process.getuid(),
     // The figures hold for this CPU only: the same layers cost about three times as much on one
     // kind of machine as on another.
@@ -163,6 +176,7 @@ async function phase({ node, log, rotate, quick }) {
 
 /** The targets, through report.js's `add(name, value, op, limit, measured, note, unit)`. */
 function targets(iso, add) {
+  egressTargets(iso, add)
   for (const gib of iso.sizes) {
     const a = iso.variants.auto.bySize[gib]
     const off = iso.variants.off.bySize[gib]
@@ -175,6 +189,18 @@ function targets(iso, add) {
       `as uid ${iso.uid} on ${iso.cpuModel || 'an unrecorded CPU'}: ${iso.variants.auto.applied.join(', ')}`,
       'ms',
     )
+    const eg = iso.variants.egress && iso.variants.egress.bySize[gib]
+    if (eg) {
+      add(
+        `Isolation \`auto\` with a network allowlist added per exec at ${gib} GiB heap (over \`auto\`)`,
+        eg.error || a.error ? NaN : eg.summary.median - a.summary.median,
+        '<=',
+        BAR_EGRESS_MS,
+        `${fmt(eg.summary.median)} ms vs ${fmt(a.summary.median)} ms`,
+        `as uid ${iso.uid} on ${iso.cpuModel || 'an unrecorded CPU'}: ${iso.variants.egress.applied.join(', ')}`,
+        'ms',
+      )
+    }
     const ns = iso.variants['+pidns+netns'] && iso.variants['+pidns+netns'].bySize[gib]
     if (ns) {
       add(
@@ -192,6 +218,21 @@ function targets(iso, add) {
 
 const loadText = (a, b) => (a && b ? `${a.map((x) => Number(x).toFixed(2)).join(' ')} at the start, ${b.map((x) => Number(x).toFixed(2)).join(' ')} at the end` : 'not recorded')
 const signed = (x) => (Number.isFinite(x) ? `${x >= 0 ? '+' : ''}${x.toFixed(3)}` : '–')
+
+/** The 100 MiB download through the egress proxy and without it (see `phase`). */
+function egressTargets(iso, add) {
+  const e = iso.egress
+  if (!e) return
+  add(
+    '100 MiB through the egress proxy (rate over the same download without it)',
+    e.error ? NaN : e.proxyMiBps / e.directMiBps,
+    '>=',
+    BAR_EGRESS_RATE,
+    `${fmt(e.proxyMiBps, 0)} vs ${fmt(e.directMiBps, 0)} MiB/s`,
+    `curl in an isolated job, medians of ${e.rounds} interleaved rounds, as uid ${iso.uid} on ${iso.cpuModel || 'an unrecorded CPU'}; load average ${loadText(e.loadAvgStart, e.loadAvgEnd)}`,
+    'x',
+  )
+}
 
 /** The rows of jobs that come after a pause (see `phase`). */
 function pausedMarkdown(iso, link) {
@@ -260,7 +301,7 @@ function markdown(iso, link = (p) => p) {
   return [
     '## Isolation cost per exec',
     '',
-    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}, on ${iso.cpuModel || 'an unrecorded CPU'}${iso.seccompInstructions ? "; the sandbox's seccomp program has " + iso.seccompInstructions + ' instructions' : ''}; load average ${loadText(iso.loadAvgStart, iso.loadAvgEnd)}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (bwrap's known cost is about +5 ms per exec). "added" is the median over \`off\`'s at the same heap. The bars (\`auto\` at most ${BAR_MS} ms over \`off\`, \`+pidns+netns\` at most ${BAR_NS_MS} ms) are judged in the targets above for this CPU only: the same layers cost several times as much on another CPU kind.`,
+    `\`/bin/true\` through the pool (2 workers), one at a time, as uid ${iso.uid}, on ${iso.cpuModel || 'an unrecorded CPU'}${iso.seccompInstructions ? "; the sandbox's seccomp program has " + iso.seccompInstructions + ' instructions' : ''}; load average ${loadText(iso.loadAvgStart, iso.loadAvgEnd)}. Each (variant, heap) runs in its own \`bench/isolation-child.js\` process; ${iso.rounds} round(s) x ${iso.iterations}. Variants are public \`IsolationOptions\` (\`bench/isolation-child.js\`), cumulative from \`off\` to \`+pidns+netns\`: landlock and seccomp have no separate switch, so they are one step. \`bwrap\` is \`mode: "bwrap"\` with its defaults (network and pid namespaces), \`bwrap-no-ns\` the same without either; they have no target (bwrap's known cost is about +5 ms per exec). \`egress\` is \`auto\` with a network allowlist (a network namespace of the job's own whose only route is the pool's egress proxy), judged over \`auto\`. "added" is the median over \`off\`'s at the same heap. The bars (\`auto\` at most ${BAR_MS} ms over \`off\`, \`+pidns+netns\` at most ${BAR_NS_MS} ms) are judged in the targets above for this CPU only: the same layers cost several times as much on another CPU kind.`,
     '',
     table(head, rows),
     '',

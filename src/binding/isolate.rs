@@ -11,8 +11,14 @@ use finn_isolate::{self as isolate, IsolationOptions, IsolationReport};
 pub fn options_from_json(json: &str, field: &str) -> Decoded<IsolationOptions> {
   let value: serde_json::Value =
     serde_json::from_str(json).map_err(|e| invalid(format!("{field} must be an object: {e}")))?;
-  IsolationOptions::from_json(value)
-    .map_err(|e| invalid(format!("{}.{e}", field.trim_end_matches(".isolation"))))
+  let options = IsolationOptions::from_json(value)
+    .map_err(|e| invalid(format!("{}.{e}", field.trim_end_matches(".isolation"))))?;
+  // The allowlist's entries, checked as the proxy reads them: a bad one fails the call here,
+  // naming it (`spec.isolation.network.allow[1]: ...`), never the job at the proxy.
+  if let Some(network) = &options.egress {
+    finn_egress::Policy::new(network).map_err(|e| invalid(format!("{field}.{e}")))?;
+  }
+  Ok(options)
 }
 
 /// `ExecResult.isolation`.
@@ -65,8 +71,17 @@ pub fn probe_isolation_json() -> napi::Result<String> {
     "uid": p.uid,
     "landlockKernel": p.landlock_kernel.map_or(serde_json::Value::Bool(false), Into::into),
     "landlockRights": missing_rights(&p),
+    "egress": egress_rung(&p),
   })
   .to_string())
+}
+
+/// Which rung of the network allowlist's ladder this host stands on: 1 where a job can get a
+/// network namespace of its own (root, or user namespaces), whose only route out is the
+/// proxy; 3 where it cannot, and an allowlist then means no network (refused when
+/// `required`). Rung 2 (seccomp and a pathname socket, without user namespaces) is not built.
+fn egress_rung(p: &isolate::Probe) -> u8 {
+  if p.sys_admin || p.userns { 1 } else { 3 }
 }
 
 /// The probe with `FINN_SANDBOX_LANDLOCK_ABI_MAX` applied; a bad value is an error naming it.
@@ -102,5 +117,19 @@ pub fn doctor_json() -> napi::Result<String> {
       o
     })
     .collect();
-  Ok(serde_json::json!({"backend": d.backend, "layers": layers, "ms": d.ms}).to_string())
+  let p = capped_probe()?;
+  let egress = match egress_rung(&p) {
+    1 => {
+      serde_json::json!({"rung": 1, "reason": "a job with a network allowlist gets a network namespace of its own whose only route out is the pool's egress proxy"})
+    }
+    _ => serde_json::json!({
+      "rung": 3,
+      "reason": "no network namespace can be made (no CAP_SYS_ADMIN and no user namespaces): a job with a network allowlist gets no network (refused with ISOLATION_UNAVAILABLE when required)",
+      "remedy": "allow unprivileged user namespaces (user.max_user_namespaces > 0; in Docker, a seccomp profile that permits unshare and clone with CLONE_NEWUSER)",
+    }),
+  };
+  Ok(
+    serde_json::json!({"backend": d.backend, "layers": layers, "ms": d.ms, "egress": egress})
+      .to_string(),
+  )
 }

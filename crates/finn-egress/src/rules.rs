@@ -9,18 +9,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 
-use serde::Deserialize;
-
-/// `isolation.network` as an object.
-#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
-#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
-pub struct NetworkOptions {
-  pub allow: Vec<String>,
-  pub allow_plain_http: bool,
-  pub allow_local: bool,
-  /// Static name -> address entries used instead of DNS.
-  pub hosts: BTreeMap<String, String>,
-}
+/// `isolation.network` as an object (defined with the other isolation options).
+pub use finn_job::isolation::NetworkOptions;
 
 /// Bad network options; the message names the entry.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -128,22 +128,53 @@ fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
 }
 
 /// The process's whole life after the fork: one thread, serving until `control` closes.
-pub fn run(control: OwnedFd, resolver: Arc<dyn Resolve>) -> io::Result<()> {
+/// `audit`: where the `{"audit": entry}` messages go instead of `control` (a socket of their
+/// own, read by the addon); at most [`AUDIT_BACKLOG`] wait there, more are dropped, so a
+/// reader that stalls never holds up a job.
+pub fn run(control: OwnedFd, audit: Option<OwnedFd>, resolver: Arc<dyn Resolve>) -> io::Result<()> {
   let rt = tokio::runtime::Builder::new_current_thread()
     .enable_all()
     .build()?;
-  rt.block_on(serve(control, resolver))
+  rt.block_on(serve(control, audit, resolver))
 }
 
-async fn serve(control: OwnedFd, resolver: Arc<dyn Resolve>) -> io::Result<()> {
+/// Audit messages waiting for the audit socket's reader.
+pub const AUDIT_BACKLOG: usize = 4096;
+
+async fn serve(
+  control: OwnedFd,
+  audit: Option<OwnedFd>,
+  resolver: Arc<dyn Resolve>,
+) -> io::Result<()> {
   let control = register(control)?;
   let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Vec<u8>>();
-  let audit_tx = out_tx.clone();
+  let audit_tx: Arc<dyn Fn(Vec<u8>) + Send + Sync> = match audit {
+    Some(audit) => {
+      let audit = register(audit)?;
+      let (tx, mut rx) = mpsc::channel::<Vec<u8>>(AUDIT_BACKLOG);
+      tokio::spawn(async move {
+        while let Some(msg) = rx.recv().await {
+          if send_async(&audit, &msg).await.is_err() {
+            break;
+          }
+        }
+      });
+      Arc::new(move |msg| {
+        let _ = tx.try_send(msg);
+      })
+    }
+    None => {
+      let tx = out_tx.clone();
+      Arc::new(move |msg| {
+        let _ = tx.send(msg);
+      })
+    }
+  };
   let proxy = Arc::new(Proxy::new(
     resolver,
     Arc::new(move |record| {
       let msg = serde_json::json!({ "audit": record.to_audit_entry() });
-      let _ = audit_tx.send(msg.to_string().into_bytes());
+      audit_tx(msg.to_string().into_bytes());
     }),
   ));
   loop {

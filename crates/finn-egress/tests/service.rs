@@ -77,7 +77,7 @@ fn saw_nothing(l: &TcpListener) -> bool {
 #[test]
 fn each_job_s_channel_carries_its_own_list_and_every_connection_is_audited() {
   let (control, egress_end) = seqpacket_pair().unwrap();
-  let service = std::thread::spawn(move || service::run(egress_end, Arc::new(NoDns)));
+  let service = std::thread::spawn(move || service::run(egress_end, None, Arc::new(NoDns)));
   let a_server = TcpListener::bind("127.0.0.1:0").unwrap();
   let b_server = TcpListener::bind("127.0.0.2:0").unwrap();
   let (a_port, b_port) = (
@@ -143,7 +143,7 @@ fn each_job_s_channel_carries_its_own_list_and_every_connection_is_audited() {
 #[test]
 fn a_bad_list_is_refused_naming_the_entry_and_closing_control_ends_the_service() {
   let (control, egress_end) = seqpacket_pair().unwrap();
-  let service = std::thread::spawn(move || service::run(egress_end, Arc::new(NoDns)));
+  let service = std::thread::spawn(move || service::run(egress_end, None, Arc::new(NoDns)));
   let _job = JobRoute::add(&control, "bad", json!({ "allow": ["ok.test", "*"] }));
   let m = next_message(&control);
   assert_eq!(m["refused"]["job"], "bad", "{m}");
@@ -166,7 +166,7 @@ fn a_unix_socket_connection_on_a_job_s_channel_is_served_as_socks5() {
   use std::os::unix::net::{UnixListener, UnixStream};
   let dir = tempfile::tempdir().unwrap();
   let (control, egress_end) = seqpacket_pair().unwrap();
-  let service = std::thread::spawn(move || service::run(egress_end, Arc::new(NoDns)));
+  let service = std::thread::spawn(move || service::run(egress_end, None, Arc::new(NoDns)));
   let allowed = TcpListener::bind("127.0.0.1:0").unwrap();
   let denied = TcpListener::bind("127.0.0.2:0").unwrap();
   let (a_port, d_port) = (

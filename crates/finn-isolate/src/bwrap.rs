@@ -495,6 +495,19 @@ impl Isolated {
     }
   }
 
+  /// [`Prepared::egress_listeners`] for the native backend; bwrap jobs have no egress route.
+  pub fn egress_listeners(&mut self) -> Vec<std::os::fd::OwnedFd> {
+    match self {
+      Isolated::Native(p) => p.egress_listeners(),
+      Isolated::Bwrap(_) => Vec::new(),
+    }
+  }
+
+  /// [`Prepared::has_egress`] for the native backend; bwrap jobs have no egress route.
+  pub fn has_egress(&self) -> bool {
+    matches!(self, Isolated::Native(p) if p.has_egress())
+  }
+
   /// [`Prepared::enter_net`] for the native backend; nothing for bwrap.
   pub fn enter_net(&mut self, net: &crate::SharedNet) {
     if let Isolated::Native(p) = self {

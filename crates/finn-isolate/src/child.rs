@@ -65,6 +65,13 @@ impl Prepared {
       write_file(c"/proc/self/gid_map", gid_map).map_err(failed(Layer::Userns))?;
     }
     mounts::apply(&self.mounts).map_err(failed(Layer::Mountns))?;
+    if let Some(link) = &self.egress {
+      use std::os::fd::AsRawFd;
+      // In the job's new network namespace, with its capabilities still held: the only route
+      // out, its listeners, go to the reaper (`egress.rs`).
+      let child = link.child.as_ref().map_or(-1, |c| c.as_raw_fd());
+      super::egress::listen_in_child(child).map_err(failed(Layer::Netns))?;
+    }
     if self.pidns_at_fork {
       // The fork made this process pid 1 of its namespace; anything else is a start path
       // that did not fork as `pid_namespace_at_fork` asked, and would mount another

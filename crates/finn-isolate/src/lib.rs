@@ -6,6 +6,7 @@ mod bpf;
 mod bwrap;
 mod cgroup;
 mod child;
+pub mod egress;
 mod error;
 mod landlock;
 mod mounts;
@@ -25,8 +26,8 @@ pub use cgroup::CgroupEvents;
 pub use child::ChildFailed;
 pub use error::{IsolationError, Layer, LayerFailed, PrepareError};
 pub use finn_job::isolation::{
-  Access, FsOptions, IsolationOptions, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions, OptionsError,
-  Readable, ResourceLimits, default_deny_read,
+  Access, FsOptions, IsolationOptions, MAX_WRITABLE_ROOTS, Mode, NamespaceOptions, NetworkOptions,
+  OptionsError, Readable, ResourceLimits, default_deny_read,
 };
 pub use landlock::{fence_tracing, scope_signals};
 pub use netns::SharedNet;

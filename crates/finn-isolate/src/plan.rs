@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::error::IsolationError;
 use super::prepare::IsolationReport;
 use super::probe::Probe;
+use finn_job::isolation::NetworkOptions;
 use finn_job::isolation::{
   Access, DEFAULT_MAX_MEMORY_BYTES, DEFAULT_MAX_PROCESSES, FsOptions, IsolationOptions, Mode,
   Readable, ResourceLimits, default_deny_read,
@@ -105,6 +106,12 @@ pub struct Plan {
   /// Absolute protected paths inside the writable roots.
   pub protect: Vec<PathBuf>,
   pub deny_network: bool,
+  /// The command's only route out is its own loopback listener, forwarded to the pool's
+  /// egress proxy (`egress.rs`); `deny_network` is then off, as the job's network namespace
+  /// holds nothing else to reach.
+  /// The allowlist the proxy applies to this job's connections.
+  #[serde(default)]
+  pub egress: Option<NetworkOptions>,
   pub deny_unix: bool,
   pub limits: ResolvedLimits,
   pub layers: Layers,
@@ -147,6 +154,7 @@ impl Plan {
       (l.mountns && !self.protect.is_empty(), "protect"),
       (l.landlock, "landlock"),
       (l.seccomp, "seccomp"),
+      (self.egress.is_some(), "egress"),
     ] {
       if on {
         applied.push(name);
@@ -187,6 +195,7 @@ impl Plan {
       deny_read: paths.deny_read,
       protect: paths.protect,
       deny_network,
+      egress: None,
       deny_unix: opts.unix_sockets == Access::Deny,
       limits: ResolvedLimits::of(&opts.limits),
       layers: Layers::default(),
@@ -199,14 +208,26 @@ impl Plan {
       checked: roots.checked,
     };
     if let Some(bwrap) = super::bwrap::choose(opts, probe)? {
-      return super::bwrap::plan(opts, probe, bwrap, base).map(Some);
+      let mut plan = super::bwrap::plan(opts, probe, bwrap, base)?;
+      if opts.egress.is_some() {
+        if opts.required {
+          return Err(IsolationError::Unavailable(vec!["egress".into()]));
+        }
+        plan.degraded.push(EGRESS_ON_BWRAP.into());
+      }
+      return Ok(Some(plan));
     }
-    let native = NativeLayers::decide(opts, probe, deny_network, !base.protect.is_empty());
+    let mut native = NativeLayers::decide(opts, probe, deny_network, !base.protect.is_empty());
+    let egress = native.egress(opts, probe);
     let (layers, degraded) = native.required()?;
     Ok(Some(Plan {
       deny_read: deny_host_ptys(base.deny_read),
       layers,
       degraded,
+      // The job's own network namespace holds nothing but the route to the proxy: its
+      // sockets may be made and connected (seccomp and landlock leave TCP alone).
+      deny_network: deny_network && !egress,
+      egress: opts.egress.clone().filter(|_| egress),
       ..base
     }))
   }
@@ -378,6 +399,10 @@ fn cgroup_layer(probe: &Probe) -> Decided {
   }
 }
 
+/// Why a job on the bwrap backend gets no egress route.
+const EGRESS_ON_BWRAP: &str = "egress: the bwrap backend has no route to the egress proxy; the \
+                               command's network is as `network` says";
+
 /// A namespace the native backend can make: whether it is made when the options leave it
 /// open, and what still holds when the host cannot make it.
 struct NamespaceRule {
@@ -466,6 +491,36 @@ impl NativeLayers {
     }
     n.layers.userns = user_namespace(n.layers, probe);
     n
+  }
+
+  /// A network allowlist: its route needs a network namespace of the job's own (root, or a
+  /// user namespace). Where none can be made, a required one is missing and otherwise named in
+  /// `degraded`: the command then gets no network at all, never all of it. Returns whether the
+  /// route is made; it turns the network namespace on.
+  fn egress(&mut self, opts: &IsolationOptions, probe: &Probe) -> bool {
+    if opts.egress.is_none() {
+      return false;
+    }
+    if !probe.sys_admin && !probe.userns {
+      let why = probe.userns_reason.as_deref().unwrap_or("unknown");
+      // The caller's public option always denies the network beside a list; the sandbox's
+      // fetch and push keep the whole network where the list cannot be enforced.
+      let gets = match opts.network {
+        Access::Deny => "the command gets no network",
+        Access::Allow => "the command gets the whole network, as `network` says",
+      };
+      self.degraded.push(format!(
+        "egress: no network namespace can be made (no CAP_SYS_ADMIN and no user namespace: \
+         {why}); {gets}"
+      ));
+      if (opts.required || opts.mode == Mode::Native) && opts.network == Access::Deny {
+        self.missing.push("egress".into());
+      }
+      return false;
+    }
+    self.layers.netns = true;
+    self.layers.userns = user_namespace(self.layers, probe);
+    true
   }
 
   /// Records `d`'s reasons and whether it is missing; returns whether it applies.
@@ -1172,6 +1227,51 @@ mod tests {
       );
     }
     assert!(users.contains("/home/u/.ssh"));
+  }
+
+  /// An allowlist's only route is a network namespace of the job's own. Where none can be
+  /// made, `required` refuses the job naming `egress`, and `auto` runs it with no network at
+  /// all (seccomp and landlock still refuse sockets), never with the whole network.
+  #[test]
+  fn an_allowlist_gets_its_own_network_namespace_or_no_network() {
+    let network = json!({"allow": ["github.com"]});
+    let resolve = |probe: &Probe, required: bool| {
+      Plan::resolve(
+        &opts(json!({"mode": "auto", "required": required, "network": network})),
+        Path::new("/tmp"),
+        probe,
+      )
+    };
+    // Root: the namespace, the route, TCP sockets allowed inside it.
+    let p = resolve(&host(true), false).unwrap().unwrap();
+    assert!(p.layers.netns && !p.layers.userns && p.egress.is_some() && !p.deny_network);
+    assert!(p.report().applied.contains(&"egress"), "{:?}", p.report());
+    // Non-root with user namespaces: the namespace inside one.
+    let userns = Probe {
+      userns: true,
+      userns_reason: None,
+      ..host(false)
+    };
+    let p = resolve(&userns, false).unwrap().unwrap();
+    assert!(p.layers.netns && p.layers.userns && p.egress.is_some() && !p.deny_network);
+    // Neither: no route, so no network; named in `degraded`, or refused when required.
+    let p = resolve(&host(false), false).unwrap().unwrap();
+    assert!(
+      p.egress.is_none() && p.deny_network && p.layers.seccomp,
+      "{p:?}"
+    );
+    assert!(!p.report().applied.contains(&"egress"));
+    assert!(
+      p.degraded
+        .iter()
+        .any(|d| d.starts_with("egress:") && d.contains("no network")),
+      "{:?}",
+      p.degraded
+    );
+    match resolve(&host(false), true) {
+      Err(IsolationError::Unavailable(missing)) => assert!(missing.contains(&"egress".into())),
+      other => panic!("{other:?}"),
+    }
   }
 
   #[test]

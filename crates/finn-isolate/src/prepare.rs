@@ -54,6 +54,9 @@ pub struct Prepared {
   /// any namespace is made (so the new mount namespace carries it over), whatever its path
   /// names by then.
   pub(super) cwd_fd: Option<Arc<OwnedFd>>,
+  /// The job's route to the egress proxy: the socket pair its child sends its listeners over
+  /// (`egress.rs`).
+  pub(super) egress: Option<super::egress::Link>,
   report: IsolationReport,
   /// The job's mount namespace, held by its reaper once the command runs and released off the
   /// job's path when this is dropped (see `release.rs`).
@@ -98,7 +101,26 @@ impl Prepared {
   /// of the job's own, and nothing the job can write changes the namespace (`/proc/sys` is
   /// read-only for it; see `netns.rs`).
   pub fn may_share_net(&self) -> bool {
-    self.unshare_flags & libc::CLONE_NEWNET != 0 && self.id_maps.is_none() && self.net_shareable
+    self.unshare_flags & libc::CLONE_NEWNET != 0
+      && self.id_maps.is_none()
+      && self.net_shareable
+      && self.egress.is_none()
+  }
+
+  /// For a job with a network allowlist, in the reaper once the child runs: the listeners its
+  /// child made on the job's loopback (see `egress.rs`); empty when it made none (the child
+  /// then failed, and the job with it). Call it once.
+  pub fn egress_listeners(&mut self) -> Vec<OwnedFd> {
+    self
+      .egress
+      .as_mut()
+      .map(super::egress::Link::listeners)
+      .unwrap_or_default()
+  }
+
+  /// Whether the job's only route out is the egress proxy.
+  pub fn has_egress(&self) -> bool {
+    self.egress.is_some()
   }
 
   /// Enters `net` in the child instead of making a network namespace. Only for a job that
@@ -249,6 +271,11 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     landlock_fd,
     seccomp,
     cwd_fd: plan.checked.cwd.clone(),
+    egress: if plan.egress.is_some() {
+      Some(super::egress::Link::new().map_err(|e| IsolationError::prepare(Layer::Netns, e))?)
+    } else {
+      None
+    },
     report: plan.report(),
     held: None,
   })

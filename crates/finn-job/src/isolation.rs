@@ -1,6 +1,7 @@
 //! The caller's isolation request (`IsolationOptions`), validated once with errors that
 //! name the field. Plain data: resolving it against the machine is `plan.rs`'s job.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -121,6 +122,18 @@ pub struct NamespaceOptions {
   pub mount: Option<bool>,
 }
 
+/// `isolation.network` as an object: an allowlist that the pool's egress proxy enforces
+/// (`finn-egress` validates its entries and checks every connection against them).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(default, deny_unknown_fields, rename_all = "camelCase")]
+pub struct NetworkOptions {
+  pub allow: Vec<String>,
+  pub allow_plain_http: bool,
+  pub allow_local: bool,
+  /// Static name -> address entries used instead of DNS.
+  pub hosts: BTreeMap<String, String>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields, rename_all = "camelCase")]
 pub struct IsolationOptions {
@@ -128,7 +141,12 @@ pub struct IsolationOptions {
   /// Refuse to run when a requested layer cannot be applied.
   pub required: bool,
   pub fs: FsOptions,
+  /// `Deny` also when `egress` is set: the command's only way out is then the proxy.
   pub network: Access,
+  /// `network` given as a `NetworkOptions` object: the command reaches the network only through
+  /// the pool's egress proxy, which allows what this lists.
+  #[serde(skip)]
+  pub egress: Option<NetworkOptions>,
   pub unix_sockets: Access,
   pub limits: ResourceLimits,
   pub namespaces: NamespaceOptions,
@@ -227,14 +245,24 @@ impl OptionsError {
 
 impl IsolationOptions {
   /// Parses and validates a JSON value, naming the field on error.
-  pub fn from_json(v: serde_json::Value) -> Result<Self, OptionsError> {
-    // serde's error cannot say which field; these two are the ones a caller may try to give a
-    // form that is not built yet (an allowlist object, a socket list).
+  pub fn from_json(mut v: serde_json::Value) -> Result<Self, OptionsError> {
+    // An allowlist object is taken out first and read on its own: serde would read
+    // `{"allow": null}` as the externally tagged `Access::Allow`, the whole network.
+    let egress = match v.get("network") {
+      Some(n @ serde_json::Value::Object(_)) => {
+        let n = n.clone();
+        v.as_object_mut().map(|o| o.remove("network"));
+        Some(
+          serde_json::from_value::<NetworkOptions>(n)
+            .map_err(|e| OptionsError::new("network", e.to_string()))?,
+        )
+      }
+      _ => None,
+    };
+    // serde's error cannot say which field; these two are the ones a caller may try to give
+    // another form (a socket list is not built).
     for (field, want) in [
-      (
-        "network",
-        "\"deny\" or \"allow\" (an allowlist object is not supported yet)",
-      ),
+      ("network", "\"deny\", \"allow\" or a NetworkOptions object"),
       (
         "unixSockets",
         "\"deny\" or \"allow\" (a list of sockets is not supported yet)",
@@ -246,8 +274,9 @@ impl IsolationOptions {
         return Err(OptionsError::new(field, format!("must be {want}, got {x}")));
       }
     }
-    let opts: IsolationOptions =
+    let mut opts: IsolationOptions =
       serde_json::from_value(v).map_err(|e| OptionsError::new("*", e.to_string()))?;
+    opts.egress = egress;
     opts.validate()?;
     Ok(opts)
   }
@@ -326,6 +355,19 @@ impl IsolationOptions {
         "must be at least 3 (stdin, stdout, stderr)",
       ));
     }
+    if self.egress.is_some() && self.mode == Mode::Off {
+      return Err(OptionsError::new(
+        "network",
+        "an allowlist needs isolation (`mode: \"auto\"` or `\"native\"`): without it the \
+         command would reach the whole network",
+      ));
+    }
+    if self.egress.is_some() && self.namespaces.net == Some(false) {
+      return Err(OptionsError::new(
+        "namespaces.net",
+        "`false` with a network allowlist: its only route is a network namespace of the job's own",
+      ));
+    }
     if self.mode == Mode::Off && self.required {
       return Err(OptionsError::new(
         "required",
@@ -363,13 +405,12 @@ mod tests {
     assert_eq!(o.namespaces.net, Some(false));
   }
 
-  /// An allowlist object for the network (or a socket list) is not built yet: it must be refused
-  /// naming the field, never read as serde's externally tagged enum (`{"allow": null}` would
-  /// otherwise mean the whole network).
+  /// A network object is an allowlist, never serde's externally tagged enum (`{"allow": null}`
+  /// would otherwise mean the whole network); a socket list is not built and is refused naming
+  /// the field.
   #[test]
   fn an_access_object_or_list_is_refused_naming_the_field() {
     for (v, field) in [
-      (json!({"network": {"allow": ["github.com"]}}), "network"),
       (json!({"network": {"allow": null}}), "network"),
       (json!({"network": {"deny": null}}), "network"),
       (json!({"unixSockets": {"allow": null}}), "unixSockets"),
@@ -379,6 +420,21 @@ mod tests {
       let e = IsolationOptions::from_json(v.clone()).unwrap_err();
       assert_eq!(e.field, field, "{v}: {e}");
     }
+  }
+
+  /// An allowlist keeps `network` denied: the proxy is the only way out.
+  #[test]
+  fn a_network_object_is_an_allowlist_with_the_network_denied() {
+    let o = IsolationOptions::from_json(json!({
+      "mode": "auto",
+      "network": {"allow": ["github.com"], "allowLocal": true, "hosts": {"a.test": "127.0.0.1"}}
+    }))
+    .unwrap();
+    assert_eq!(o.network, Access::Deny);
+    let e = o.egress.unwrap();
+    assert_eq!(e.allow, ["github.com"]);
+    assert!(e.allow_local && !e.allow_plain_http);
+    assert_eq!(e.hosts["a.test"], "127.0.0.1");
   }
 
   #[test]
@@ -397,6 +453,20 @@ mod tests {
         "limits.maxOpenFiles",
       ),
       (json!({"required": true}), "required"),
+      // An allowlist without isolation would be the whole network.
+      (json!({"network": {"allow": ["a.test"]}}), "network"),
+      (
+        json!({"mode": "auto", "network": {"allow": ["a.test"]}, "namespaces": {"net": false}}),
+        "namespaces.net",
+      ),
+      (
+        json!({"mode": "auto", "network": {"allow": "a.test"}}),
+        "network",
+      ),
+      (
+        json!({"mode": "auto", "network": {"allowed": []}}),
+        "network",
+      ),
     ];
     for (v, field) in cases {
       let e = IsolationOptions::from_json(v.clone()).unwrap_err();

@@ -141,9 +141,28 @@ pub fn protocols(
   name: &str,
   watch: &Watch,
 ) -> Result<String, Denial> {
+  protocols_and_hosts(git_bin, repo, jail_root, name, watch).map(|(p, _)| p)
+}
+
+/// [`protocols`], and the hosts of the remote's `https://` URLs as a network allowlist names
+/// them (`host`, or `host:port` for a port other than 443): the only hosts the command's
+/// network reaches where the egress route can be made.
+pub fn protocols_and_hosts(
+  git_bin: &str,
+  repo: &Repository,
+  jail_root: &Path,
+  name: &str,
+  watch: &Watch,
+) -> Result<(String, Vec<String>), Denial> {
   let mut allowed: Vec<&str> = Vec::new();
+  let mut hosts: Vec<String> = Vec::new();
   for url in urls(git_bin, repo, name, watch)? {
     if url.starts_with("https://") {
+      let host = https_host(&url)
+        .ok_or_else(|| refuse(format!("remote {name}'s https URL names no host")))?;
+      if !hosts.contains(&host) {
+        hosts.push(host);
+      }
       if !allowed.contains(&"https") {
         allowed.push("https");
       }
@@ -182,13 +201,63 @@ pub fn protocols(
       allowed.push("file");
     }
   }
-  Ok(allowed.join(":"))
+  Ok((allowed.join(":"), hosts))
+}
+
+/// The host of an `https://` URL as an allowlist entry: lowercase, without user information,
+/// with its port unless it is 443. `None` when it names none.
+pub fn https_host(url: &str) -> Option<String> {
+  let rest = url.strip_prefix("https://")?;
+  let authority = rest.split(['/', '?', '#']).next()?;
+  let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+  let (host, port) = match host_port.strip_prefix('[') {
+    Some(v6) => {
+      let (addr, after) = v6.split_once(']')?;
+      (format!("[{addr}]"), after.strip_prefix(':'))
+    }
+    None => match host_port.rsplit_once(':') {
+      Some((h, p)) => (h.to_owned(), Some(p)),
+      None => (host_port.to_owned(), None),
+    },
+  };
+  if host.is_empty() || host == "[]" {
+    return None;
+  }
+  let host = host.to_ascii_lowercase();
+  match port.filter(|p| !p.is_empty() && *p != "443") {
+    Some(p) => Some(format!("{host}:{p}")),
+    None => Some(host),
+  }
 }
 
 #[cfg(test)]
 mod tests {
   use super::*;
   use std::process::{Command, Stdio};
+
+  /// The allowlist entry of a remote's URL: the host git connects to, never its user
+  /// information (`https://evil.test@github.com/` reaches github.com).
+  #[test]
+  fn an_https_urls_host_is_its_allowlist_entry() {
+    for (url, want) in [
+      ("https://github.com/o/r.git", Some("github.com")),
+      ("https://GitHub.com:443/o/r", Some("github.com")),
+      (
+        "https://git.example.com:8443/r",
+        Some("git.example.com:8443"),
+      ),
+      ("https://user:pw@github.com/o/r", Some("github.com")),
+      ("https://evil.test@github.com/o/r", Some("github.com")),
+      ("https://[fd00::1]:8443/r", Some("[fd00::1]:8443")),
+      ("https://[fd00::1]/r", Some("[fd00::1]")),
+      ("https://github.com?x", Some("github.com")),
+      ("https:///r", None),
+      ("https://user@/r", None),
+      ("http://github.com/r", None),
+    ] {
+      assert_eq!(https_host(url).as_deref(), want, "{url}");
+    }
+  }
 
   #[test]
   fn operands_are_a_remote_name_and_for_push_branch_names() {

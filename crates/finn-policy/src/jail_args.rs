@@ -20,6 +20,9 @@ pub struct JailedArgs {
   /// git may use no network protocol (`GIT_ALLOW_PROTOCOL` has none): the command gets no
   /// network whatever its topology (a fetch or push to a remote inside the jail).
   pub offline: bool,
+  /// The hosts of the remote's `https://` URLs (`fetch`, `push`): the network allowlist the
+  /// command gets (`git_remote::https_host`); empty for every other command.
+  pub hosts: Vec<String>,
 }
 
 /// The protocols `git <sub>` may use (GIT_ALLOW_PROTOCOL): none, for every subcommand the sandbox
@@ -90,6 +93,7 @@ pub fn jail_args(
     args: jailed_paths(&cmd.args, &roles, jail, policy.validate_paths)?,
     env: Vec::new(),
     offline: false,
+    hosts: Vec::new(),
   })
 }
 
@@ -131,8 +135,8 @@ fn jail_git(
   let binary = binary.to_string_lossy();
   let repo = git::check_repository(jail.root(), &binary, watch)?;
   diff_compares_revisions(sub, repo.as_ref(), &operands)?;
-  let protocols = match protocols {
-    Protocols::Listed(p) => p.to_owned(),
+  let (protocols, hosts) = match protocols {
+    Protocols::Listed(p) => (p.to_owned(), Vec::new()),
     Protocols::OfRemote(name) => {
       let repo = repo.as_ref().ok_or_else(|| {
         Denial::audited(
@@ -140,10 +144,13 @@ fn jail_git(
           format!("subcommand_denied: {sub}"),
         )
       })?;
-      git_remote::protocols(&binary, repo, jail.root(), name, watch)?
+      git_remote::protocols_and_hosts(&binary, repo, jail.root(), name, watch)?
     }
   };
-  Ok(pinned(&cmd.args, protocols, repo.as_ref(), jail))
+  Ok(JailedArgs {
+    hosts,
+    ..pinned(&cmd.args, protocols, repo.as_ref(), jail)
+  })
 }
 
 /// Every argument git could read as a path, jailed (`Path` always, `GitOperand` when it could
@@ -280,7 +287,12 @@ fn pinned(
       jail.root().join(".git").to_string_lossy().into_owned(),
     )),
   }
-  JailedArgs { args, env, offline }
+  JailedArgs {
+    args,
+    env,
+    offline,
+    hosts: Vec::new(),
+  }
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use finn_audit::IsolationRecord;
 use finn_job::isolation::{
-  Access, IsolationOptions, Mode, OptionsError, Readable, default_deny_read,
+  Access, IsolationOptions, Mode, NetworkOptions, OptionsError, Readable, default_deny_read,
 };
 use finn_policy::topology::{Network, Topology, Writes};
 
@@ -96,6 +96,7 @@ impl SandboxIsolation {
     jail_root: &Path,
     binary: &Path,
     hidden: &[PathBuf],
+    hosts: &[String],
   ) -> Option<IsolationOptions> {
     if self.options.mode == Mode::Off {
       return None;
@@ -109,6 +110,15 @@ impl SandboxIsolation {
       Network::Deny => Access::Deny,
       Network::Allow => Access::Allow,
     };
+    // A fetch or push to https remotes: only their hosts, through the pool's egress proxy,
+    // where the job can get the route (a network namespace of its own); elsewhere the network
+    // as the topology says, named in `degraded`.
+    if topology.network == Network::Allow && !hosts.is_empty() && o.namespaces.net != Some(false) {
+      o.egress = Some(NetworkOptions {
+        allow: hosts.to_vec(),
+        ..NetworkOptions::default()
+      });
+    }
     if topology.reads_jail && o.fs.readable == Readable::All {
       let mut roots = vec![jail_root.to_path_buf(), binary.to_path_buf()];
       roots.extend(SYSTEM_READABLE.iter().map(PathBuf::from));
@@ -204,7 +214,10 @@ pub fn options_json(o: &IsolationOptions) -> Value {
     "mode": mode,
     "required": o.required,
     "fs": fs,
-    "network": access(o.network),
+    "network": match &o.egress {
+      Some(list) => serde_json::to_value(list).expect("options always serialize"),
+      None => access(o.network).into(),
+    },
     "unixSockets": access(o.unix_sockets),
     "limits": limits,
     "namespaces": ns,
@@ -224,7 +237,13 @@ mod tests {
     assert_eq!(limited.mode(), Mode::Auto);
     let off = SandboxIsolation::from_json(Some(json!({"mode": "off"}))).unwrap();
     assert_eq!(
-      off.for_command(READ, Path::new("/j"), Path::new("/opt/node/bin/node"), &[]),
+      off.for_command(
+        READ,
+        Path::new("/j"),
+        Path::new("/opt/node/bin/node"),
+        &[],
+        &[]
+      ),
       None
     );
     assert_eq!(off.unreported().backend, "off");
@@ -260,6 +279,7 @@ mod tests {
         Path::new("/j"),
         Path::new("/opt/node/bin/node"),
         &[PathBuf::from("/j/audit")],
+        &[],
       )
       .unwrap();
     assert_eq!(read.fs.writable, Some(Vec::new()));
@@ -280,10 +300,37 @@ mod tests {
     );
     assert!(read.required);
     let fetch = iso
-      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[])
+      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[], &[])
       .unwrap();
     assert_eq!(fetch.fs.writable, Some(vec![PathBuf::from("/j")]));
     assert_eq!(fetch.network, Access::Allow);
+    assert_eq!(fetch.egress, None, "no https remote, no list");
+    // A fetch from https remotes: their hosts only, through the egress proxy (the network
+    // itself stays "allow" for hosts where the route cannot be made).
+    let hosts = ["github.com".to_string(), "git.example.com:8443".to_string()];
+    let fetch = iso
+      .for_command(
+        FETCH,
+        Path::new("/j"),
+        Path::new("/usr/bin/git"),
+        &[],
+        &hosts,
+      )
+      .unwrap();
+    assert_eq!(fetch.egress.as_ref().unwrap().allow, hosts);
+    assert!(!fetch.egress.as_ref().unwrap().allow_local);
+    assert_eq!(options_json(&fetch)["network"]["allow"], json!(hosts));
+    // A read-only command gets no list, whatever hosts are passed.
+    let read = iso
+      .for_command(
+        READ,
+        Path::new("/j"),
+        Path::new("/usr/bin/cat"),
+        &[],
+        &hosts,
+      )
+      .unwrap();
+    assert_eq!((read.network, read.egress), (Access::Deny, None));
     // A command that may read everywhere keeps `readable: "all"`.
     assert_eq!(fetch.fs.readable, Readable::All);
   }
@@ -296,7 +343,7 @@ mod tests {
     })))
     .unwrap();
     let o = iso
-      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[])
+      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[], &[])
       .unwrap();
     assert_eq!(IsolationOptions::from_json(options_json(&o)).unwrap(), o);
   }

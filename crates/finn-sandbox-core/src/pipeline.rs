@@ -330,6 +330,7 @@ impl ToolSandbox {
         self.jail.root(),
         &binary_path,
         &self.deny_read,
+        &jailed.hosts,
       ),
     };
     let pending = Pending {

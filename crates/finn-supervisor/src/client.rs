@@ -57,6 +57,31 @@ pub struct Supervisor {
   /// run as on an older kernel (below 6: no signal scope, the seccomp guard's watch alone).
   landlock_abi_max: u8,
   state: Mutex<State>,
+  /// Where the egress proxy's audit entries go ([`Self::set_egress_audit`]).
+  egress_audit: Arc<Mutex<Option<EgressAudit>>>,
+}
+
+/// Takes each audit entry of the egress proxy (`{"audit": entry}` as JSON bytes).
+pub type EgressAudit = Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Reads the proxy's audit socket on a thread of its own until the proxy closes it, handing
+/// each message to the sink set at that moment.
+fn read_egress_audit(audit: OwnedFd, sink: Arc<Mutex<Option<EgressAudit>>>) {
+  let read = move || {
+    while let Ok(Some((bytes, _))) = finn_egress::service::recv(audit.as_raw_fd()) {
+      let sink = sink.lock().unwrap_or_else(|e| e.into_inner()).clone();
+      if let Some(sink) = sink {
+        sink(&bytes);
+      }
+    }
+  };
+  if std::thread::Builder::new()
+    .name("finn-egress-audit".into())
+    .spawn(read)
+    .is_err()
+  {
+    tracing::warn!("could not start a thread to read the egress proxy's audit");
+  }
 }
 
 struct State {
@@ -95,6 +120,7 @@ impl Supervisor {
       program,
       reaper_idle,
       landlock_abi_max: u8::MAX,
+      egress_audit: Arc::new(Mutex::new(None)),
       state: Mutex::new(State {
         running: None,
         generation: 0,
@@ -126,6 +152,60 @@ impl Supervisor {
   /// The supervisor's pid, if one runs.
   pub fn pid(&self) -> Option<i32> {
     self.lock().running.as_ref().map(|r| r.pid)
+  }
+
+  /// Where the pool's egress proxy's audit entries go (each a JSON object with an `audit`
+  /// field); without a sink they are read and dropped.
+  pub fn set_egress_audit(&self, sink: EgressAudit) {
+    *self.egress_audit.lock().unwrap_or_else(|e| e.into_inner()) = Some(sink);
+  }
+
+  /// A channel to the pool's egress proxy for a job whose `NetworkOptions` are `network` (JSON,
+  /// already checked): the supervisor starts the proxy at the first one. Its end goes to the
+  /// job's reaper with the `Run`. A refusal is `NoReaper` naming it (the job cannot start), a
+  /// failed supervisor `Failed`.
+  pub fn egress_channel(&self, job: &str, network: &str) -> Result<OwnedFd, CheckoutError> {
+    let (generation, pid, link) = self.running()?;
+    match egress_channel(&link, job, network) {
+      Ok(Ok((channel, audit))) => {
+        if let Some(audit) = audit {
+          let sink = self.egress_audit.clone();
+          read_egress_audit(audit, sink);
+        }
+        Ok(channel)
+      }
+      Ok(Err(reason)) => Err(CheckoutError::NoReaper(io::Error::other(reason))),
+      Err(fault) => {
+        let mut state = self.lock();
+        if state.generation == generation {
+          stop(&mut state);
+        }
+        Err(CheckoutError::Failed(Crash::Supervisor { pid, fault }))
+      }
+    }
+  }
+
+  /// The running supervisor's link, starting it if none runs.
+  fn running(&self) -> Result<(u64, i32, Arc<Link>), CheckoutError> {
+    let mut state = self.lock();
+    if state
+      .running
+      .as_ref()
+      .is_some_and(|r| pidfd::exited(&r.link.pidfd))
+    {
+      stop(&mut state);
+    }
+    if state.running.is_none() {
+      state.running = Some(self.start().map_err(|e| {
+        CheckoutError::Failed(Crash::Start {
+          program: self.program.clone(),
+          source: e.into(),
+        })
+      })?);
+      state.generation += 1;
+    }
+    let running = state.running.as_ref().expect("started above");
+    Ok((state.generation, running.pid, running.link.clone()))
   }
 
   /// A reaper for one job: an idle one, or a new one (starting the supervisor if needed). The
@@ -337,7 +417,47 @@ pub enum CheckoutError {
 /// refusal (see [`CheckoutError`]).
 fn new_reaper(link: &Link, landlock: u8) -> Result<io::Result<(i32, Conn)>, Fault> {
   let mut conn = link.conn.lock().unwrap_or_else(|e| e.into_inner());
-  conn.send(&ToSupervisor::NewReaper { landlock }.encode(), &[])?;
+  let pid = match ask(link, &mut conn, &ToSupervisor::NewReaper { landlock })? {
+    FromSupervisor::ReaperReady { pid } => pid,
+    FromSupervisor::ReaperFailed { errno } => {
+      return Ok(Err(io::Error::from_raw_os_error(errno)));
+    }
+    _ => return Err(Fault::NoSocket),
+  };
+  let fd = conn.take_fd().ok_or(Fault::NoSocket)?;
+  Ok(Ok((pid, Conn::new(fd))))
+}
+
+/// Asks for a channel to the egress proxy: the outer error is the supervisor's failure, the
+/// inner one the proxy's refusal; with the channel, the proxy's audit socket when it is new.
+fn egress_channel(
+  link: &Link,
+  job: &str,
+  network: &str,
+) -> Result<Result<(OwnedFd, Option<OwnedFd>), String>, Fault> {
+  let mut conn = link.conn.lock().unwrap_or_else(|e| e.into_inner());
+  let msg = ToSupervisor::EgressJob {
+    job: job.into(),
+    network: network.into(),
+  };
+  match ask(link, &mut conn, &msg)? {
+    FromSupervisor::EgressReady { audit } => {
+      let channel = conn.take_fd().ok_or(Fault::NoSocket)?;
+      let audit = if audit {
+        Some(conn.take_fd().ok_or(Fault::NoSocket)?)
+      } else {
+        None
+      };
+      Ok(Ok((channel, audit)))
+    }
+    FromSupervisor::EgressFailed { reason } => Ok(Err(reason)),
+    _ => Err(Fault::NoSocket),
+  }
+}
+
+/// Sends `msg` and waits for the supervisor's answer.
+fn ask(link: &Link, conn: &mut Conn, msg: &ToSupervisor) -> Result<FromSupervisor, Fault> {
+  conn.send(&msg.encode(), &[])?;
   // A job's command may have stopped the supervisor (it runs as its user): it is sent SIGCONT
   // while the answer does not come, and given up on after `NEW_REAPER_BOUND`.
   let asked = Instant::now();
@@ -358,14 +478,7 @@ fn new_reaper(link: &Link, landlock: u8) -> Result<io::Result<(i32, Conn)>, Faul
       return Err(Fault::Exited);
     }
   };
-  let pid = match FromSupervisor::decode(&frame)? {
-    FromSupervisor::ReaperReady { pid } => pid,
-    FromSupervisor::ReaperFailed { errno } => {
-      return Ok(Err(io::Error::from_raw_os_error(errno)));
-    }
-  };
-  let fd = conn.take_fd().ok_or(Fault::NoSocket)?;
-  Ok(Ok((pid, Conn::new(fd))))
+  Ok(FromSupervisor::decode(&frame)?)
 }
 
 /// How long a request for a reaper waits for the supervisor's answer.

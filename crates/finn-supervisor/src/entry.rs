@@ -82,7 +82,7 @@ fn read_only_beneath(
 }
 
 /// `--finn-egress`: the pool's egress proxy (`finn_egress::service`), its control socket on
-/// fd 3. Killed with the process that started it; ends when the control socket closes.
+/// fd 3 and its audit socket on fd 4 (if open). Killed with the process that started it; ends when the control socket closes.
 #[cfg(target_os = "linux")]
 fn egress() -> ! {
   use std::os::fd::{FromRawFd, OwnedFd};
@@ -100,8 +100,24 @@ fn egress() -> ! {
   {
     std::process::exit(126);
   }
+  // Its starter's user runs the jobs' commands: no ptrace, no /proc/<pid>/mem for them.
+  // SAFETY: PR_SET_DUMPABLE takes integers only.
+  if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+    std::process::exit(126);
+  }
+  // fd 4, when open: the audit socket (the supervisor's start gives one; a bare start may not).
+  // SAFETY: F_GETFD only reads the flags of a descriptor number.
+  let audit = (unsafe { libc::fcntl(4, libc::F_GETFD) } >= 0).then(|| {
+    // SAFETY: fd 4 is open, placed by the starter; nothing else owns it.
+    let fd = unsafe { OwnedFd::from_raw_fd(4) };
+    let _ = nix::fcntl::fcntl(
+      &fd,
+      nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+    );
+    fd
+  });
   let resolver = std::sync::Arc::new(finn_egress::SystemResolver);
-  match finn_egress::service::run(control, resolver) {
+  match finn_egress::service::run(control, audit, resolver) {
     Ok(()) => std::process::exit(0),
     Err(e) => {
       eprintln!("finn-supervisor: egress proxy: {e}");

@@ -6,6 +6,7 @@
 pub mod child;
 pub mod client;
 pub mod descendants;
+pub mod egress;
 pub mod entry;
 pub mod error;
 pub mod protocol;

@@ -25,6 +25,10 @@ pub enum ToSupervisor {
   /// commands (see `shield::confine`); for jobs without isolation, whose commands have no
   /// domain of their own. 0: none (an isolated job's ruleset is its domain).
   NewReaper { landlock: u8 },
+  /// A channel to the pool's egress proxy for a job with a network allowlist (`network`: its
+  /// `NetworkOptions` as JSON, `job`: its name in the audit). The supervisor starts the proxy
+  /// at the first one.
+  EgressJob { job: String, network: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +38,12 @@ pub enum FromSupervisor {
   /// No reaper could be made (`fork` or `socketpair` failed with `errno`); the supervisor
   /// goes on.
   ReaperFailed { errno: i32 },
+  /// The job's end of its channel to the proxy is attached, and when `audit`, after it, the
+  /// read end of the proxy's audit socket (sent once per proxy process: its audit entries,
+  /// one JSON object a message).
+  EgressReady { audit: bool },
+  /// No channel: the proxy could not be started or refused the job.
+  EgressFailed { reason: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,6 +161,9 @@ const PREPARE_FAILED: u8 = 13;
 const END_COMMAND: u8 = 14;
 const COMMAND_ENDED: u8 = 15;
 const SIGNAL: u8 = 16;
+const EGRESS_JOB: u8 = 17;
+const EGRESS_READY: u8 = 18;
+const EGRESS_FAILED: u8 = 19;
 
 fn unknown(tag: u8) -> io::Error {
   io::Error::new(
@@ -182,14 +195,30 @@ fn c_strings(r: &mut Reader) -> io::Result<Vec<CString>> {
 
 impl ToSupervisor {
   pub fn encode(&self) -> Vec<u8> {
-    let ToSupervisor::NewReaper { landlock } = self;
-    vec![NEW_REAPER, *landlock]
+    match self {
+      ToSupervisor::NewReaper { landlock } => vec![NEW_REAPER, *landlock],
+      ToSupervisor::EgressJob { job, network } => {
+        let mut w = Writer::default();
+        w.u8(EGRESS_JOB)
+          .bytes(job.as_bytes())
+          .bytes(network.as_bytes());
+        w.0
+      }
+    }
   }
 
   pub fn decode(frame: &[u8]) -> io::Result<Self> {
     let mut r = Reader(frame);
+    let text = |b: &[u8]| {
+      String::from_utf8(b.to_vec())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "not UTF-8"))
+    };
     let msg = match r.u8()? {
       NEW_REAPER => ToSupervisor::NewReaper { landlock: r.u8()? },
+      EGRESS_JOB => ToSupervisor::EgressJob {
+        job: text(r.bytes()?)?,
+        network: text(r.bytes()?)?,
+      },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -203,6 +232,8 @@ impl FromSupervisor {
     match self {
       FromSupervisor::ReaperReady { pid } => w.u8(REAPER_READY).i32(*pid),
       FromSupervisor::ReaperFailed { errno } => w.u8(REAPER_FAILED).i32(*errno),
+      FromSupervisor::EgressReady { audit } => w.u8(EGRESS_READY).u8(*audit as u8),
+      FromSupervisor::EgressFailed { reason } => w.u8(EGRESS_FAILED).bytes(reason.as_bytes()),
     };
     w.0
   }
@@ -212,6 +243,12 @@ impl FromSupervisor {
     let msg = match r.u8()? {
       REAPER_READY => FromSupervisor::ReaperReady { pid: r.i32()? },
       REAPER_FAILED => FromSupervisor::ReaperFailed { errno: r.i32()? },
+      EGRESS_READY => FromSupervisor::EgressReady {
+        audit: r.u8()? != 0,
+      },
+      EGRESS_FAILED => FromSupervisor::EgressFailed {
+        reason: String::from_utf8_lossy(r.bytes()?).into_owned(),
+      },
       tag => return Err(unknown(tag)),
     };
     r.end()?;
@@ -525,6 +562,11 @@ mod tests {
     for msg in [
       FromSupervisor::ReaperReady { pid: 7 },
       FromSupervisor::ReaperFailed { errno: 11 },
+      FromSupervisor::EgressReady { audit: true },
+      FromSupervisor::EgressReady { audit: false },
+      FromSupervisor::EgressFailed {
+        reason: "network.allow[0]: \"*\"".into(),
+      },
     ] {
       assert_eq!(FromSupervisor::decode(&msg.encode()).unwrap(), msg);
     }
@@ -532,6 +574,11 @@ mod tests {
       let new = ToSupervisor::NewReaper { landlock };
       assert_eq!(ToSupervisor::decode(&new.encode()).unwrap(), new);
     }
+    let job = ToSupervisor::EgressJob {
+      job: "j1".into(),
+      network: r#"{"allow":["a.test"]}"#.into(),
+    };
+    assert_eq!(ToSupervisor::decode(&job.encode()).unwrap(), job);
   }
 
   #[test]

@@ -211,6 +211,15 @@ impl Reaper {
             }
             plan.checked = checked;
           }
+          // Last: the job's channel to the egress proxy, for a plan with the egress route.
+          let egress = if isolation.as_ref().is_some_and(|p| p.egress.is_some()) {
+            let Some(fd) = self.conn.take_fd() else {
+              return;
+            };
+            Some(fd)
+          } else {
+            None
+          };
           if self
             .run(
               &spec,
@@ -218,6 +227,7 @@ impl Reaper {
               Stdio { stdin, out, err },
               Duration::from_millis(drain_ms),
               timeout,
+              egress,
             )
             .is_err()
           {
@@ -247,6 +257,7 @@ impl Reaper {
     stdio: Stdio,
     drain: Duration,
     timeout: Option<Timeout>,
+    egress: Option<OwnedFd>,
   ) -> Result<(), Gone> {
     // From the `Run`'s arrival, before the preparation: the addon counts from before its send.
     let deadline = timeout.map(|t| {
@@ -290,6 +301,17 @@ impl Reaper {
         cwd: spec.cwd.clone(),
       })
     });
+    // The proxy variables name the job's own listener (`finn_isolate::egress`).
+    let wrapped = match prepared.as_ref().filter(|p| p.has_egress()) {
+      Some(_) => {
+        let base = wrapped.as_ref().unwrap_or(spec);
+        Some(SpawnSpec {
+          env: finn_isolate::egress::env(&base.env),
+          ..base.clone()
+        })
+      }
+      None => wrapped,
+    };
     let spec = wrapped.as_ref().unwrap_or(spec);
     // No landlock scope keeps this job's signals in: the guard alone names pids, so every
     // call on another process goes to this reaper, which allows only the job's own.
@@ -332,6 +354,13 @@ impl Reaper {
     if let Some(p) = prepared.as_mut() {
       p.hold_namespace(leader.as_raw());
     }
+    // The job's only route out: its listeners, each connection passed to the proxy.
+    let mut route = match (prepared.as_mut().map(|p| p.egress_listeners()), egress) {
+      (Some(listeners), Some(channel)) if !listeners.is_empty() => {
+        Some(Route::new(listeners, channel))
+      }
+      _ => None,
+    };
     let mut life = Lifecycle::<()>::owner(
       deadline.map(|(at, _)| at),
       deadline.map_or(Duration::ZERO, |(_, grace)| grace),
@@ -349,6 +378,8 @@ impl Reaper {
     loop {
       let (leader_status, gone) = self.reap(&job);
       if gone {
+        // Its channel's close ends the job at the proxy.
+        route = None;
         // Before `TreeGone` goes out: once the job settles, its cgroup is gone too, and so are
         // the checked fds (the plan's and the preparation's).
         drop(prepared.take());
@@ -400,13 +431,23 @@ impl Reaper {
         None => {}
       }
       let wake = earliest([spawned_due, life.next_wake(now)]);
+      let listening = route.as_ref().map(Route::fds).unwrap_or_default();
       let mut fds = [
         watch((!job.host_gone).then(|| self.conn.raw())),
         watch(Some(self.lifeline.as_raw_fd())),
         watch(Some(self.sigchld.as_raw_fd())),
         watch(job.watch.as_ref().map(Watch::fd)),
+        watch(listening[0]),
+        watch(listening[1]),
       ];
       poll(&mut fds, wake);
+      if let Some(r) = &route
+        && (fds[4].revents != 0 || fds[5].revents != 0)
+        && r.forward().is_err()
+      {
+        // The proxy is gone: the command's connections now find nothing listening.
+        route = None;
+      }
       if let Some(w) = &job.watch {
         let ready = fds[3].revents;
         // Readable: a call waits. Hung up alone: no process of the job is left under it.
@@ -503,6 +544,70 @@ impl Reaper {
         Err(_) => return (leader, true),
       }
     }
+  }
+}
+
+/// A job's route to the egress proxy: the listeners its child made on the job's loopback
+/// (`finn_isolate::egress`) and the job's channel to the proxy.
+struct Route {
+  listeners: Vec<OwnedFd>,
+  channel: OwnedFd,
+}
+
+impl Route {
+  fn new(listeners: Vec<OwnedFd>, channel: OwnedFd) -> Route {
+    for l in &listeners {
+      let _ = nix::fcntl::fcntl(
+        l,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+      );
+    }
+    Route { listeners, channel }
+  }
+
+  /// The listeners to poll (at most two: 127.0.0.1 and ::1).
+  fn fds(&self) -> [Option<std::os::fd::RawFd>; 2] {
+    let mut out = [None; 2];
+    for (slot, l) in out.iter_mut().zip(&self.listeners) {
+      *slot = Some(l.as_raw_fd());
+    }
+    out
+  }
+
+  /// Accepts every waiting connection and passes each to the proxy over the job's channel, as
+  /// it is: the channel, not anything the command sends, names the job. `Err` when the
+  /// channel is closed (the proxy is gone).
+  fn forward(&self) -> Result<(), Gone> {
+    for l in &self.listeners {
+      loop {
+        match nix::sys::socket::accept4(l.as_raw_fd(), nix::sys::socket::SockFlag::SOCK_CLOEXEC) {
+          Ok(conn) => {
+            // SAFETY: accept4 just made this fd; nothing else owns it.
+            let conn = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(conn) };
+            let sent = nix::sys::socket::sendmsg::<()>(
+              self.channel.as_raw_fd(),
+              &[std::io::IoSlice::new(b"c")],
+              &[nix::sys::socket::ControlMessage::ScmRights(&[
+                conn.as_raw_fd()
+              ])],
+              // Never waits: a proxy that does not keep up costs the command that connection
+              // (closed as it is dropped here), never the reaper its watch over the job.
+              nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+              None,
+            );
+            if matches!(
+              sent,
+              Err(Errno::EPIPE | Errno::ECONNRESET | Errno::ENOTCONN)
+            ) {
+              return Err(Gone);
+            }
+          }
+          Err(Errno::EINTR | Errno::ECONNABORTED) => {}
+          Err(_) => break,
+        }
+      }
+    }
+    Ok(())
   }
 }
 

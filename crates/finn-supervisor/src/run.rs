@@ -110,6 +110,9 @@ pub struct Outgoing {
   started: Instant,
   /// The last reaper it went to had closed before reading it (it retired): nothing started.
   unread: bool,
+  /// The job's channel to the egress proxy (a plan with `egress`), attached last; kept like
+  /// `writes`.
+  egress: Option<OwnedFd>,
 }
 
 impl Outgoing {
@@ -181,6 +184,7 @@ impl Outgoing {
       stdin,
       started,
       unread: false,
+      egress: None,
     })
   }
 
@@ -196,7 +200,31 @@ impl Outgoing {
     let mut fds = vec![out_w.as_raw_fd(), err_w.as_raw_fd()];
     fds.extend(self.stdin.as_ref().map(AsRawFd::as_raw_fd));
     fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
+    fds.extend(self.egress.as_ref().map(AsRawFd::as_raw_fd));
     fds
+  }
+
+  /// For a plan with an allowlist: the job's channel to the pool's egress proxy, asked of the
+  /// supervisor once (it starts the proxy at the first).
+  fn egress_channel(
+    &mut self,
+    supervisor: &Supervisor,
+    spec: &SpawnSpec,
+    isolation: Option<&Plan>,
+  ) -> Result<(), RunError> {
+    let Some(network) = isolation.and_then(|p| p.egress.as_ref()) else {
+      return Ok(());
+    };
+    if self.egress.is_none() {
+      let network = serde_json::to_string(network).expect("options always serialize");
+      let job = format!("{}:{}", std::process::id(), next_egress_job());
+      self.egress = Some(
+        supervisor
+          .egress_channel(&job, &network)
+          .map_err(|e| checkout_failed(e, spec))?,
+      );
+    }
+    Ok(())
   }
 
   /// Sends the frame to `reaper`; false when it had closed (retired) before reading it.
@@ -213,12 +241,13 @@ impl Outgoing {
   /// and returns the reaper it went to (no reaper to be had for `spec` is its spawn failure).
   /// `later` is done once it is on its way, if due by then.
   pub fn send(
-    self,
+    mut self,
     supervisor: &Supervisor,
     spec: &SpawnSpec,
     isolation: Option<&Plan>,
     later: &mut dyn Later,
   ) -> Result<(Reaper, Outgoing), RunError> {
+    self.egress_channel(supervisor, spec, isolation)?;
     let reaper = supervisor
       .checkout(supervisor.landlock_for(isolation.is_some()))
       .map_err(|e| checkout_failed(e, spec))?;
@@ -246,6 +275,10 @@ impl Outgoing {
     supervisor: &Supervisor,
     isolation: Option<&Plan>,
   ) -> Result<(Reaper, Outgoing), Outgoing> {
+    // A job with an allowlist asks the supervisor for its channel first: not without waiting.
+    if isolation.is_some_and(|p| p.egress.is_some()) && self.egress.is_none() {
+      return Err(self);
+    }
     let Some(reaper) = supervisor.checkout_idle(supervisor.landlock_for(isolation.is_some()))
     else {
       return Err(self);
@@ -255,6 +288,12 @@ impl Outgoing {
       _ => Err(self),
     }
   }
+}
+
+/// A name for each job's channel in the egress audit: unique within the process.
+pub(crate) fn next_egress_job() -> u64 {
+  static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+  NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
 /// A checkout's failure as the job's: a reaper that could not be made is a spawn failure

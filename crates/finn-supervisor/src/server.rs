@@ -21,6 +21,7 @@ use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid};
 
 use super::descendants;
+use super::egress::Egress;
 use super::protocol::{FromSupervisor, ToSupervisor};
 use super::reaper;
 use super::shield::{self, Guard};
@@ -45,6 +46,8 @@ struct Supervisor {
   reaper_idle: Duration,
   /// What the jobs' commands must not reach (see `shield.rs`).
   guard: Guard,
+  /// The pool's egress proxy, once a job with a network allowlist asked for it (`egress.rs`).
+  egress: Option<Egress>,
 }
 
 /// The argument that sets how long a reaper without a job lives, in milliseconds.
@@ -115,6 +118,7 @@ fn setup(reaper_idle: Duration) -> io::Result<Supervisor> {
     me: std::process::id() as i32,
     reaper_idle,
     guard,
+    egress: None,
   })
 }
 
@@ -136,13 +140,19 @@ impl Supervisor {
       while let Some(frame) = self.conn.take_frame()? {
         match ToSupervisor::decode(&frame)? {
           ToSupervisor::NewReaper { landlock } => self.new_reaper(landlock)?,
+          ToSupervisor::EgressJob { job, network } => self.egress_job(&job, &network)?,
         }
       }
       let mut fds = [
         watch(Some(self.conn.raw())),
         watch(Some(self.sigchld.as_raw_fd())),
+        watch(self.egress.as_ref().map(|e| e.control.as_raw_fd())),
       ];
       poll(&mut fds, None);
+      if fds[2].revents != 0 && !self.egress.as_ref().is_some_and(Egress::on_control) {
+        // The proxy is gone: the next job with an allowlist starts another.
+        self.egress = None;
+      }
       if fds[1].revents != 0 {
         self.on_sigchld();
       }
@@ -190,13 +200,61 @@ impl Supervisor {
     }
   }
 
+  /// A channel to the egress proxy for a job (starting the proxy if none runs), or why not.
+  /// The proxy's audit socket goes with the first channel of each proxy process.
+  fn egress_job(&mut self, job: &str, network: &str) -> io::Result<()> {
+    let mut audit = None;
+    // A proxy that died since (its control socket refuses the message) is replaced once.
+    let mut answer = Err(io::Error::other("no egress proxy"));
+    for _ in 0..2 {
+      if self.egress.is_none() {
+        match Egress::start() {
+          Ok((egress, audit_r)) => {
+            self.egress = Some(egress);
+            audit = Some(audit_r);
+          }
+          Err(e) => {
+            answer = Err(e);
+            break;
+          }
+        }
+      }
+      answer = self
+        .egress
+        .as_ref()
+        .expect("started above")
+        .add_job(job, network);
+      match &answer {
+        Err(e) if e.kind() != io::ErrorKind::InvalidInput => self.egress = None,
+        _ => break,
+      }
+    }
+    match answer {
+      Ok(channel) => {
+        let mut fds = vec![channel.as_raw_fd()];
+        fds.extend(audit.as_ref().map(AsRawFd::as_raw_fd));
+        let ready = FromSupervisor::EgressReady {
+          audit: audit.is_some(),
+        };
+        self.conn.send(&ready.encode(), &fds)
+      }
+      Err(e) => {
+        let failed = FromSupervisor::EgressFailed {
+          reason: format!("the egress proxy: {e}"),
+        };
+        self.conn.send(&failed.encode(), &[])
+      }
+    }
+  }
+
   /// Reaps exited children, then kills every non-reaper child with its subtree: orphans of a
-  /// reaper that died.
+  /// reaper that died. The egress proxy is spared.
   fn on_sigchld(&mut self) {
     while let Ok(Some(_)) = self.sigchld.read_signal() {}
     self.reap();
     let reapers = &self.reapers;
-    descendants::kill_now(self.me, &|pid| reapers.contains(&pid));
+    let proxy = self.egress.as_ref().map(|e| e.pid);
+    descendants::kill_now(self.me, &|pid| reapers.contains(&pid) || Some(pid) == proxy);
   }
 
   fn reap(&mut self) -> bool {
@@ -214,6 +272,9 @@ impl Supervisor {
         Ok(status) => {
           if let Some(pid) = status.pid() {
             self.reapers.remove(&pid.as_raw());
+            if self.egress.as_ref().is_some_and(|e| e.pid == pid.as_raw()) {
+              self.egress = None;
+            }
           }
         }
         Err(Errno::EINTR) => {}
@@ -229,6 +290,7 @@ impl Supervisor {
   /// on would be inherited by init and outlive Node.
   fn wind_down(&mut self) {
     self.lifeline_w = None;
+    self.egress = None;
     let give_up = Instant::now() + REAPERS_EXIT_BOUND;
     let mut checks = 0;
     loop {

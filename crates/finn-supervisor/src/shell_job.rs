@@ -76,6 +76,27 @@ impl ShellJob {
     let frame = ToReaper::encode_run(spec, 0, 0, None, isolation, false);
     let mut fds: Vec<RawFd> = vec![null.as_raw_fd(), null.as_raw_fd()];
     fds.extend(isolation.map(|p| p.checked.raw_fds()).unwrap_or_default());
+    // A session with an allowlist: its shell's channel to the egress proxy, attached last.
+    let egress = match isolation.and_then(|p| p.egress.as_ref()) {
+      Some(network) => {
+        let network = serde_json::to_string(network).expect("options always serialize");
+        let job = format!(
+          "{}:session:{}",
+          std::process::id(),
+          super::run::next_egress_job()
+        );
+        Some(
+          supervisor
+            .egress_channel(&job, &network)
+            .map_err(|e| match e {
+              CheckoutError::Failed(crash) => ShellStartError::Checkout(crash.to_string()),
+              CheckoutError::NoReaper(e) => ShellStartError::Checkout(e.to_string()),
+            })?,
+        )
+      }
+      None => None,
+    };
+    fds.extend(egress.as_ref().map(AsRawFd::as_raw_fd));
     for _ in 0..MAX_RETIRED {
       let mut reaper = supervisor
         .checkout(supervisor.landlock_for(isolation.is_some()))
