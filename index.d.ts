@@ -271,6 +271,14 @@ export interface CommandPolicy {
   deniedFlags: string[]
   /** Non-flag arguments must be paths inside the jail (replaced by their canonical form). */
   validatePaths: boolean
+  /**
+   * The hosts this program's commands may reach, only through the pool's egress proxy
+   * (docs/network.md). Without it a command gets no network (git's fetch, clone and push get
+   * their remote's hosts, so git's policy takes none). Needs isolation on; where the host cannot
+   * make the job a network namespace the command gets no network (`auto`) or is refused
+   * (`required`), never the whole network.
+   */
+  network?: NetworkOptions
 }
 
 /** loa-finn's `FinnConfig["sandbox"]`, plus optional policies replacing the defaults. */

@@ -1081,7 +1081,15 @@ class ToolSandbox {
         `config.isolation.${field}: a JS executor cannot be made to apply isolation; pass a WorkerPool, WorkerExecutor or ChildProcessExecutor`,
       )
     }
-    const cfg = isolation != null ? { ...config, isolation: JSON.stringify(isolation) } : config
+    const cfg = isolation != null ? { ...config, isolation: JSON.stringify(isolation) } : { ...config }
+    // A policy's `network` crosses as JSON too, so serde names the field of any error.
+    if (config != null && typeof config === 'object' && config.policies != null && typeof config.policies === 'object') {
+      cfg.policies = Object.fromEntries(
+        Object.entries(config.policies).map(([name, p]) =>
+          p != null && typeof p === 'object' && p.network !== undefined ? [name, { ...p, network: JSON.stringify(p.network) }] : [name, p],
+        ),
+      )
+    }
     try {
       this.#native = new native.NativeToolSandbox(cfg, AuditLog.nativeOf(auditLog), process.env)
     } catch (err) {

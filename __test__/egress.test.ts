@@ -291,6 +291,30 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
     expect(allowedTls.connections).toBe(before)
   })
 
+  test("ToolSandbox: a policy's network list is all its commands reach; a policy without one gets no network", async () => {
+    const jail = realpathSync(mkdtempSync(join(tmpdir(), 'finn-egress-jail-')))
+    const data = realpathSync(mkdtempSync(join(tmpdir(), 'finn-egress-data-')))
+    const CURL = realpathSync(spawnSync('sh', ['-c', 'command -v curl'], { encoding: 'utf8' }).stdout.trim())
+    const curl: CommandPolicy = { binary: CURL, subcommands: [], deniedFlags: ['--noproxy', '-x', '--proxy', '-K', '--config'], validatePaths: false }
+    const config = (policy: CommandPolicy) => ({ allowBash: true, jailRoot: jail, execTimeout: 30_000, maxOutput: 65_536, policies: { curl: policy } })
+    const listed = new ToolSandbox(config({ ...curl, network: network() }), new AuditLog(data), pool)
+    const ok = await listed.execute(`curl -sS http://allowed.test:${allowed.port}/policy-ok`)
+    expect(ok.stdout).toBe('allowed-http-5be1')
+    const before = counts()
+    // Without -f curl prints the proxy's 403, whose body names the refused host.
+    const refused = await listed.execute(`curl -sS http://denied.test:${denied.port}/policy-no`)
+    expect(refused.stdout).toContain('denied.test')
+    expect(refused.stdout).not.toContain('denied-http-0c7d')
+    const unlisted = new ToolSandbox(config(curl), new AuditLog(data), pool)
+    const none = await unlisted.execute(`curl -sS --max-time 5 http://allowed.test:${allowed.port}/policy-none`)
+    expect(none.exitCode).not.toBe(0)
+    const direct = await unlisted.execute(`curl -sS --max-time 5 http://127.0.0.1:${allowed.port}/policy-direct`)
+    expect(direct.exitCode).not.toBe(0)
+    expect(counts()).toEqual(before)
+    expect(allowed.paths).not.toContain('/policy-none')
+    expect(allowed.paths).not.toContain('/policy-direct')
+  })
+
   test('two jobs with different lists on one pool each get their own', async () => {
     const onlyDenied = network({ allow: [`denied.test:${denied.port}`] })
     const [a, b] = await Promise.all([
@@ -322,6 +346,30 @@ describe('the option', () => {
       const e = await rejectionOf(pool.exec({ binaryPath: '/bin/true', args: [], cwd: dir, env: ENV, isolation }), PoolError)
       expect(e.code, field).toBe('INVALID_SPEC')
       expect(e.message, field).toContain(field)
+    }
+  })
+
+  test("a policy's network list is checked at construction, naming the field", () => {
+    const jail = realpathSync(mkdtempSync(join(tmpdir(), 'finn-egress-jail-')))
+    const data = realpathSync(mkdtempSync(join(tmpdir(), 'finn-egress-data-')))
+    const policy: CommandPolicy = { binary: '/usr/bin/curl', subcommands: [], deniedFlags: [], validatePaths: false }
+    const cases: Array<[Record<string, unknown>, string]> = [
+      [{ policies: { curl: { ...policy, network: { allow: ['*'] } } } }, 'config.policies.curl.network.allow[0]'],
+      [{ policies: { curl: { ...policy, network: { allow: ['a.test'], extra: 1 } } } }, 'config.policies.curl.network'],
+      [{ policies: { curl: { ...policy, network: 'allow' } } }, 'config.policies.curl.network'],
+      [{ policies: { curl: { ...policy, network: { allow: ['a.test'] } } }, isolation: { mode: 'off' } }, 'config.policies.curl.network'],
+      [{ policies: { curl: { ...policy, network: { allow: ['a.test'] } } }, isolation: { namespaces: { net: false } } }, 'config.isolation.namespaces.net'],
+      [{ policies: { git: { ...policy, network: { allow: ['github.com'] } } } }, 'config.policies.git.network'],
+    ]
+    for (const [extra, field] of cases) {
+      let error: unknown
+      try {
+        new ToolSandbox({ allowBash: true, jailRoot: jail, execTimeout: 1000, maxOutput: 1024, ...extra } as never, new AuditLog(data), pool)
+      } catch (e) {
+        error = e
+      }
+      expect(error, field).toBeInstanceOf(SandboxError)
+      expect((error as Error).message, field).toContain(field)
     }
   })
 

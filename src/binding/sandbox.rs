@@ -15,6 +15,7 @@ use super::executor::{self, HandOff};
 use super::pool::{JobSettled, NativeWorkerPool, Ticket, jobs_runtime};
 use super::pool_runner::PoolRunner;
 use finn_audit::{self as audit, Action, AuditEntry, AuditOptions};
+use finn_job::isolation::NetworkOptions;
 use finn_job::limits::{
   DEFAULT_SANDBOX_MAX_OUTPUT, DEFAULT_TIMEOUT_MS, MAX_AUDIT_FILES, MAX_BUFFER_LIMIT, MAX_TIMEOUT_MS,
 };
@@ -255,9 +256,12 @@ fn sandbox_config(value: &Unknown) -> Decoded<SandboxConfig> {
       "config.maxOutput must be at most {MAX_BUFFER_LIMIT}"
     )));
   }
-  let policies = match convert::get(&obj, "policies", "config.policies")? {
-    None => None,
-    Some(v) => Some(policies(&v)?),
+  let (policies, networks) = match convert::get(&obj, "policies", "config.policies")? {
+    None => (None, BTreeMap::new()),
+    Some(v) => {
+      let (p, n) = policies(&v)?;
+      (Some(p), n)
+    }
   };
   let jail_root = convert::required_string(&obj, "jailRoot", "config.jailRoot")?;
   no_nul(&jail_root, "config.jailRoot")?;
@@ -271,12 +275,18 @@ fn sandbox_config(value: &Unknown) -> Decoded<SandboxConfig> {
   };
   let isolation = sandbox::SandboxIsolation::from_json(isolation)
     .map_err(|e| PoolError::InvalidSpec(format!("config.{e}")))?;
+  for name in networks.keys() {
+    isolation
+      .check_listed(&format!("config.policies.{name}.network"))
+      .map_err(PoolError::InvalidSpec)?;
+  }
   Ok(SandboxConfig {
     allow_bash: convert::optional_bool(&obj, "allowBash", "config.allowBash")?.unwrap_or(false),
     jail_root,
     exec_timeout_ms,
     max_output,
     policies,
+    networks,
     isolation,
   })
 }
@@ -291,9 +301,17 @@ fn no_nul(value: &str, field: &str) -> Decoded<()> {
   Ok(())
 }
 
-fn policies(value: &Unknown) -> Decoded<BTreeMap<String, CommandPolicy>> {
+/// The policies, and the `network` of those that list one (`index.js` stringifies it, so serde
+/// names the field of any error).
+type Policies = (
+  BTreeMap<String, CommandPolicy>,
+  BTreeMap<String, NetworkOptions>,
+);
+
+fn policies(value: &Unknown) -> Decoded<Policies> {
   let obj = convert::object(value, "config.policies")?;
   let mut out = BTreeMap::new();
+  let mut networks = BTreeMap::new();
   for name in Object::keys(&obj).map_err(|e| PoolError::InvalidSpec(e.reason.clone()))? {
     let field = format!("config.policies.{name}");
     let Some(entry) = convert::get(&obj, &name, &field)? else {
@@ -329,8 +347,36 @@ fn policies(value: &Unknown) -> Decoded<BTreeMap<String, CommandPolicy>> {
         .unwrap_or(true),
       },
     );
+    if let Some(json) = convert::optional_string(&p, "network", &format!("{field}.network"))? {
+      networks.insert(name.clone(), policy_network(&name, &json)?);
+    }
   }
-  Ok(out)
+  Ok((out, networks))
+}
+
+/// A policy's `network`: a `NetworkOptions` object whose entries the proxy accepts. git's
+/// fetch, clone and push get their remote's hosts, and its other commands need none: a list on
+/// git's policy is refused rather than ignored.
+fn policy_network(name: &str, json: &str) -> Decoded<NetworkOptions> {
+  let field = format!("config.policies.{name}.network");
+  if name == "git" {
+    return Err(PoolError::InvalidSpec(format!(
+      "{field}: git's fetch, clone and push reach their remote's hosts, and its other commands \
+       need no network; a list is not taken here"
+    )));
+  }
+  let value: serde_json::Value = serde_json::from_str(json)
+    .map_err(|e| PoolError::InvalidSpec(format!("{field} must be an object: {e}")))?;
+  if !value.is_object() {
+    return Err(PoolError::InvalidSpec(format!(
+      "{field} must be a NetworkOptions object ({{ allow: [...] }}), got {value}"
+    )));
+  }
+  let network: NetworkOptions =
+    serde_json::from_value(value).map_err(|e| PoolError::InvalidSpec(format!("{field}: {e}")))?;
+  finn_egress::Policy::new(&network)
+    .map_err(|e| PoolError::InvalidSpec(format!("config.policies.{name}.{e}")))?;
+  Ok(network)
 }
 
 /// loa-finn's ToolSandbox pipeline.

@@ -145,6 +145,7 @@ fn tools_config(value: &Unknown) -> Decoded<ToolsConfig> {
       exec_timeout_ms: timeout_ms,
       max_output: TOOL_RUN_MAX_BUFFER,
       policies: Some(finn_tools::plan::policies(&path_var)),
+      networks: Default::default(),
       isolation,
     },
     finders,

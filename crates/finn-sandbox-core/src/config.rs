@@ -3,6 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::isolation::SandboxIsolation;
+use finn_job::isolation::NetworkOptions;
 use finn_policy::CommandPolicy;
 
 /// `FinnConfig["sandbox"]`, plus optional policies replacing the defaults.
@@ -13,6 +14,9 @@ pub struct SandboxConfig {
   pub exec_timeout_ms: u64,
   pub max_output: u64,
   pub policies: Option<BTreeMap<String, CommandPolicy>>,
+  /// A policy's `network` by the policy's name: the allowlist its commands reach through the
+  /// pool's egress proxy (none other gets the network but git's fetch, clone and push).
+  pub networks: BTreeMap<String, NetworkOptions>,
   /// Validated at construction; `{ mode: "auto" }` by default.
   pub isolation: SandboxIsolation,
 }

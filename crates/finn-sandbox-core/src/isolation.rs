@@ -86,10 +86,22 @@ impl SandboxIsolation {
     self.options.mode
   }
 
+  /// Refuses a policy's `network` that would run without its only route: with isolation off
+  /// the command would reach the whole network, with `namespaces.net: false` none at all.
+  /// `field` names the policy's `network` (`config.policies.npm.network`).
+  pub fn check_listed(&self, field: &str) -> Result<(), String> {
+    let mut probe = self.options.clone();
+    probe.egress = Some(NetworkOptions::default());
+    probe
+      .validate()
+      .map_err(|e| format!("{field}: {} (config.isolation.{})", e.reason, e.field))
+  }
+
   /// The options for one command; `None` when isolation is off. `binary` is the program that
   /// runs (readable even where the topology narrows reads: it may live outside the system
   /// directories, as a Node from a version manager does). `hidden` (the audit directory) is
-  /// added to the denied reads.
+  /// added to the denied reads. `listed` is the command's policy's `network`: a command the
+  /// topology gives no network reaches that list, and only through the egress proxy.
   pub fn for_command(
     &self,
     topology: Topology,
@@ -97,6 +109,7 @@ impl SandboxIsolation {
     binary: &Path,
     hidden: &[PathBuf],
     hosts: &[String],
+    listed: Option<&NetworkOptions>,
   ) -> Option<IsolationOptions> {
     if self.options.mode == Mode::Off {
       return None;
@@ -118,6 +131,13 @@ impl SandboxIsolation {
         allow: hosts.to_vec(),
         ..NetworkOptions::default()
       });
+    }
+    // A policy's list: never the whole network. Where no network namespace can be made the
+    // plan runs the command with none (`auto`) or refuses it (`required`).
+    if topology.network == Network::Deny
+      && let Some(list) = listed
+    {
+      o.egress = Some(list.clone());
     }
     if topology.reads_jail && o.fs.readable == Readable::All {
       let mut roots = vec![jail_root.to_path_buf(), binary.to_path_buf()];
@@ -242,7 +262,8 @@ mod tests {
         Path::new("/j"),
         Path::new("/opt/node/bin/node"),
         &[],
-        &[]
+        &[],
+        None
       ),
       None
     );
@@ -280,6 +301,7 @@ mod tests {
         Path::new("/opt/node/bin/node"),
         &[PathBuf::from("/j/audit")],
         &[],
+        None,
       )
       .unwrap();
     assert_eq!(read.fs.writable, Some(Vec::new()));
@@ -300,7 +322,14 @@ mod tests {
     );
     assert!(read.required);
     let fetch = iso
-      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[], &[])
+      .for_command(
+        FETCH,
+        Path::new("/j"),
+        Path::new("/usr/bin/git"),
+        &[],
+        &[],
+        None,
+      )
       .unwrap();
     assert_eq!(fetch.fs.writable, Some(vec![PathBuf::from("/j")]));
     assert_eq!(fetch.network, Access::Allow);
@@ -315,6 +344,7 @@ mod tests {
         Path::new("/usr/bin/git"),
         &[],
         &hosts,
+        None,
       )
       .unwrap();
     assert_eq!(fetch.egress.as_ref().unwrap().allow, hosts);
@@ -328,6 +358,7 @@ mod tests {
         Path::new("/usr/bin/cat"),
         &[],
         &hosts,
+        None,
       )
       .unwrap();
     assert_eq!((read.network, read.egress), (Access::Deny, None));
@@ -343,7 +374,14 @@ mod tests {
     })))
     .unwrap();
     let o = iso
-      .for_command(FETCH, Path::new("/j"), Path::new("/usr/bin/git"), &[], &[])
+      .for_command(
+        FETCH,
+        Path::new("/j"),
+        Path::new("/usr/bin/git"),
+        &[],
+        &[],
+        None,
+      )
       .unwrap();
     assert_eq!(IsolationOptions::from_json(options_json(&o)).unwrap(), o);
   }

@@ -331,6 +331,7 @@ impl ToolSandbox {
         &binary_path,
         &self.deny_read,
         &jailed.hosts,
+        self.config.networks.get(&cmd.binary),
       ),
     };
     let pending = Pending {
@@ -476,6 +477,7 @@ mod tests {
       exec_timeout_ms: 1234,
       max_output: 4096,
       policies: Some(BTreeMap::from([("ls".to_owned(), ls)])),
+      networks: BTreeMap::new(),
       isolation: Default::default(),
     };
     let secrets = [("GITHUB_TOKEN".to_owned(), "s3cr3t-value-123".to_owned())];
