@@ -138,5 +138,6 @@ pub mod shell;
 
 pub use code::SessionErrorCode;
 pub use shell::{
-  CommandResult, CommandStatus, Cut, Host, RunOptions, Session, SessionConfig, SessionError, Stream,
+  CommandResult, CommandStatus, Control, Cut, Detached, DetachedEnd, Host, RunOptions, Session,
+  SessionConfig, SessionError, Stream,
 };
