@@ -10,7 +10,7 @@ import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { afterAll, expect, test } from 'vitest'
 import { createSession, type Process, type Session, SessionError, WorkerPool } from '../index.js'
-import { holders, until } from './helpers.js'
+import { alive, holders, until } from './helpers.js'
 
 const run = promisify(execFile)
 const root = join(import.meta.dirname, '..')
@@ -60,8 +60,12 @@ async function withSession(body: (s: Session) => Promise<void>, p: WorkerPool = 
 test("yieldMs: the result's output plus the handle's log is the whole output, no gap, no duplicate", async () => {
   await withSession(async (s) => {
     const go = gate('counter')
+    const chunks: Buffer[] = []
     // Writes a counter to both streams without pause, across the yield, until the test lets it end.
-    const r = await s.exec(`i=0; while [ ! -e ${go} ]; do echo $i; echo e$i >&2; i=$((i+1)); done; echo end; exit 7`, { yieldMs: 50 })
+    const r = await s.exec(`i=0; while [ ! -e ${go} ]; do echo $i; echo e$i >&2; i=$((i+1)); done; echo end; exit 7`, {
+      yieldMs: 50,
+      onStdout: (c) => chunks.push(c),
+    })
     expect([r.exitCode, r.signal, r.success, r.timedOut]).toEqual([null, null, false, false])
     const p = r.process!
     expect(p).toBeDefined()
@@ -83,6 +87,8 @@ test("yieldMs: the result's output plus the handle's log is the whole output, no
     expect(errs).toEqual(Array.from({ length: errs.length }, (_, i) => `e${i}`))
     expect(errs.length === n || errs.length === n + 1 || errs.length === n - 1).toBe(true)
     expect([p.status, p.exitCode]).toEqual(['failed', 7])
+    // onStdout goes on after the yield: it saw the whole stream, once.
+    expect(Buffer.concat(chunks).toString()).toBe(out)
   })
 })
 
@@ -170,6 +176,8 @@ test('yielded commands that end leave no zombie behind', async () => {
       const r = await s.exec(`(sleep 0.01 &); ${waitFor(go)}; echo $BASHPID`, { yieldMs: 10 })
       writeFileSync(go, '')
       await r.process!.waitForExit()
+      // The shell that ran it went with it.
+      expect(alive(r.process!.pid)).toBe(false)
     }
     expect(zombiesBelow(process.pid)).toEqual([])
     expect(s.listProcesses().every((p) => p.status === 'completed')).toBe(true)
