@@ -110,6 +110,9 @@ test('after a yield the session goes on at once, from its state before that comm
     // The session is free while the yielded command waits, and has its state from before it.
     const next = await s.exec('echo "$PWD|${DURING-unset}|$BEFORE"')
     expect([next.stdout, next.sessionRestarted, p.status]).toEqual([`${dir}|unset|kept\n`, false, 'running'])
+    // It runs in a shell of its own now; the session has a fresh one.
+    expect(s.pid).toBeGreaterThan(0)
+    expect(s.pid).not.toBe(p.pid)
     await s.exec('export AFTER=1')
     writeFileSync(go, '')
     expect(await p.waitForExit()).toEqual({ exitCode: 0, signal: null, timedOut: false })

@@ -629,11 +629,15 @@ fn serve(
           },
           None => settle(deferred, reply),
         }
-        // The next command's shell, restored from the state before the one that runs on.
+        // The next command's shell, restored from the state before the one that runs on (if
+        // it cannot start now, the next command tries again and reports why).
         if let Some(s) = session.as_mut()
-          && s.ready().is_err()
+          && s.ready().is_ok()
         {
-          session = None;
+          shared.pid.store(s.pid().unwrap_or(0), Ordering::SeqCst);
+          shared
+            .reaper
+            .store(s.reaper_pid().unwrap_or(0), Ordering::SeqCst);
         }
       }
       Request::End(deferred) => {
@@ -859,12 +863,11 @@ fn run(
   drop((on_stdout, on_stderr));
   shared.stops().current = None;
   drop(stop_r);
-  shared
-    .pid
-    .store(session.pid().unwrap_or(0), Ordering::SeqCst);
-  shared
-    .reaper
-    .store(session.reaper_pid().unwrap_or(0), Ordering::SeqCst);
+  // A command that runs on took the shell: the next one's are stored once it starts.
+  if let (Some(pid), reaper) = (session.pid(), session.reaper_pid()) {
+    shared.pid.store(pid, Ordering::SeqCst);
+    shared.reaper.store(reaper.unwrap_or(0), Ordering::SeqCst);
+  }
   let result = match result {
     Ok(r) => r,
     Err(SessionError::NulInCommand) => {
