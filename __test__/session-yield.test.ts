@@ -172,6 +172,39 @@ test("kill() of a yielded command resolves only once nothing of it is left (a st
   })
 })
 
+test('a yielded command that floods its output while nobody follows it keeps a bounded log, and the session goes on', async () => {
+  await withSession(async (s) => {
+    const go = gate('flood')
+    // 64 MiB after the yield, with nobody reading the log: the ring keeps the newest 8 MiB.
+    const r = await s.exec(`${waitFor(go)}; head -c 67108864 /dev/zero | tr '\\0' x; echo; echo tail`, { yieldMs: 20 })
+    const p = r.process!
+    writeFileSync(go, '')
+    expect((await s.exec('echo free')).stdout).toBe('free\n')
+    expect(await p.waitForExit()).toEqual({ exitCode: 0, signal: null, timedOut: false })
+    const logs = await p.getLogs()
+    expect(logs.truncated).toBe(true)
+    expect(logs.stdout.length).toBeLessThanOrEqual(8 * 1024 * 1024 + 64 * 1024)
+    expect(logs.stdout.endsWith('x\ntail\n')).toBe(true)
+  })
+})
+
+test('a yielded command that kills its own shell takes nothing else along', async () => {
+  await withSession(async (s) => {
+    const tok = token('own-shell')
+    const go = gate('own-shell')
+    await s.exec('export KEPT=yes')
+    const r = await s.exec(`${tree(tok)}\n${waitFor(go)}; kill -9 $$`, { yieldMs: 20 })
+    const p = r.process!
+    await until(() => holders(tok).length === 3)
+    writeFileSync(go, '')
+    expect(await p.waitForExit()).toEqual({ exitCode: null, signal: 'SIGKILL', timedOut: false })
+    // Its shell's end is the command's: what it left running dies with it.
+    expect(holders(tok)).toEqual([])
+    const next = await s.exec('echo $KEPT')
+    expect([next.stdout, next.sessionRestarted]).toEqual(['yes\n', false])
+  })
+})
+
 test('yielded commands that end leave no zombie behind', async () => {
   await withSession(async (s) => {
     for (let i = 0; i < 12; i++) {
