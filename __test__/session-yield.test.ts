@@ -259,6 +259,18 @@ test('onTimeout "background": the timeout hands the command on, the session is f
   })
 })
 
+test('a yielded command whose timeout then fires with onTimeout "background" runs on to its hard deadline', async () => {
+  await withSession(async (s) => {
+    const tok = token('yield-bg')
+    const r = await s.exec(`${tree(tok)}\nexec -a ${tok} sleep 300`, { yieldMs: 20, timeoutMs: 100, onTimeout: 'background', backgroundTimeoutMs: 300 })
+    expect([r.timedOut, r.exitCode]).toEqual([false, null])
+    const p = r.process!
+    await until(() => holders(tok).length === 4)
+    expect(await p.waitForExit()).toMatchObject({ timedOut: true, exitCode: null })
+    expect(holders(tok)).toEqual([])
+  })
+})
+
 test('onTimeout "background" with an idle timeout says so; a command that ends in the background keeps its status', async () => {
   await withSession(async (s) => {
     const go = gate('bg-idle')
