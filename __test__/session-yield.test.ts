@@ -301,6 +301,18 @@ test('stdin "pipe": the handle writes to a yielded command and closeStdin gives 
   })
 })
 
+test('stdin "pipe" closed by the handle before the shell has opened it still gives EOF', async () => {
+  await withSession(async (s) => {
+    // 1 MiB of command text: the yield comes while the shell still reads it, before its
+    // redirection has opened the command's stdin.
+    const r = await s.exec(`cat; echo eof # ${'x'.repeat(1 << 20)}`, { yieldMs: 1, stdin: 'pipe' })
+    const p = r.process!
+    await p.closeStdin()
+    expect(await p.waitForExit({ timeoutMs: 10_000 })).toEqual({ exitCode: 0, signal: null, timedOut: false })
+    expect((r.stdout as string) + (await p.getLogs()).stdout).toBe('eof\n')
+  })
+})
+
 test('stdin "pipe" with a command that ends before the yield: EOF at its end; alone it is refused', async () => {
   await withSession(async (s) => {
     const r = await s.exec('echo fast', { yieldMs: 60_000, stdin: 'pipe' })

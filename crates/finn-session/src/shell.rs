@@ -640,6 +640,7 @@ impl Session {
         options.stdin.clone().unwrap_or_default()
       },
       keep_stdin: options.stdin_pipe,
+      stdin_handed: false,
       fifos,
       done_open: true,
       stop: options.stop,
@@ -735,6 +736,9 @@ struct InFlight {
   stdin_data: Vec<u8>,
   /// `stdin: "pipe"`: the stdin fifo stays open for whoever holds its writer.
   keep_stdin: bool,
+  /// A copy of the writer went to the holder ([`Detached::take_stdin`]): ours is kept only until
+  /// the shell has opened the fifo (a fifo without a writer would make that open wait).
+  stdin_handed: bool,
   fifos: Fifos,
   done_open: bool,
   /// Readable when the caller wants the command ended.
@@ -850,8 +854,12 @@ fn drive(
       // the command closed its stdin fails (EPIPE) instead of filling a pipe nobody reads.
       f.stdin_anchor = None;
     }
-    if !cmd.keep_stdin && cmd.stdin_data.is_empty() && f.stdin_opened.is_none() {
-      // EOF for the command once it has read everything.
+    if (!cmd.keep_stdin || cmd.stdin_handed)
+      && cmd.stdin_data.is_empty()
+      && f.stdin_opened.is_none()
+    {
+      // EOF for the command once it has read everything (or, for a pipe, once its holder
+      // closes its copy).
       f.stdin_writer = None;
     }
     if fds[7].revents != 0 {
@@ -1111,13 +1119,20 @@ impl Detached {
   }
 
   /// The write end of the command's stdin fifo (non-blocking) when it was sent with
-  /// [`RunOptions::stdin_pipe`]: the command reads EOF once it is closed.
+  /// [`RunOptions::stdin_pipe`]: the command reads EOF once it is closed. The follower keeps a
+  /// copy of its own only until the shell has opened the fifo.
   pub fn take_stdin(&mut self) -> Option<OwnedFd> {
-    if self.cmd.keep_stdin {
-      self.cmd.fifos.stdin_writer.take()
-    } else {
-      None
+    if !self.cmd.keep_stdin || self.cmd.stdin_handed {
+      return None;
     }
+    let writer = self.cmd.fifos.stdin_writer.as_ref()?;
+    let copy = fcntl(writer, FcntlArg::F_DUPFD_CLOEXEC(0)).ok()?;
+    self.cmd.stdin_handed = true;
+    if self.cmd.fifos.stdin_opened.is_none() {
+      self.cmd.fifos.stdin_writer = None;
+    }
+    // SAFETY: a fresh descriptor from fcntl, owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(copy) })
   }
 
   /// Follows the command to its end, its output to `sink` as it is read, taking
