@@ -686,7 +686,9 @@ fn follow(
   events: Option<EventFn>,
   shared: &Arc<Shared>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-  let (control_r, control_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+  // Non-blocking: Node's thread writes to it and must never wait (a message that finds the
+  // pipe full is one of thousands the follower has not read yet).
+  let (control_r, control_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
   let stdin = detached.take_stdin().map(Arc::new);
   let pid = detached.pid();
   shared.detached().insert(
