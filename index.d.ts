@@ -463,9 +463,13 @@ export interface SessionExecOptions {
   timeoutMs?: number
   /** The same, once neither stream has had a byte for this long. */
   idleTimeoutMs?: number
-  /** Only `"kill"` (the default); `"background"` is refused (EINVAL) until background processes are wired to sessions. */
-  onTimeout?: 'kill'
-  /** Aborting kills the command's tree and rejects `SessionError` ABORT_ERR; a queued call is dropped. */
+  /** `"kill"` (default): a timeout kills the command's tree. `"background"`: it resolves the exec (`timedOut: true`, `exitCode: null`, `process`) and the command runs on under `backgroundTimeoutMs`. */
+  onTimeout?: 'kill' | 'background'
+  /** With `onTimeout: "background"` only: how long the command may run on after its timeout before its whole tree is killed. Default 1 h (3600000). */
+  backgroundTimeoutMs?: number
+  /** An upper bound on the wait: after it the exec resolves with the output so far and, if the command still runs, `exitCode: null` and `process` to follow the rest (its `timeoutMs`, `idleTimeoutMs` and `signal` still apply). The session goes on at once from its state before the command. */
+  yieldMs?: number
+  /** Aborting kills the command's tree and rejects `SessionError` ABORT_ERR; a queued call is dropped. After a yield or a move to the background it kills the command's `process`. */
   signal?: AbortSignal
   /** Working directory for this command only (it runs in a subshell); missing: ENOENT. */
   cwd?: string
@@ -473,8 +477,8 @@ export interface SessionExecOptions {
   env?: Record<string, string | undefined>
   /** With `false`, this command sees only `env`. Default `true`. */
   inheritEnv?: boolean
-  /** Written to the command's stdin, then EOF. Default: EOF at once. */
-  stdin?: string | Uint8Array
+  /** Written to the command's stdin, then EOF. Default: EOF at once. `"pipe"`: stdin stays open for the returned `process`'s `writeStdin`/`closeStdin`; it needs `yieldMs`, or `onTimeout: "background"` with a timeout (EINVAL otherwise); a command that ends before it is handed on reads EOF at its end. */
+  stdin?: string | Uint8Array | 'pipe'
   /** Each chunk as it is read, in order; the command waits while callbacks fall behind. */
   onStdout?(chunk: Buffer): void
   onStderr?(chunk: Buffer): void
@@ -487,7 +491,7 @@ export interface SessionExecOptions {
 /** What `Session.exec` resolves with. A non-zero exit, a signal or a timeout is a result, not an error. */
 export interface SessionExecResult<Output extends string | Buffer = string | Buffer> {
   command: string
-  /** `$?`, or the status of a shell the command ended (`exit 3`: 3); 137 when the shell had to be killed to end a timed-out command; `null` when a signal killed the shell. */
+  /** `$?`, or the status of a shell the command ended (`exit 3`: 3); 137 when the shell had to be killed to end a timed-out command; `null` when a signal killed the shell, or while the command runs on (`process`). */
   exitCode: number | null
   /** The signal that killed the shell (`"SIGKILL"`), else `null`. */
   signal: string | null
@@ -502,6 +506,8 @@ export interface SessionExecResult<Output extends string | Buffer = string | Buf
   durationMs: number
   /** The shell was replaced (after `exit`, `exec`, `set -e`, a signal, or a command only its death could end) and its state restored. */
   sessionRestarted: boolean
+  /** Set when `yieldMs` elapsed or `onTimeout: "background"` took the command: it runs on (`exitCode: null`). This result's output plus the process's log is the whole output. */
+  process?: Process
 }
 
 /** One event of a background process's log, numbered in order from 0. */

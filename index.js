@@ -1509,22 +1509,31 @@ class Session {
     else throw invalidSession(`command must be a string, not ${typeof command}`)
     if (text.includes('\0')) throw invalidSession('command must not contain NUL bytes')
     const opts = sessionOptions(options, 'options')
-    for (const field of ['yieldMs', 'backgroundTimeoutMs']) {
-      if (opts[field] !== undefined) throw invalidSession(`options.${field} is not supported yet (background processes are not wired to sessions)`)
+    const onTimeout = opts.onTimeout ?? 'kill'
+    if (onTimeout !== 'kill' && onTimeout !== 'background') {
+      throw invalidSession(`options.onTimeout must be "kill" or "background", not ${shown(opts.onTimeout)}`)
     }
-    if (opts.onTimeout !== undefined && opts.onTimeout !== 'kill') {
-      throw invalidSession(opts.onTimeout === 'background'
-        ? 'options.onTimeout "background" is not supported yet (background processes are not wired to sessions)'
-        : `options.onTimeout must be "kill", not ${shown(opts.onTimeout)}`)
+    const background = onTimeout === 'background'
+    let backgroundTimeoutMs = checkMs(opts.backgroundTimeoutMs, 'options.backgroundTimeoutMs')
+    if (backgroundTimeoutMs !== undefined && !background) {
+      throw invalidSession('options.backgroundTimeoutMs applies only with onTimeout: "background"')
     }
+    if (background) backgroundTimeoutMs ??= limits.defaultBackgroundTimeoutMs
+    const yieldMs = checkMs(opts.yieldMs, 'options.yieldMs')
     const timeoutMs = checkMs(opts.timeoutMs, 'options.timeoutMs') ?? this.#defaults.timeoutMs
     const idleTimeoutMs = checkMs(opts.idleTimeoutMs, 'options.idleTimeoutMs')
     const maxOutputBytes = checkBytes(opts.maxOutputBytes, 'options.maxOutputBytes') ?? this.#defaults.maxOutputBytes
     const encoding = opts.encoding ?? 'utf8'
     if (encoding !== 'utf8' && encoding !== 'buffer') throw invalidSession(`options.encoding must be "utf8" or "buffer", not ${shown(encoding)}`)
     let stdin
-    if (opts.stdin === 'pipe') throw invalidSession('options.stdin "pipe" is not supported yet (it needs the process handle)')
-    else if (typeof opts.stdin === 'string') stdin = Buffer.from(opts.stdin)
+    const stdinPipe = opts.stdin === 'pipe'
+    if (stdinPipe) {
+      // Only a handle can write to it: without one to come the command would wait for input
+      // nobody can give.
+      if (yieldMs === undefined && !(background && (timeoutMs !== undefined || idleTimeoutMs !== undefined))) {
+        throw invalidSession('options.stdin "pipe" needs options.yieldMs, or onTimeout: "background" with a timeoutMs or idleTimeoutMs: only the Process they return can write to it')
+      }
+    } else if (typeof opts.stdin === 'string') stdin = Buffer.from(opts.stdin)
     else if (opts.stdin instanceof Uint8Array) stdin = Buffer.from(opts.stdin)
     else if (opts.stdin !== undefined) throw invalidSession('options.stdin must be a string or a Uint8Array')
     const callbacks = {}
@@ -1566,7 +1575,12 @@ class Session {
         idleTimeoutMs,
         maxOutputBytes,
         utf8: encoding === 'utf8',
+        yieldMs,
+        backgroundTimeoutMs,
+        stdinPipe,
       },
+      // The command may go on as a Process (a yield, a timeout moved to the background).
+      mayRunOn: yieldMs !== undefined || background,
       callbacks,
       encoding,
       fail: undefined,
@@ -1580,7 +1594,17 @@ class Session {
         unwatch(entry.watch)
         f(value)
       }
-      entry.resolve = settle(resolve)
+      entry.resolve = (result) => {
+        const proc = result.process
+        if (proc === undefined || entry.watch === undefined) return settle(resolve)(result)
+        // The exec's signal still kills a command that runs on, until it has exited.
+        if (entry.watch.aborted) proc.kill('SIGKILL').catch(() => {})
+        else {
+          entry.watch.onAbort = () => proc.kill('SIGKILL').catch(() => {})
+          proc.waitForExit().then(() => unwatch(entry.watch))
+        }
+        resolve(result)
+      }
       entry.fail = settle(reject)
       if (entry.watch) {
         if (entry.watch.aborted) return entry.fail(sessionAborted(entry.watch))
@@ -1625,9 +1649,20 @@ class Session {
       if (!ok) throw new SessionError(SessionErrorCode.ENOENT, `options.cwd is not a directory: ${shown(entry.cwd)}`)
     }
     if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
-    const reply = await this.#native.exec(entry.id, entry.request, entry.callbacks.onStdout, entry.callbacks.onStderr)
+    // Events of a command that runs on after the reply: kept until its Process exists.
+    let proc
+    const early = []
+    const onEvent = entry.mayRunOn ? (event) => (proc ? Process.deliver(proc, event) : early.push(event)) : undefined
+    const reply = await this.#native.exec(entry.id, entry.request, entry.callbacks.onStdout, entry.callbacks.onStderr, onEvent)
     if (reply.errorCode != null) throw new SessionError(reply.errorCode, reply.errorMessage)
-    if (this.#destroyed) throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
+    if (this.#destroyed) {
+      if (reply.status === 'running') this.#native.processKill(entry.id, 0)
+      throw new SessionError(SessionErrorCode.ESESSIONDESTROYED, 'the session was destroyed')
+    }
+    if (reply.status === 'running') {
+      proc = this.#runOn(entry)
+      for (const event of early.splice(0)) Process.deliver(proc, event)
+    }
     if (reply.cut === 'stopped') throw sessionAborted(entry.watch)
     const timedOut = reply.cut === 'wall' || reply.cut === 'idle'
     const exitCode = reply.status === 'exited' ? reply.code : reply.status === 'replaced' ? 137 : null
@@ -1646,7 +1681,34 @@ class Session {
       timedOutBy: timedOut ? reply.cut : null,
       durationMs: reply.durationMs,
       sessionRestarted: reply.sessionRestarted,
+      ...(proc === undefined ? {} : { process: proc }),
     }
+  }
+
+  /** The `Process` of exec `entry`'s command, which runs on after its reply. */
+  #runOn(entry) {
+    const id = entry.id
+    const native = this.#native
+    const handle = {
+      kill: (graceMs) => native.processKill(id, graceMs),
+      signal: (signo) => native.processSignal(id, signo),
+      writeStdin: (bytes) => native.processWriteStdin(id, bytes),
+      closeStdin: () => native.processCloseStdin(id),
+    }
+    const options = {
+      onStdout: entry.callbacks.onStdout,
+      onStderr: entry.callbacks.onStderr,
+      id: `${this.#id}-proc-${this.#nextProcess++}`,
+      stdin: entry.request.stdinPipe ? 'pipe' : 'ignore',
+      maxLogBytes: limits.defaultMaxLogBytes,
+    }
+    const proc = new Process(entry.command, options, () => {
+      hold()
+      return handle
+    })
+    this.#processes.set(proc.id, proc)
+    this.#prune()
+    return proc
   }
 }
 

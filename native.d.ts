@@ -92,7 +92,7 @@ export declare class NativeSession {
   /** Starts the shell; resolves with a reply whose `pid` is the shell's (or an error code). */
   start(): Promise<NativeSessionReply>
   /** Runs one command after those sent before it; `id` names it for `stop`. */
-  exec(id: number, exec: NativeSessionExec, onStdout?: ((arg: Buffer) => void) | undefined | null, onStderr?: ((arg: Buffer) => void) | undefined | null): Promise<NativeSessionReply>
+  exec(id: number, exec: NativeSessionExec, onStdout?: ((arg: Buffer) => void) | undefined | null, onStderr?: ((arg: Buffer) => void) | undefined | null, onEvent?: ((arg: ProcessEvent) => void) | undefined | null): Promise<NativeSessionReply>
   /**
    * Ends command `id` as a timeout would (its tree is killed; the shell lives on): now if it
    * runs, as soon as it starts if it has not yet. Other commands are not affected.
@@ -104,10 +104,25 @@ export declare class NativeSession {
    */
   end(): Promise<NativeSessionReply>
   /**
-   * SIGKILLs every process of the session now and waits (briefly) until they are dead: for
-   * Node's exit, when nothing will be awaited any more.
+   * SIGKILLs every process of the session now, commands that run on after their exec
+   * included, and waits (briefly) until they are dead: for Node's exit, when nothing will be
+   * awaited any more.
    */
   killNow(): void
+  /**
+   * Ends the whole tree of exec `id`'s command that runs on: SIGTERM now, SIGKILL after
+   * `graceMs` (0: SIGKILL now); its `exit` event follows once no process of it is left.
+   */
+  processKill(id: number, graceMs: number): void
+  /** Sends signal `signo` to every process of exec `id`'s command that runs on. */
+  processSignal(id: number, signo: number): void
+  /**
+   * Writes `data` to the stdin of exec `id`'s command (`stdin: "pipe"`), off Node's thread;
+   * resolves as `NativeProcess.writeStdin` does (`""`, `EPIPE`, `ENOTCONN`, an errno's name).
+   */
+  processWriteStdin(id: number, data: Buffer): Promise<string>
+  /** Closes the stdin of exec `id`'s command (after writes in flight): it reads EOF. */
+  processCloseStdin(id: number): void
   /** The shell's pid (0 before it started). */
   get pid(): number
 }
@@ -319,6 +334,7 @@ export interface Limits {
   defaultSandboxMaxOutput: number
   defaultMaxLogBytes: number
   maxLogBytes: number
+  defaultBackgroundTimeoutMs: number
 }
 
 /**
@@ -346,13 +362,23 @@ export interface NativeSessionExec {
   maxOutputBytes: number
   /** The output is decoded as UTF-8 by `index.js`: a cut must not split a character. */
   utf8: boolean
+  /**
+   * Answer after this long with the output so far; a command still running goes on as a
+   * process whose events go to `exec`'s `onEvent`.
+   */
+  yieldMs?: number
+  /** `onTimeout: "background"`: the hard deadline of a command its timeout moved on. */
+  backgroundTimeoutMs?: number
+  /** `stdin: "pipe"`: the command's stdin stays open for `processWriteStdin`. */
+  stdinPipe: boolean
 }
 
 /** A command's settlement: a result, or an error code and message (`errorCode` set). */
 export interface NativeSessionReply {
   /**
    * `"exited"`, `"signaled"` (the shell was killed by `signal`), `"replaced"` (the shell was
-   * killed to end the command).
+   * killed to end the command), `"running"` (it runs on: its events go to `onEvent`, and
+   * `processKill` and the others take the exec's id).
    */
   status: string
   code?: number

@@ -22,6 +22,7 @@ pub struct Defaults {
   pub default_sandbox_max_output: u32,
   pub default_max_log_bytes: u32,
   pub max_log_bytes: u32,
+  pub default_background_timeout_ms: u32,
 }
 
 /// The defaults and limits, read once by `index.js`.
@@ -41,5 +42,6 @@ pub fn limits() -> Defaults {
     default_sandbox_max_output: job::DEFAULT_SANDBOX_MAX_OUTPUT as u32,
     default_max_log_bytes: job::DEFAULT_MAX_LOG_BYTES as u32,
     max_log_bytes: job::MAX_LOG_BYTES as u32,
+    default_background_timeout_ms: job::DEFAULT_BACKGROUND_TIMEOUT_MS as u32,
   }
 }

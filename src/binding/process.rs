@@ -31,7 +31,7 @@ use finn_pool::{
 };
 
 /// Events queued between a process's thread and Node's before the thread waits.
-const EVENT_QUEUE: usize = 64;
+pub(super) const EVENT_QUEUE: usize = 64;
 
 /// One event of a background process's life.
 #[napi(object)]
@@ -54,7 +54,7 @@ pub struct ProcessEvent {
 }
 
 impl ProcessEvent {
-  fn new(kind: &str) -> Self {
+  pub(super) fn new(kind: &str) -> Self {
     ProcessEvent {
       kind: kind.into(),
       pid: None,
@@ -68,7 +68,8 @@ impl ProcessEvent {
   }
 }
 
-type EventFn = ThreadsafeFunction<ProcessEvent, (), ProcessEvent, Status, false, true, EVENT_QUEUE>;
+pub(super) type EventFn =
+  ThreadsafeFunction<ProcessEvent, (), ProcessEvent, Status, false, true, EVENT_QUEUE>;
 
 /// The process's sink: every event to JS, waiting while the queue is full.
 struct JsSink {
@@ -274,10 +275,10 @@ impl NativeProcess {
 }
 
 /// How a `writeStdin` promise is settled: with the errno's name, or `""`.
-type Settle = Box<dyn FnOnce(Env) -> napi::Result<String> + Send>;
+pub(super) type Settle = Box<dyn FnOnce(Env) -> napi::Result<String> + Send>;
 
 /// Writes all of `bytes` to the non-blocking `fd`, waiting in `poll` while the pipe is full.
-fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
+pub(super) fn write_all(fd: &OwnedFd, mut bytes: &[u8]) -> io::Result<()> {
   while !bytes.is_empty() {
     // SAFETY: writes from a valid slice to an fd this call keeps open.
     let n = unsafe { libc::write(fd.as_raw_fd(), bytes.as_ptr().cast(), bytes.len()) };

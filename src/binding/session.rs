@@ -13,6 +13,7 @@
 //! rejects with `SessionError`, and owns `destroy()`'s semantics; this side refuses what it
 //! cannot run and reports what happened.
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStringExt;
@@ -30,13 +31,15 @@ use nix::fcntl::OFlag;
 
 use finn_exec::capture::utf8_floor;
 use finn_isolate::{IsolationError, Mode, Plan, probe};
+use finn_job::limits::MAX_TIMEOUT_MS;
 use finn_pool::Pool;
 use finn_session::{
-  CommandStatus, Cut, Host, RunOptions, Session, SessionConfig, SessionError, SessionErrorCode,
-  Stream,
+  CommandStatus, Control, Cut, Detached, DetachedEnd, Host, RunOptions, Session, SessionConfig,
+  SessionError, SessionErrorCode, Stream,
 };
 
-use super::pool::NativeWorkerPool;
+use super::pool::{NativeWorkerPool, jobs_runtime};
+use super::process::{EVENT_QUEUE, EventFn, ProcessEvent, Settle, write_all};
 
 /// How a session's shell is started (validated by `index.js`; checked again here where a bad
 /// value would reach the system).
@@ -63,13 +66,21 @@ pub struct NativeSessionExec {
   pub max_output_bytes: f64,
   /// The output is decoded as UTF-8 by `index.js`: a cut must not split a character.
   pub utf8: bool,
+  /// Answer after this long with the output so far; a command still running goes on as a
+  /// process whose events go to `exec`'s `onEvent`.
+  pub yield_ms: Option<f64>,
+  /// `onTimeout: "background"`: the hard deadline of a command its timeout moved on.
+  pub background_timeout_ms: Option<f64>,
+  /// `stdin: "pipe"`: the command's stdin stays open for `processWriteStdin`.
+  pub stdin_pipe: bool,
 }
 
 /// A command's settlement: a result, or an error code and message (`errorCode` set).
 #[napi(object)]
 pub struct NativeSessionReply {
   /// `"exited"`, `"signaled"` (the shell was killed by `signal`), `"replaced"` (the shell was
-  /// killed to end the command).
+  /// killed to end the command), `"running"` (it runs on: its events go to `onEvent`, and
+  /// `processKill` and the others take the exec's id).
   pub status: String,
   pub code: Option<i32>,
   pub signal: Option<i32>,
@@ -100,6 +111,7 @@ enum Request {
     exec: Exec,
     on_stdout: Option<ChunkFn>,
     on_stderr: Option<ChunkFn>,
+    on_event: Option<EventFn>,
     deferred: Deferred,
   },
   End(Deferred),
@@ -113,6 +125,9 @@ struct Exec {
   idle_timeout: Option<Duration>,
   max_output_bytes: usize,
   utf8: bool,
+  yield_after: Option<Duration>,
+  background: Option<Duration>,
+  stdin_pipe: bool,
 }
 
 /// What Node's thread and the session's thread share.
@@ -124,6 +139,18 @@ struct Shared {
   /// Stop requests by command id (see [`NativeSession::stop`]).
   stops: Mutex<Stops>,
   ended: AtomicBool,
+  /// Commands that run on after their exec was answered, by exec id.
+  detached: Mutex<HashMap<u64, DetachedCtl>>,
+}
+
+/// Node's side of a command that runs on after its exec was answered.
+struct DetachedCtl {
+  /// The write end of its follower's control pipe ([`Control`] messages).
+  control: OwnedFd,
+  /// The write end of its stdin (`stdin: "pipe"`) until `processCloseStdin`.
+  stdin: Option<Arc<OwnedFd>>,
+  /// Its reaper: every process of it is that reaper's descendant.
+  reaper: i32,
 }
 
 /// The running command's stop pipe, and stops asked for commands not started yet.
@@ -137,6 +164,17 @@ struct Stops {
 impl Shared {
   fn stops(&self) -> std::sync::MutexGuard<'_, Stops> {
     self.stops.lock().unwrap_or_else(|e| e.into_inner())
+  }
+
+  fn detached(&self) -> std::sync::MutexGuard<'_, HashMap<u64, DetachedCtl>> {
+    self.detached.lock().unwrap_or_else(|e| e.into_inner())
+  }
+
+  /// Sends `control` to the follower of exec `id`'s command, if it still runs.
+  fn control(&self, id: u64, control: Control) {
+    if let Some(ctl) = self.detached().get(&id) {
+      let _ = nix::unistd::write(ctl.control.as_fd(), &control.encode());
+    }
   }
 }
 
@@ -243,6 +281,7 @@ impl NativeSession {
       reaper: AtomicI32::new(0),
       stops: Mutex::default(),
       ended: AtomicBool::new(false),
+      detached: Mutex::default(),
     });
     let (tx, rx) = mpsc::channel();
     let thread_shared = Arc::clone(&shared);
@@ -281,6 +320,7 @@ impl NativeSession {
     exec: NativeSessionExec,
     on_stdout: Option<Function<'env, Buffer, ()>>,
     on_stderr: Option<Function<'env, Buffer, ()>>,
+    on_event: Option<Function<'env, ProcessEvent, ()>>,
   ) -> napi::Result<PromiseRaw<'env, NativeSessionReply>> {
     let chunk_fn = |f: Option<Function<'env, Buffer, ()>>| -> napi::Result<Option<ChunkFn>> {
       f.map(|f| {
@@ -294,6 +334,16 @@ impl NativeSession {
     let ms = |v: Option<f64>| v.map(|ms| Duration::from_millis(ms as u64));
     let on_stdout = chunk_fn(on_stdout)?;
     let on_stderr = chunk_fn(on_stderr)?;
+    // Weak: a command that runs on holds Node's loop through `index.js`, as a process does.
+    let on_event = on_event
+      .map(|f| {
+        f.build_threadsafe_function::<ProcessEvent>()
+          .callee_handled::<false>()
+          .weak::<true>()
+          .max_queue_size::<EVENT_QUEUE>()
+          .build_callback(|ctx| Ok(ctx.value))
+      })
+      .transpose()?;
     let (deferred, promise) = env.create_deferred::<NativeSessionReply, Resolver>()?;
     self.send(Request::Exec {
       exec: Exec {
@@ -304,9 +354,13 @@ impl NativeSession {
         idle_timeout: ms(exec.idle_timeout_ms),
         max_output_bytes: exec.max_output_bytes as usize,
         utf8: exec.utf8,
+        yield_after: ms(exec.yield_ms),
+        background: ms(exec.background_timeout_ms),
+        stdin_pipe: exec.stdin_pipe,
       },
       on_stdout,
       on_stderr,
+      on_event,
       deferred,
     });
     Ok(PromiseRaw::new(env.raw(), promise.raw()))
@@ -335,13 +389,78 @@ impl NativeSession {
     Ok(PromiseRaw::new(env.raw(), promise.raw()))
   }
 
-  /// SIGKILLs every process of the session now and waits (briefly) until they are dead: for
-  /// Node's exit, when nothing will be awaited any more.
+  /// SIGKILLs every process of the session now, commands that run on after their exec
+  /// included, and waits (briefly) until they are dead: for Node's exit, when nothing will be
+  /// awaited any more.
   #[napi(catch_unwind)]
   pub fn kill_now(&self) {
-    let reaper = self.shared.reaper.load(Ordering::SeqCst);
-    if reaper > 0 {
-      finn_supervisor::kill_trees_now(&[reaper]);
+    let mut reapers: Vec<i32> = self.shared.detached().values().map(|d| d.reaper).collect();
+    reapers.push(self.shared.reaper.load(Ordering::SeqCst));
+    reapers.retain(|&pid| pid > 0);
+    if !reapers.is_empty() {
+      finn_supervisor::kill_trees_now(&reapers);
+    }
+  }
+
+  /// Ends the whole tree of exec `id`'s command that runs on: SIGTERM now, SIGKILL after
+  /// `graceMs` (0: SIGKILL now); its `exit` event follows once no process of it is left.
+  #[napi(catch_unwind)]
+  pub fn process_kill(&self, id: f64, grace_ms: f64) {
+    let grace = Duration::from_millis(grace_ms.clamp(0.0, MAX_TIMEOUT_MS as f64) as u64);
+    self.shared.control(id as u64, Control::Kill { grace });
+  }
+
+  /// Sends signal `signo` to every process of exec `id`'s command that runs on.
+  #[napi(catch_unwind)]
+  pub fn process_signal(&self, id: f64, signo: i32) {
+    self.shared.control(id as u64, Control::Signal(signo));
+  }
+
+  /// Writes `data` to the stdin of exec `id`'s command (`stdin: "pipe"`), off Node's thread;
+  /// resolves as `NativeProcess.writeStdin` does (`""`, `EPIPE`, `ENOTCONN`, an errno's name).
+  #[napi(catch_unwind)]
+  pub fn process_write_stdin<'env>(
+    &self,
+    env: &'env Env,
+    id: f64,
+    data: Buffer,
+  ) -> napi::Result<PromiseRaw<'env, String>> {
+    let (deferred, promise) = env.create_deferred::<String, Settle>()?;
+    let fd = self
+      .shared
+      .detached()
+      .get(&(id as u64))
+      .and_then(|d| d.stdin.clone());
+    let Some(fd) = fd else {
+      deferred.resolve(Box::new(|_| Ok("ENOTCONN".to_owned())));
+      return Ok(PromiseRaw::new(env.raw(), promise.raw()));
+    };
+    let bytes: Vec<u8> = data.to_vec();
+    let runtime = jobs_runtime().map_err(|e| {
+      super::error::coded(
+        env,
+        SessionErrorCode::Invalid.as_str(),
+        format!("no job runtime: {e}"),
+      )
+    })?;
+    runtime.spawn_blocking(move || {
+      let code = match write_all(&fd, &bytes) {
+        Ok(()) => String::new(),
+        Err(e) => format!(
+          "{:?}",
+          nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+        ),
+      };
+      deferred.resolve(Box::new(move |_| Ok(code)));
+    });
+    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+  }
+
+  /// Closes the stdin of exec `id`'s command (after writes in flight): it reads EOF.
+  #[napi(catch_unwind)]
+  pub fn process_close_stdin(&self, id: f64) {
+    if let Some(d) = self.shared.detached().get_mut(&(id as u64)) {
+      d.stdin = None;
     }
   }
 
@@ -441,11 +560,13 @@ fn serve(
   config: SessionConfig,
   dir: tempfile::TempDir,
   rx: mpsc::Receiver<Request>,
-  shared: &Shared,
+  shared: &Arc<Shared>,
 ) {
   let mut session: Option<Session> = None;
   let mut config = Some((config, dir));
+  let mut followers = Vec::new();
   while let Ok(request) = rx.recv() {
+    followers.retain(|f: &std::thread::JoinHandle<()>| !f.is_finished());
     match request {
       Request::Start(deferred) => {
         let reply = match config.take() {
@@ -473,8 +594,10 @@ fn serve(
         exec,
         on_stdout,
         on_stderr,
+        on_event,
         deferred,
       } => {
+        let id = exec.id;
         let reply = match session.as_mut() {
           None => error_reply(
             SessionErrorCode::Destroyed,
@@ -489,12 +612,39 @@ fn serve(
           }
           Some(s) => run(s, exec, on_stdout, on_stderr, shared),
         };
-        settle(deferred, reply);
+        let detached = session.as_mut().and_then(Session::take_detached);
+        match detached {
+          Some(detached) => match follow(detached, id, on_event, shared) {
+            Ok(f) => {
+              followers.push(f);
+              settle(deferred, reply);
+            }
+            Err(e) => settle(
+              deferred,
+              error_reply(
+                SessionErrorCode::Invalid,
+                format!("failed to follow the command: {e}"),
+              ),
+            ),
+          },
+          None => settle(deferred, reply),
+        }
+        // The next command's shell, restored from the state before the one that runs on (if
+        // it cannot start now, the next command tries again and reports why).
+        if let Some(s) = session.as_mut()
+          && s.ready().is_ok()
+        {
+          shared.pid.store(s.pid().unwrap_or(0), Ordering::SeqCst);
+          shared
+            .reaper
+            .store(s.reaper_pid().unwrap_or(0), Ordering::SeqCst);
+        }
       }
       Request::End(deferred) => {
         if let Some(mut s) = session.take() {
           s.end();
         }
+        end_detached(shared, followers);
         shared.ended.store(true, Ordering::SeqCst);
         settle(
           deferred,
@@ -506,6 +656,105 @@ fn serve(
         );
         return;
       }
+    }
+  }
+  // The JS object was collected: the commands that run on go with the session.
+  end_detached(shared, followers);
+}
+
+/// Kills every command of the session that runs on, and waits until each tree is gone.
+fn end_detached(shared: &Shared, followers: Vec<std::thread::JoinHandle<()>>) {
+  for ctl in shared.detached().values() {
+    let _ = nix::unistd::write(
+      ctl.control.as_fd(),
+      &Control::Kill {
+        grace: Duration::ZERO,
+      }
+      .encode(),
+    );
+  }
+  for f in followers {
+    let _ = f.join();
+  }
+}
+
+/// Hands a command that runs on to a thread of its own, which follows it to its end and sends
+/// its life to JS as a background process's events (`spawned`, output chunks, `exit`).
+fn follow(
+  mut detached: Detached,
+  id: u64,
+  events: Option<EventFn>,
+  shared: &Arc<Shared>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+  // Non-blocking: Node's thread writes to it and must never wait (a message that finds the
+  // pipe full is one of thousands the follower has not read yet).
+  let (control_r, control_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
+  let stdin = detached.take_stdin().map(Arc::new);
+  let pid = detached.pid();
+  shared.detached().insert(
+    id,
+    DetachedCtl {
+      control: control_w,
+      stdin,
+      reaper: detached.reaper_pid().unwrap_or(0),
+    },
+  );
+  let thread_shared = Arc::clone(shared);
+  let spawned = std::thread::Builder::new()
+    .name("finn-session-cmd".into())
+    .spawn(move || {
+      let send = |event: ProcessEvent| {
+        if let Some(events) = &events {
+          events.call(event, ThreadsafeFunctionCallMode::Blocking);
+        }
+      };
+      send(ProcessEvent {
+        pid: Some(pid),
+        ..ProcessEvent::new("spawned")
+      });
+      let (status, by) = detached.follow(control_r, &mut |stream, bytes| {
+        let kind = match stream {
+          Stream::Stdout => "stdout",
+          Stream::Stderr => "stderr",
+        };
+        send(ProcessEvent {
+          data: Some(Buffer::from(bytes.to_vec())),
+          ..ProcessEvent::new(kind)
+        });
+      });
+      thread_shared.detached().remove(&id);
+      let (exit_code, signal) = match status {
+        Some(CommandStatus::Exited(code)) => (Some(code), None),
+        Some(CommandStatus::Signaled(sig)) => (None, Some(sig)),
+        _ => (None, Some(libc::SIGKILL)),
+      };
+      send(ProcessEvent {
+        exit_code,
+        signal,
+        ended_by: Some(
+          match by {
+            DetachedEnd::Exit => "exit",
+            DetachedEnd::Timeout => "timeout",
+            DetachedEnd::Killed => "kill",
+          }
+          .into(),
+        ),
+        ..ProcessEvent::new("exit")
+      });
+    });
+  match spawned {
+    Ok(handle) => Ok(handle),
+    Err(e) => {
+      if let Some(ctl) = shared.detached().remove(&id) {
+        let _ = nix::unistd::write(
+          ctl.control.as_fd(),
+          &Control::Kill {
+            grace: Duration::ZERO,
+          }
+          .encode(),
+        );
+      }
+      Err(e)
     }
   }
 }
@@ -585,6 +834,9 @@ fn run(
     timeout: exec.timeout,
     idle_timeout: exec.idle_timeout,
     stop: Some(stop_r.as_raw_fd()),
+    yield_after: exec.yield_after,
+    background: exec.background,
+    stdin_pipe: exec.stdin_pipe,
   };
   let max = exec.max_output_bytes;
   let mut out = Kept {
@@ -613,12 +865,11 @@ fn run(
   drop((on_stdout, on_stderr));
   shared.stops().current = None;
   drop(stop_r);
-  shared
-    .pid
-    .store(session.pid().unwrap_or(0), Ordering::SeqCst);
-  shared
-    .reaper
-    .store(session.reaper_pid().unwrap_or(0), Ordering::SeqCst);
+  // A command that runs on took the shell: the next one's are stored once it starts.
+  if let (Some(pid), reaper) = (session.pid(), session.reaper_pid()) {
+    shared.pid.store(pid, Ordering::SeqCst);
+    shared.reaper.store(reaper.unwrap_or(0), Ordering::SeqCst);
+  }
   let result = match result {
     Ok(r) => r,
     Err(SessionError::NulInCommand) => {
@@ -638,6 +889,7 @@ fn run(
     CommandStatus::Exited(code) => ("exited", Some(code), None),
     CommandStatus::Signaled(sig) => ("signaled", None, Some(sig)),
     CommandStatus::TimedOut => ("replaced", None, None),
+    CommandStatus::Running => ("running", None, None),
   };
   Reply {
     status,

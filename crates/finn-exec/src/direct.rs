@@ -164,7 +164,8 @@ impl Group {
         | Action::Nudge
         | Action::AskTerminate { .. }
         | Action::KillTree
-        | Action::EndCommand => {}
+        | Action::EndCommand
+        | Action::Background => {}
       }
     }
   }

@@ -45,11 +45,13 @@
 //!   reported the command's end [`COMMAND_END_BOUND`] later (the command is its own loop, or
 //!   keeps forking) is terminated as a whole, and the session replaces it. The shell's exit or
 //!   a stop terminates the whole tree as for any job.
-//! - **A command moved to the background** leaves `Running` on an event (`Backgrounded {
-//!   wall_deadline }`) for a `Background` phase: the watcher answers the caller at once (its
-//!   result so far) while the tree runs on under the wall deadline, which takes the place of the
-//!   job's deadline; at it the same `Tick` starts `Terminating`, and its end is the same
-//!   `TreeGone`. A yielded command is the same phase with no result given yet.
+//! - **A session's command moved to the background** (its `onTimeout: "background"`) is the
+//!   same `Busy` phase with a hard deadline in reserve ([`Command::background`]): when its
+//!   deadline or idle deadline comes, the machine does not end its tree but asks the driver to
+//!   answer the caller now ([`Action::Background`]) and lets the command run on under that
+//!   hard deadline alone, at which its tree is ended as for any cut. A yielded command is the
+//!   same phase with no result given yet: it keeps its deadlines; the driver only stops
+//!   waiting for it.
 
 use std::time::{Duration, Instant};
 
@@ -94,6 +96,9 @@ pub struct Command {
   /// The command's tree was asked to end; the shell is terminated if its end has not come
   /// by then.
   pub ending: Option<Instant>,
+  /// `Some`: the deadline or idle deadline does not end the command but moves it to the
+  /// background ([`Action::Background`]), with this much time left before its tree is ended.
+  pub background: Option<Duration>,
 }
 
 /// The terms a job runs under.
@@ -196,6 +201,8 @@ pub enum Event<R> {
     seq: u64,
     deadline: Option<Instant>,
     idle: Option<Duration>,
+    /// Its `onTimeout: "background"` hard deadline (see [`Command::background`]).
+    background: Option<Duration>,
   },
   /// The running command wrote output (its idle deadline moves).
   CommandOutput,
@@ -222,6 +229,9 @@ pub enum Action {
   KillTree,
   /// Watcher: ask the owner to kill every process of the session's tree but the shell.
   EndCommand,
+  /// Watcher: the session's command timed out and runs on in the background: answer its
+  /// caller now; its tree is ended at its hard deadline.
+  Background,
 }
 
 /// The actions of one transition, in order (at most three).
@@ -390,6 +400,7 @@ impl<R> Lifecycle<R> {
         seq,
         deadline,
         idle,
+        background,
       } => {
         if self.phase == Phase::Running {
           self.cut = None;
@@ -399,6 +410,7 @@ impl<R> Lifecycle<R> {
             idle,
             last_output: now,
             ending: None,
+            background,
           });
         }
       }
@@ -582,10 +594,27 @@ impl<R> Lifecycle<R> {
         }
         Some(_) => {}
         None => {
-          if c.deadline.is_some_and(|at| now >= at) {
-            self.cut_command(CommandCut::Wall, now, actions);
+          let cut = if c.deadline.is_some_and(|at| now >= at) {
+            Some(CommandCut::Wall)
           } else if c.idle.is_some_and(|idle| now >= c.last_output + idle) {
-            self.cut_command(CommandCut::Idle, now, actions);
+            Some(CommandCut::Idle)
+          } else {
+            None
+          };
+          match (cut, c.background) {
+            (Some(cut), Some(hard)) => {
+              // Timed out, not ended: it runs on under its hard deadline alone.
+              self.cut = Some(cut);
+              self.phase = Phase::Busy(Command {
+                deadline: Some(now + hard),
+                idle: None,
+                background: None,
+                ..c
+              });
+              actions.push(Action::Background);
+            }
+            (Some(cut), None) => self.cut_command(cut, now, actions),
+            (None, _) => {}
           }
         }
       },
@@ -861,6 +890,40 @@ mod tests {
       idle: Some(ms(200)),
       last_output: t(last),
       ending: ending.map(t),
+      background: None,
+    })
+  }
+
+  /// [`busy`] with `onTimeout: "background"` and a hard deadline of 5 s.
+  fn busy_bg(last: u64) -> Phase {
+    let Phase::Busy(c) = busy(last, None) else {
+      unreachable!()
+    };
+    Phase::Busy(Command {
+      background: Some(ms(5000)),
+      ..c
+    })
+  }
+
+  fn ending(phase: Phase, at: u64) -> Phase {
+    let Phase::Busy(c) = phase else {
+      unreachable!()
+    };
+    Phase::Busy(Command {
+      ending: Some(t(at)),
+      ..c
+    })
+  }
+
+  /// Command 7 in the background since `at`: its hard deadline only.
+  fn backgrounded(last: u64, at: u64) -> Phase {
+    let Phase::Busy(c) = busy(last, None) else {
+      unreachable!()
+    };
+    Phase::Busy(Command {
+      deadline: Some(t(at + 5000)),
+      idle: None,
+      ..c
     })
   }
 
@@ -878,7 +941,7 @@ mod tests {
 
   #[rustfmt::skip]
   fn session_rows() -> Vec<Row> {
-    let sent = Event::CommandSent { seq: 7, deadline: Some(t(1000)), idle: Some(ms(200)) };
+    let sent = Event::CommandSent { seq: 7, deadline: Some(t(1000)), idle: Some(ms(200)), background: None };
     let bound = COMMAND_END_BOUND.as_millis() as u64;
     vec![
       ("a command sent to an idle shell: busy", shell(RUNNING), sent.clone(), 100, shell(busy(100, None)), none()),
@@ -896,7 +959,12 @@ mod tests {
       ("the shell's exit while busy: draining", shell(busy(100, None)), Event::LeaderExited, 150, shell(draining(None)), none()),
       ("a stop of the session while busy terminates the whole tree", shell(busy(100, None)), stop(0), 150, ended(shell(graceful(150)), ABORT), [ask(0)].into()),
       ("the tree gone while busy settles", shell(busy(100, None)), Event::TreeGone, 150, shell(GONE), none()),
-      ("a new command clears the last cut", cut(shell(RUNNING), CommandCut::Idle), Event::CommandSent { seq: 8, deadline: None, idle: None }, 900, shell(Phase::Busy(Command { seq: 8, deadline: None, idle: None, last_output: t(900), ending: None })), none()),
+      ("a new command clears the last cut", cut(shell(RUNNING), CommandCut::Idle), Event::CommandSent { seq: 8, deadline: None, idle: None, background: None }, 900, shell(Phase::Busy(Command { seq: 8, deadline: None, idle: None, last_output: t(900), ending: None, background: None })), none()),
+      ("a deadline with onTimeout background: answered, not ended", shell(busy_bg(990)), Event::Tick, 1000, cut(shell(backgrounded(990, 1000)), CommandCut::Wall), [Action::Background].into()),
+      ("an idle deadline with onTimeout background: answered, not ended", shell(busy_bg(100)), Event::Tick, 300, cut(shell(backgrounded(100, 300)), CommandCut::Idle), [Action::Background].into()),
+      ("in the background, output no longer counts", cut(shell(backgrounded(100, 300)), CommandCut::Idle), Event::Tick, 5299, cut(shell(backgrounded(100, 300)), CommandCut::Idle), none()),
+      ("the hard deadline ends the tree", cut(shell(backgrounded(100, 300)), CommandCut::Idle), Event::Tick, 5300, cut(shell(ending(backgrounded(100, 300), 5300 + bound)), CommandCut::Wall), [Action::EndCommand].into()),
+      ("in the background, its end: idle again", cut(shell(backgrounded(100, 300)), CommandCut::Idle), Event::CommandEnded { seq: 7 }, 900, cut(shell(RUNNING), CommandCut::Idle), none()),
     ]
   }
 
@@ -949,7 +1017,8 @@ mod tests {
       ("busy: the idle deadline when sooner", shell(busy(100, None)), 150, Some(300)),
       ("busy: the deadline when sooner", shell(busy(950, None)), 960, Some(1000)),
       ("busy, its tree ending: the shell's bound", shell(busy(100, Some(800))), 400, Some(800)),
-      ("busy without deadlines: never", shell(Phase::Busy(Command { seq: 1, deadline: None, idle: None, last_output: t(0), ending: None })), 400, None),
+      ("busy without deadlines: never", shell(Phase::Busy(Command { seq: 1, deadline: None, idle: None, last_output: t(0), ending: None, background: None })), 400, None),
+      ("in the background: the hard deadline", shell(backgrounded(100, 300)), 400, Some(5300)),
     ];
     for (name, job, now, want) in rows {
       assert_eq!(job.next_wake(t(now)), want.map(t), "{name}");

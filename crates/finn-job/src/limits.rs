@@ -26,6 +26,10 @@ pub const DEFAULT_SANDBOX_MAX_OUTPUT: u64 = 65_536;
 /// A background process's log ring when its options name none (8 MiB): a server's recent
 /// output for `getLogs()` and `streamLogs({ since })`, at a cost a few processes can afford.
 pub const DEFAULT_MAX_LOG_BYTES: u64 = 8 * 1024 * 1024;
+/// How long a session command moved to the background by its timeout (`onTimeout:
+/// "background"`) runs on when its options name no `backgroundTimeoutMs` (1 h): long enough
+/// for a build or a test run an agent comes back to, short enough that a forgotten one ends.
+pub const DEFAULT_BACKGROUND_TIMEOUT_MS: u64 = 60 * 60 * 1000;
 /// The largest log ring: as a job's output cap, what one V8 string can still hold.
 pub const MAX_LOG_BYTES: u64 = MAX_BUFFER_LIMIT;
 /// The longest queue a lane may have: each queued job holds its whole spec, so a deeper queue is

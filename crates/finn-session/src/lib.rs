@@ -131,6 +131,20 @@
 //! does not end by that; past `COMMAND_END_BOUND` the machine terminates the whole job and the
 //! driver restores a fresh shell. A local shell ([`Host::Local`], the protocol's tests) ends a
 //! command past its time by killing the shell's group and session and restoring.
+//!
+//! # A command that runs on
+//!
+//! With [`RunOptions::yield_after`], or [`RunOptions::background`] when the command's deadline
+//! or idle deadline comes (the machine's `Action::Background`), the caller is answered while
+//! the command runs: the result is [`CommandStatus::Running`] and the command, with its shell,
+//! its fifos and the record reader, becomes a [`Detached`] ([`Session::take_detached`]). The
+//! same loop (`drive`) reads its fifos before and after, so every byte goes to exactly one of
+//! the two sinks. [`Detached::follow`] runs it to its record or its shell's end, under the
+//! deadlines it was sent with (a cut then ends the whole job, which is the command's alone), and
+//! takes [`Control`] messages (a kill with a grace, a signal); at the end it ends the whole job,
+//! so nothing the command left running survives it. The session's next shell is started
+//! ([`Session::ready`], or the next command) and restored from the snapshot taken before the
+//! command, so the session goes on from its state before it.
 
 pub mod code;
 pub mod protocol;
@@ -138,5 +152,6 @@ pub mod shell;
 
 pub use code::SessionErrorCode;
 pub use shell::{
-  CommandResult, CommandStatus, Cut, Host, RunOptions, Session, SessionConfig, SessionError, Stream,
+  CommandResult, CommandStatus, Control, Cut, Detached, DetachedEnd, Host, RunOptions, Session,
+  SessionConfig, SessionError, Stream,
 };

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use finn_exec::lifecycle::{Action, Actions, Event, Lifecycle};
+use finn_exec::lifecycle::{Action, Event, Lifecycle};
 use finn_exec::{ExitStatus, SpawnSpec, pidfd, poll, tree};
 use finn_isolate::Plan;
 use finn_supervisor::Supervisor;
@@ -86,6 +86,17 @@ pub struct RunOptions {
   /// A descriptor that turns readable when the caller wants the command ended (an abort, a
   /// destroy): the same end as a timeout.
   pub stop: Option<RawFd>,
+  /// After this long the caller is answered with the output so far and, if the command still
+  /// runs, it goes on with its shell as a [`Detached`] command (its deadlines kept), and the
+  /// session continues in a fresh shell restored from the state before it. `None`: wait.
+  pub yield_after: Option<Duration>,
+  /// `onTimeout: "background"`: the deadline or idle deadline answers the caller instead of
+  /// ending the command, which goes on as a [`Detached`] command for this long at most before
+  /// its whole tree is killed. `None`: a timeout ends the command.
+  pub background: Option<Duration>,
+  /// Keep the command's stdin open for a [`Detached`] holder's writes (`stdin` is not used): a
+  /// command that ends before it is detached reads EOF at its end.
+  pub stdin_pipe: bool,
 }
 
 /// The fifos of a shell under a reaper (its script, data and done descriptors), in the session's
@@ -126,6 +137,8 @@ pub enum CommandStatus {
   Signaled(i32),
   /// The command was cut ([`CommandResult::cut`]) and the shell had to be replaced to end it.
   TimedOut,
+  /// The caller was answered while the command runs on ([`Session::take_detached`]).
+  Running,
 }
 
 /// One command's result.
@@ -172,6 +185,8 @@ pub struct Session {
   snapshot: Option<Snapshot>,
   /// The shell died between commands; the next result says it was replaced.
   replaced: bool,
+  /// The last command went on with the shell ([`Self::take_detached`]).
+  detached: Option<Detached>,
 }
 
 struct Shell {
@@ -223,6 +238,8 @@ enum Exchange {
   Done(Record),
   ShellGone(CommandStatus),
   TimedOut,
+  /// The caller is answered while the command runs on: it goes with its shell.
+  Detach(Box<InFlight>),
 }
 
 impl Session {
@@ -250,6 +267,7 @@ impl Session {
       seq: 0,
       snapshot: None,
       replaced: false,
+      detached: None,
     };
     session.respawn()?;
     Ok(session)
@@ -303,14 +321,16 @@ impl Session {
     if command.contains(&0) {
       return Err(SessionError::NulInCommand);
     }
-    if self
-      .shell
-      .as_mut()
-      .is_none_or(|s| s.proc.exited().is_some())
-    {
-      self.reap();
-      self.respawn()?;
-      self.replaced = true;
+    match self.shell.as_mut().map(|s| s.proc.exited().is_some()) {
+      // The last shell went with a detached command: its state before that command is the
+      // session's, and nothing was lost.
+      None => self.respawn()?,
+      Some(true) => {
+        self.reap();
+        self.respawn()?;
+        self.replaced = true;
+      }
+      Some(false) => {}
     }
     let restarted_before = std::mem::take(&mut self.replaced);
     let (exchange, cut) = self.exchange(command, options, sink)?;
@@ -327,6 +347,21 @@ impl Session {
       }
       Exchange::ShellGone(status) => status,
       Exchange::TimedOut => CommandStatus::TimedOut,
+      Exchange::Detach(cmd) => {
+        let shell = self.shell.take().expect("a shell runs");
+        self.detached = Some(Detached {
+          shell,
+          cmd: *cmd,
+          host: self.config.host.clone(),
+        });
+        return Ok(CommandResult {
+          stdout: Vec::new(),
+          stderr: Vec::new(),
+          status: CommandStatus::Running,
+          session_restarted: restarted_before,
+          cut,
+        });
+      }
     };
     self.reap();
     self.respawn()?;
@@ -341,8 +376,24 @@ impl Session {
 
   /// Ends the shell and everything the session started, and waits until it is all gone (under
   /// a reaper, up to its bound). The session starts a fresh, restored shell if used again.
+  /// A [`Detached`] command is its holder's to end.
   pub fn end(&mut self) {
     self.reap();
+  }
+
+  /// The command the last result left running ([`CommandStatus::Running`]), with its shell;
+  /// the session has no shell until the next command or [`Self::ready`] starts a restored one.
+  pub fn take_detached(&mut self) -> Option<Detached> {
+    self.detached.take()
+  }
+
+  /// Starts the session's next shell now if the last one went with a detached command, so
+  /// the next command does not wait for it.
+  pub fn ready(&mut self) -> Result<(), SessionError> {
+    if self.shell.is_none() {
+      self.respawn()?;
+    }
+    Ok(())
   }
 
   /// Starts a fresh shell and brings it to the last snapshot (none yet: the config's state).
@@ -372,7 +423,9 @@ impl Session {
         Ok(())
       }
       Exchange::ShellGone(status) => Err(SessionError::DiedAtStart(status)),
-      Exchange::TimedOut => Err(SessionError::DiedAtStart(CommandStatus::TimedOut)),
+      Exchange::TimedOut | Exchange::Detach(_) => {
+        Err(SessionError::DiedAtStart(CommandStatus::TimedOut))
+      }
     }
   }
 
@@ -534,8 +587,9 @@ impl Session {
     Ok((Proc::Local { pid, pidfd }, script_w, data_w, done_r))
   }
 
-  /// Sends one command and follows it to its record, the shell's end, or its timeout; the
-  /// output goes to `sink` as it is read.
+  /// Sends one command and follows it to its record, the shell's end, its timeout, or the
+  /// point where its caller is answered while it runs on (its yield, or a timeout that moves
+  /// it to the background); the output goes to `sink` as it is read.
   fn exchange(
     &mut self,
     command: &[u8],
@@ -546,13 +600,10 @@ impl Session {
     let seq = self.seq;
     let shell = self.shell.as_mut().expect("a shell runs");
     let fifo = |stream: char| self.dir.path().join(protocol::fifo_name(stream, seq));
-    let mut fifos = Fifos::make(
-      fifo('o'),
-      fifo('e'),
-      options.stdin.as_ref().map(|_| fifo('i')),
-    )?;
+    let piped = options.stdin_pipe || options.stdin.is_some();
+    let fifos = Fifos::make(fifo('o'), fifo('e'), piped.then(|| fifo('i')))?;
     let started = Instant::now();
-    let stdin_from = if options.stdin.is_some() {
+    let stdin_from = if piped {
       StdinFrom::Fifo
     } else {
       StdinFrom::Null
@@ -562,6 +613,7 @@ impl Session {
         seq,
         deadline: options.timeout.map(|t| started + t),
         idle: options.idle_timeout,
+        background: options.background,
       },
       started,
     );
@@ -579,107 +631,54 @@ impl Session {
       }
       return Err(e.into());
     }
-    let mut text = command;
-    let mut stdin_data: &[u8] = options.stdin.as_deref().unwrap_or_default();
-    let mut stdin_w = fifos.stdin_writer.take();
-    let mut stdin_opened = fifos.stdin_opened.take();
-    let mut stdout = fifos.stdout.take();
-    let mut stderr = fifos.stderr.take();
-    let mut done = Some(shell.done.as_raw_fd());
-    let mut stop = options.stop;
-    // The command's record, held until the reaper has confirmed the end of its tree.
-    let mut ended: Option<Record> = None;
-    let mut asked_end = false;
-    loop {
-      let due = shell.life.next_wake(Instant::now());
-      let mut fds = [
-        poll::watch(done),
-        poll::watch(stdout.as_ref().map(AsRawFd::as_raw_fd)),
-        poll::watch(stderr.as_ref().map(AsRawFd::as_raw_fd)),
-        poll::watch(Some(shell.proc.fd())),
-        writable((!text.is_empty()).then(|| shell.data.as_raw_fd())),
-        writable(
-          stdin_w
-            .as_ref()
-            .filter(|_| !stdin_data.is_empty())
-            .map(AsRawFd::as_raw_fd),
-        ),
-        poll::watch(stdin_opened.as_ref().map(AsRawFd::as_raw_fd)),
-        poll::watch(stop),
-      ];
-      poll::poll(&mut fds, due);
-      if fds[0].revents != 0 && !read_into(&shell.done, &mut shell.reader) {
-        // The shell closed it: it exec'd or is ending; its pidfd says when it has.
-        done = None;
-      }
-      // Only when poll says so: a fifo read before the shell has opened it reads as EOF.
-      let out = fds[1].revents != 0 && drain(&mut stdout, Stream::Stdout, sink);
-      let err = fds[2].revents != 0 && drain(&mut stderr, Stream::Stderr, sink);
-      if out || err {
-        shell.life.on(Event::CommandOutput, Instant::now());
-      }
-      while let Some(record) = shell.reader.next_record()? {
-        if record.seq == seq {
-          // Every write of the command's foreground processes precedes the record.
-          drain(&mut stdout, Stream::Stdout, sink);
-          drain(&mut stderr, Stream::Stderr, sink);
-          ended = Some(record);
-          break;
-        }
-      }
-      let exited = if fds[3].revents != 0 {
-        shell.proc.exited()
+    let mut cmd = InFlight {
+      seq,
+      text: command.to_vec(),
+      stdin_data: if options.stdin_pipe {
+        Vec::new()
       } else {
-        None
+        options.stdin.clone().unwrap_or_default()
+      },
+      keep_stdin: options.stdin_pipe,
+      stdin_handed: false,
+      fifos,
+      done_open: true,
+      stop: options.stop,
+      ended: None,
+      asked_end: false,
+    };
+    let answer_by = options.yield_after.map(|d| started + d);
+    loop {
+      let actions = match drive(shell, &mut cmd, sink, answer_by)? {
+        Step::Done(record) => return Ok((Exchange::Done(record), shell.life.command_cut())),
+        Step::ShellGone(status) => {
+          return Ok((Exchange::ShellGone(status), shell.life.command_cut()));
+        }
+        Step::Answer => return Ok((Exchange::Detach(Box::new(cmd)), None)),
+        Step::Stop => {
+          cmd.stop = None;
+          shell
+            .life
+            .on(Event::StopCommand, Instant::now())
+            .iter()
+            .collect()
+        }
+        Step::Act(actions) => actions,
       };
-      // Once its tree was asked to end, the command is over when the reaper says that tree is
-      // gone, not at the record alone (the shell reports its foreground child's death before
-      // the other processes killed with it have gone).
-      let acked = match &shell.proc {
-        Proc::Reaper(job) => !asked_end || job.command_ended(),
-        Proc::Local { .. } => true,
-      };
-      if acked && let Some(record) = ended.take() {
-        shell.life.on(Event::CommandEnded { seq }, Instant::now());
-        return Ok((Exchange::Done(record), shell.life.command_cut()));
-      }
-      if let Some(status) = exited {
-        drain(&mut stdout, Stream::Stdout, sink);
-        drain(&mut stderr, Stream::Stderr, sink);
-        shell.life.on(Event::LeaderExited, Instant::now());
-        return Ok((Exchange::ShellGone(status), shell.life.command_cut()));
-      }
-      if fds[4].revents != 0 {
-        text = &text[write_some(&shell.data, text).min(text.len())..];
-      }
-      if fds[5].revents != 0
-        && let Some(w) = &stdin_w
-      {
-        stdin_data = &stdin_data[write_some(w, stdin_data).min(stdin_data.len())..];
-      }
-      if fds[6].revents != 0 {
-        stdin_opened = None;
-      }
-      if stdin_data.is_empty() && stdin_opened.is_none() {
-        // EOF for the command once it has read everything.
-        stdin_w = None;
-      }
-      let now = Instant::now();
-      let mut due = Actions::default();
-      if fds[7].revents != 0 {
-        stop = None;
-        due = shell.life.on(Event::StopCommand, now);
-      }
-      for action in due.iter().chain(shell.life.on(Event::Tick, now).iter()) {
+      for action in actions {
         match (action, &mut shell.proc) {
           // Only the command's tree: the shell writes the record and keeps its state.
           (Action::EndCommand, Proc::Reaper(job)) => {
-            asked_end = true;
+            cmd.asked_end = true;
             job.end_command();
           }
           // A local shell cannot end a command alone; a shell past the bound goes too.
           (Action::EndCommand | Action::AskTerminate { .. }, _) => {
             return Ok((Exchange::TimedOut, shell.life.command_cut()));
+          }
+          // Timed out with `onTimeout: "background"`: answered now, it runs on.
+          (Action::Background, _) => {
+            return Ok((Exchange::Detach(Box::new(cmd)), shell.life.command_cut()));
           }
           _ => {}
         }
@@ -695,24 +694,28 @@ impl Session {
   /// reaches no stranger. A `setsid` escapee whose parent has died is out of reach locally:
   /// that is the reaper's tree walk.
   fn reap(&mut self) {
-    let Some(shell) = self.shell.take() else {
-      return;
-    };
-    match shell.proc {
-      Proc::Reaper(job) => {
-        if let Host::Reaper { supervisor, .. } = &self.config.host {
-          job.end(supervisor);
+    if let Some(shell) = self.shell.take() {
+      end_proc(shell.proc, &self.config.host);
+    }
+  }
+}
+
+/// Ends a shell's process and its whole tree (see [`Session::reap`]).
+fn end_proc(proc: Proc, host: &Host) {
+  match proc {
+    Proc::Reaper(job) => {
+      if let Host::Reaper { supervisor, .. } = host {
+        job.end(supervisor);
+      }
+    }
+    Proc::Local { pid, .. } => {
+      let _ = killpg(pid, Signal::SIGKILL);
+      for pid in tree::escapees(&tree::scan(), pid.as_raw()) {
+        if let Ok(fd) = pidfd::open(pid) {
+          pidfd::send_signal(&fd, Signal::SIGKILL);
         }
       }
-      Proc::Local { pid, .. } => {
-        let _ = killpg(pid, Signal::SIGKILL);
-        for pid in tree::escapees(&tree::scan(), pid.as_raw()) {
-          if let Ok(fd) = pidfd::open(pid) {
-            pidfd::send_signal(&fd, Signal::SIGKILL);
-          }
-        }
-        let _ = waitpid(pid, None);
-      }
+      let _ = waitpid(pid, None);
     }
   }
 }
@@ -723,15 +726,165 @@ impl Drop for Session {
   }
 }
 
+/// A command in flight in its shell: its fifos, what is left to write, its record once read.
+/// It moves with the shell when its caller is answered before its end ([`Detached`]).
+struct InFlight {
+  seq: u64,
+  /// The command's text, not yet written to the data fifo.
+  text: Vec<u8>,
+  /// Bytes for its stdin, not yet written.
+  stdin_data: Vec<u8>,
+  /// `stdin: "pipe"`: the stdin fifo stays open for whoever holds its writer.
+  keep_stdin: bool,
+  /// A copy of the writer went to the holder ([`Detached::take_stdin`]): ours is kept only until
+  /// the shell has opened the fifo (a fifo without a writer would make that open wait).
+  stdin_handed: bool,
+  fifos: Fifos,
+  done_open: bool,
+  /// Readable when the caller wants the command ended.
+  stop: Option<RawFd>,
+  /// The command's record, held until the reaper has confirmed the end of its tree.
+  ended: Option<Record>,
+  asked_end: bool,
+}
+
+/// Where one stretch of [`drive`] ended.
+enum Step {
+  /// The command's record (its tree's end confirmed when it was asked for).
+  Done(Record),
+  /// The shell exited while running it.
+  ShellGone(CommandStatus),
+  /// The time to answer the caller has come (the command runs on).
+  Answer,
+  /// The caller's stop descriptor is readable.
+  Stop,
+  /// The machine asks for these.
+  Act(Vec<Action>),
+}
+
+/// Follows `cmd` in `shell` until something is up for the caller: its record, the shell's end,
+/// `answer_by`, a stop request (the machine's `StopCommand` is applied here) or actions of the
+/// machine. Every byte the command writes goes to `sink`, in order, before the step that ends
+/// this stretch: a caller that hands the command on to another holder loses nothing and
+/// repeats nothing.
+fn drive(
+  shell: &mut Shell,
+  cmd: &mut InFlight,
+  sink: &mut dyn FnMut(Stream, &[u8]),
+  answer_by: Option<Instant>,
+) -> Result<Step, SessionError> {
+  let seq = cmd.seq;
+  loop {
+    let now = Instant::now();
+    let due = [shell.life.next_wake(now), answer_by]
+      .into_iter()
+      .flatten()
+      .min();
+    let f = &mut cmd.fifos;
+    let mut fds = [
+      poll::watch(cmd.done_open.then(|| shell.done.as_raw_fd())),
+      poll::watch(f.stdout.as_ref().map(AsRawFd::as_raw_fd)),
+      poll::watch(f.stderr.as_ref().map(AsRawFd::as_raw_fd)),
+      poll::watch(Some(shell.proc.fd())),
+      writable((!cmd.text.is_empty()).then(|| shell.data.as_raw_fd())),
+      writable(
+        f.stdin_writer
+          .as_ref()
+          .filter(|_| !cmd.stdin_data.is_empty())
+          .map(AsRawFd::as_raw_fd),
+      ),
+      poll::watch(f.stdin_opened.as_ref().map(AsRawFd::as_raw_fd)),
+      poll::watch(cmd.stop),
+    ];
+    poll::poll(&mut fds, due);
+    if fds[0].revents != 0 && !read_into(&shell.done, &mut shell.reader) {
+      // The shell closed it: it exec'd or is ending; its pidfd says when it has.
+      cmd.done_open = false;
+    }
+    // Only when poll says so: a fifo read before the shell has opened it reads as EOF.
+    let out = fds[1].revents != 0 && drain(&mut f.stdout, Stream::Stdout, sink);
+    let err = fds[2].revents != 0 && drain(&mut f.stderr, Stream::Stderr, sink);
+    if out || err {
+      shell.life.on(Event::CommandOutput, Instant::now());
+    }
+    while let Some(record) = shell.reader.next_record()? {
+      if record.seq == seq {
+        // Every write of the command's foreground processes precedes the record.
+        drain(&mut f.stdout, Stream::Stdout, sink);
+        drain(&mut f.stderr, Stream::Stderr, sink);
+        cmd.ended = Some(record);
+        break;
+      }
+    }
+    let exited = if fds[3].revents != 0 {
+      shell.proc.exited()
+    } else {
+      None
+    };
+    // Once its tree was asked to end, the command is over when the reaper says that tree is
+    // gone, not at the record alone (the shell reports its foreground child's death before
+    // the other processes killed with it have gone).
+    let acked = match &shell.proc {
+      Proc::Reaper(job) => !cmd.asked_end || job.command_ended(),
+      Proc::Local { .. } => true,
+    };
+    if acked && let Some(record) = cmd.ended.take() {
+      shell.life.on(Event::CommandEnded { seq }, Instant::now());
+      return Ok(Step::Done(record));
+    }
+    if let Some(status) = exited {
+      drain(&mut f.stdout, Stream::Stdout, sink);
+      drain(&mut f.stderr, Stream::Stderr, sink);
+      shell.life.on(Event::LeaderExited, Instant::now());
+      return Ok(Step::ShellGone(status));
+    }
+    if fds[4].revents != 0 {
+      let n = write_some(&shell.data, &cmd.text).min(cmd.text.len());
+      cmd.text.drain(..n);
+    }
+    if fds[5].revents != 0
+      && let Some(w) = &f.stdin_writer
+    {
+      let n = write_some(w, &cmd.stdin_data).min(cmd.stdin_data.len());
+      cmd.stdin_data.drain(..n);
+    }
+    if fds[6].revents != 0 {
+      f.stdin_opened = None;
+      // The shell has its end: the anchor is no longer needed, and without it a write after
+      // the command closed its stdin fails (EPIPE) instead of filling a pipe nobody reads.
+      f.stdin_anchor = None;
+    }
+    if (!cmd.keep_stdin || cmd.stdin_handed)
+      && cmd.stdin_data.is_empty()
+      && f.stdin_opened.is_none()
+    {
+      // EOF for the command once it has read everything (or, for a pipe, once its holder
+      // closes its copy).
+      f.stdin_writer = None;
+    }
+    if fds[7].revents != 0 {
+      return Ok(Step::Stop);
+    }
+    let now = Instant::now();
+    let due = shell.life.on(Event::Tick, now);
+    if !due.is_empty() {
+      return Ok(Step::Act(due.iter().collect()));
+    }
+    if answer_by.is_some_and(|at| now >= at) {
+      return Ok(Step::Answer);
+    }
+  }
+}
+
 /// A command's fifos, opened on our side before the shell opens them (its opens then never
 /// block), and removed when the command is over.
 struct Fifos {
   paths: Vec<PathBuf>,
   stdout: Option<OwnedFd>,
   stderr: Option<OwnedFd>,
-  /// Kept open so the stdin fifo always has a reader: a write before the command opens it is
-  /// buffered, not refused. Never read from.
-  _stdin_anchor: Option<OwnedFd>,
+  /// Kept open until the shell has opened the stdin fifo, so that it always has a reader: a
+  /// write before the command opens it is buffered, not refused. Never read from.
+  stdin_anchor: Option<OwnedFd>,
   stdin_writer: Option<OwnedFd>,
   /// An inotify descriptor that reads once the shell has opened the stdin fifo. Until then the
   /// writer stays open even with everything written: closed earlier, the fifo would have no
@@ -780,7 +933,7 @@ impl Fifos {
       paths,
       stdout: Some(out),
       stderr: Some(err),
-      _stdin_anchor: anchor,
+      stdin_anchor: anchor,
       stdin_writer: writer,
       stdin_opened: opened,
     })
@@ -893,4 +1046,177 @@ fn cstring(s: &OsStr) -> Result<CString, SessionError> {
 
 fn to_io(e: nix::errno::Errno) -> io::Error {
   io::Error::from(e)
+}
+
+/// A command whose caller was answered before its end (its yield, or a timeout that moved it
+/// to the background), with the shell that runs it: that shell's job is now the command's
+/// alone. [`Detached::follow`] sees it to its end (its record, or the shell's), under the
+/// deadlines it was sent with, and then ends the whole job, as a background process ends:
+/// nothing it started outlives it.
+pub struct Detached {
+  shell: Shell,
+  cmd: InFlight,
+  host: Host,
+}
+
+/// A request to a [`Detached`] command's follower, written to its control pipe as one
+/// [`Control::SIZE`]-byte message (a pipe's write of it is atomic).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Control {
+  /// Terminate the whole tree: SIGTERM now, SIGKILL after `grace` (zero: SIGKILL now).
+  Kill { grace: Duration },
+  /// This signal to every process of the tree (the reaper freezes it first).
+  Signal(i32),
+}
+
+impl Control {
+  pub const SIZE: usize = 5;
+
+  pub fn encode(self) -> [u8; Self::SIZE] {
+    let (tag, n) = match self {
+      Control::Kill { grace } => (b'K', u32::try_from(grace.as_millis()).unwrap_or(u32::MAX)),
+      Control::Signal(signo) => (b'S', signo as u32),
+    };
+    let n = n.to_le_bytes();
+    [tag, n[0], n[1], n[2], n[3]]
+  }
+
+  pub fn decode(bytes: &[u8]) -> Option<Self> {
+    let n = u32::from_le_bytes(bytes.get(1..5)?.try_into().ok()?);
+    match bytes.first()? {
+      b'K' => Some(Control::Kill {
+        grace: Duration::from_millis(n.into()),
+      }),
+      b'S' => Some(Control::Signal(n as i32)),
+      _ => None,
+    }
+  }
+}
+
+/// What ended a [`Detached`] command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetachedEnd {
+  /// It ended by itself (its record, or its shell's exit: `exit 3`, an `exec`'d program).
+  Exit,
+  /// Its deadline, idle deadline or background hard deadline: its tree was killed.
+  Timeout,
+  /// A [`Control::Kill`].
+  Killed,
+}
+
+impl Detached {
+  /// The pid of the shell that runs the command.
+  pub fn pid(&self) -> i32 {
+    self.shell.proc.pid()
+  }
+
+  /// The reaper that holds it (`None`: a local shell).
+  pub fn reaper_pid(&self) -> Option<i32> {
+    match &self.shell.proc {
+      Proc::Reaper(job) => Some(job.reaper_pid),
+      Proc::Local { .. } => None,
+    }
+  }
+
+  /// The write end of the command's stdin fifo (non-blocking) when it was sent with
+  /// [`RunOptions::stdin_pipe`]: the command reads EOF once it is closed. The follower keeps a
+  /// copy of its own only until the shell has opened the fifo.
+  pub fn take_stdin(&mut self) -> Option<OwnedFd> {
+    if !self.cmd.keep_stdin || self.cmd.stdin_handed {
+      return None;
+    }
+    let writer = self.cmd.fifos.stdin_writer.as_ref()?;
+    let copy = fcntl(writer, FcntlArg::F_DUPFD_CLOEXEC(0)).ok()?;
+    self.cmd.stdin_handed = true;
+    if self.cmd.fifos.stdin_opened.is_none() {
+      self.cmd.fifos.stdin_writer = None;
+    }
+    // SAFETY: a fresh descriptor from fcntl, owned by nobody else.
+    Some(unsafe { OwnedFd::from_raw_fd(copy) })
+  }
+
+  /// Follows the command to its end, its output to `sink` as it is read, taking
+  /// [`Control`] messages from `control` (a pipe's read end; its close is ignored); then ends
+  /// the whole job and returns once its tree is gone: the command's status (`None` when it
+  /// could not be read) and what ended it.
+  pub fn follow(
+    mut self,
+    control: OwnedFd,
+    sink: &mut dyn FnMut(Stream, &[u8]),
+  ) -> (Option<CommandStatus>, DetachedEnd) {
+    let _ = set_nonblocking(&control);
+    self.cmd.stop = Some(control.as_raw_fd());
+    let mut by = DetachedEnd::Exit;
+    let status = loop {
+      let actions = match drive(&mut self.shell, &mut self.cmd, sink, None) {
+        Ok(Step::Done(record)) => break Some(CommandStatus::Exited(record.status)),
+        Ok(Step::ShellGone(status)) => break Some(status),
+        Ok(Step::Answer) => Vec::new(),
+        Ok(Step::Stop) => {
+          let mut buf = [0u8; Control::SIZE * 64];
+          match nix::unistd::read(&control, &mut buf) {
+            // The holder is gone; the command runs on under its deadlines.
+            Ok(0) => self.cmd.stop = None,
+            Ok(n) => {
+              for message in buf[..n].chunks_exact(Control::SIZE) {
+                match Control::decode(message) {
+                  Some(Control::Kill { grace }) => {
+                    if by == DetachedEnd::Exit {
+                      by = DetachedEnd::Killed;
+                    }
+                    if self.terminate(grace) {
+                      break;
+                    }
+                  }
+                  Some(Control::Signal(signo)) => {
+                    if let Proc::Reaper(job) = &mut self.shell.proc {
+                      job.signal(signo);
+                    }
+                  }
+                  None => {}
+                }
+              }
+            }
+            Err(_) => {}
+          }
+          Vec::new()
+        }
+        Ok(Step::Act(actions)) => actions,
+        Err(_) => break None,
+      };
+      let mut gone = false;
+      for action in actions {
+        if let Action::EndCommand | Action::AskTerminate { .. } = action {
+          // A deadline: the command's tree, which is now the whole job's.
+          if by == DetachedEnd::Exit {
+            by = DetachedEnd::Timeout;
+          }
+          gone |= self.terminate(Duration::ZERO);
+        }
+      }
+      if gone {
+        break Some(CommandStatus::Signaled(libc::SIGKILL));
+      }
+    };
+    let Detached { shell, cmd, host } = self;
+    // The command's end is the job's: whatever it left running dies with its shell.
+    end_proc(shell.proc, &host);
+    drop(cmd);
+    (status, by)
+  }
+
+  /// Asks for the whole tree's end (SIGTERM, SIGKILL after `grace`). Returns whether it is
+  /// already over (a local shell is killed at once).
+  fn terminate(&mut self, grace: Duration) -> bool {
+    match &mut self.shell.proc {
+      Proc::Reaper(job) => {
+        job.terminate(grace);
+        false
+      }
+      Proc::Local { pid, .. } => {
+        let _ = killpg(*pid, Signal::SIGKILL);
+        true
+      }
+    }
+  }
 }

@@ -572,3 +572,71 @@ fn exec_redirections_last_for_their_command_and_user_descriptors_persist() {
   assert_eq!(std::fs::read_to_string(&file).unwrap(), "seven\n");
   assert!(!run(&mut s, "true").session_restarted);
 }
+
+/// A yielded command goes on with its shell: the result's output and the detached command's
+/// add up to all of it, its stdin pipe is the holder's, and the session goes on at once from its
+/// state before the command.
+#[test]
+fn a_yielded_command_runs_on_with_its_shell_and_the_session_keeps_its_state() {
+  let dir = tempfile::tempdir().unwrap();
+  let go = dir.path().join("go");
+  let mut s = start();
+  run(&mut s, "export KEPT=before");
+  let opts = RunOptions {
+    yield_after: Some(Duration::from_millis(30)),
+    stdin_pipe: true,
+    ..RunOptions::default()
+  };
+  let cmd = format!(
+    "KEPT=during; i=0; while [ ! -e {} ]; do echo $i; i=$((i+1)); done; read -r x; echo \"$KEPT $x\"; exit 4",
+    go.display()
+  );
+  let r = s.run(cmd.as_bytes(), &opts).unwrap();
+  assert_eq!(r.status, CommandStatus::Running);
+  let mut detached = s.take_detached().expect("the command runs on");
+  let stdin = detached.take_stdin().expect("a stdin pipe");
+  // The session goes on from its state before the command.
+  assert_eq!(stdout(&mut s, "echo $KEPT"), "before\n");
+  std::fs::write(&go, "").unwrap();
+  nix::unistd::write(&stdin, b"in\n").unwrap();
+  let (control_r, control_w) = nix::unistd::pipe().unwrap();
+  let mut rest = Vec::new();
+  let (status, by) = detached.follow(control_r, &mut |_, b| rest.extend_from_slice(b));
+  drop(control_w);
+  assert_eq!(
+    (status, by),
+    (
+      Some(CommandStatus::Exited(4)),
+      finn_session::DetachedEnd::Exit
+    )
+  );
+  let mut all = r.stdout;
+  all.extend_from_slice(&rest);
+  let text = String::from_utf8(all).unwrap();
+  let lines: Vec<&str> = text.lines().collect();
+  assert_eq!(lines.last(), Some(&"during in"));
+  let counted = &lines[..lines.len() - 1];
+  assert!(!counted.is_empty());
+  for (i, line) in counted.iter().enumerate() {
+    assert_eq!(line, &i.to_string(), "no gap, no duplicate");
+  }
+  assert_eq!(stdout(&mut s, "echo $KEPT"), "before\n");
+}
+
+#[test]
+fn a_control_message_round_trips() {
+  use finn_session::Control;
+  for c in [
+    Control::Kill {
+      grace: Duration::from_millis(1500),
+    },
+    Control::Kill {
+      grace: Duration::ZERO,
+    },
+    Control::Signal(15),
+  ] {
+    assert_eq!(Control::decode(&c.encode()), Some(c));
+  }
+  assert_eq!(Control::decode(b"X0000"), None);
+  assert_eq!(Control::decode(b"K1"), None);
+}

@@ -665,7 +665,8 @@ impl ReaperJob {
         | Action::Nudge
         | Action::AskTerminate { .. }
         | Action::KillTree
-        | Action::EndCommand => {}
+        | Action::EndCommand
+        | Action::Background => {}
       }
     }
   }

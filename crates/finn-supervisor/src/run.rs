@@ -620,7 +620,11 @@ fn carry_out(supervisor: &Supervisor, reaper: &mut Reaper, actions: Actions) -> 
       Action::KillTree => descendants::kill_now(reaper.pid, &|_| false),
       // The reaper's own: it signals its tree and reports its timeout. A pool job is no
       // session: its machine never ends a command alone.
-      Action::SignalTerm | Action::SignalKill | Action::ReportTimedOut | Action::EndCommand => {}
+      Action::SignalTerm
+      | Action::SignalKill
+      | Action::ReportTimedOut
+      | Action::EndCommand
+      | Action::Background => {}
     }
   }
   Ok(())

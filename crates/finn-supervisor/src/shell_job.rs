@@ -200,6 +200,25 @@ impl ShellJob {
     let _ = self.reaper.conn.send(&ToReaper::EndCommand.encode(), &[]);
   }
 
+  /// Terminates the whole tree, the shell included: SIGTERM now, SIGKILL after `grace` (zero:
+  /// SIGKILL now); a second call can bring the SIGKILL forward. The shell's exit and the
+  /// tree's end are reported as for any end.
+  pub fn terminate(&mut self, grace: Duration) {
+    let grace_ms = u64::try_from(grace.as_millis()).unwrap_or(u64::MAX);
+    let _ = self
+      .reaper
+      .conn
+      .send(&ToReaper::Terminate { grace_ms }.encode(), &[]);
+  }
+
+  /// Sends `signo` to every process of the tree (frozen first), the shell included.
+  pub fn signal(&mut self, signo: i32) {
+    let _ = self
+      .reaper
+      .conn
+      .send(&ToReaper::Signal { signo }.encode(), &[]);
+  }
+
   /// Whether the reaper has answered the last [`Self::end_command`] (read by [`Self::poll_exit`]).
   pub fn command_ended(&self) -> bool {
     self.command_ended
