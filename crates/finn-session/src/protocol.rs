@@ -174,18 +174,38 @@ pub struct Record {
   pub snapshot: Snapshot,
 }
 
+/// The longest header a shell writes: `"<u64> <i32>"`. The done descriptor's fifo can be opened
+/// by a command (it runs as the session's user), so what arrives there is bounded before it is
+/// trusted: bytes that are not a header by then are garbage, not a record still on its way.
+const MAX_HEADER: usize = 32;
+
+/// The largest record accepted: a snapshot holds every variable and function of the shell, so
+/// this is generous, but bytes without end (a command writing to the done fifo) must not grow
+/// the host's memory without bound.
+pub const MAX_RECORD: usize = 256 << 20;
+
 /// Why bytes from the done descriptor are not a record.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProtocolError {
   #[error("parse the shell's completion record header {0:?}")]
   Header(String),
+  #[error("read the shell's completion record: more than {MAX_RECORD} bytes")]
+  TooLarge,
 }
 
 /// Collects bytes from [`DONE_FD`] into records: a header line `"<seq> <status>\n"`, then six
 /// NUL-terminated sections (bash strings cannot hold NUL, so NUL ends a section unambiguously).
+/// Each byte is scanned once (a record of many reads costs no more than one), and a header
+/// that cannot be one, or a record past [`MAX_RECORD`], is an error at once.
 #[derive(Debug, Default)]
 pub struct RecordReader {
   buf: Vec<u8>,
+  /// How far `buf` has been scanned for the current record's line end and NULs.
+  scanned: usize,
+  /// The current record's header, once its line end was seen: (seq, status, body start).
+  header: Option<(u64, i32, usize)>,
+  /// Where the current record's sections end, as found so far.
+  ends: Vec<usize>,
 }
 
 impl RecordReader {
@@ -196,26 +216,42 @@ impl RecordReader {
 
   /// The next complete record, if the bytes so far hold one.
   pub fn next_record(&mut self) -> Result<Option<Record>, ProtocolError> {
-    let Some(nl) = self.buf.iter().position(|&b| b == b'\n') else {
-      return Ok(None);
-    };
-    let body = &self.buf[nl + 1..];
-    let mut sections = body.split(|&b| b == 0);
-    let mut parts: Vec<Vec<u8>> = Vec::with_capacity(SECTIONS);
-    let mut used = nl + 1;
-    while parts.len() < SECTIONS {
-      // `split` yields the text after the last NUL too: complete only if another NUL follows.
-      match sections.next() {
-        Some(part) if used + part.len() < self.buf.len() => {
-          used += part.len() + 1;
-          parts.push(part.to_vec());
+    if self.header.is_none() {
+      let limit = self.buf.len().min(MAX_HEADER + 1);
+      match self.buf[..limit].iter().position(|&b| b == b'\n') {
+        Some(nl) => {
+          let header = &self.buf[..nl];
+          let parsed = std::str::from_utf8(header).ok().and_then(parse_header);
+          let (seq, status) = parsed.ok_or_else(|| garbled(header))?;
+          self.header = Some((seq, status, nl + 1));
+          self.scanned = nl + 1;
         }
-        _ => return Ok(None),
+        None if self.buf.len() > MAX_HEADER => return Err(garbled(&self.buf[..MAX_HEADER])),
+        None => return Ok(None),
       }
     }
-    let header = String::from_utf8_lossy(&self.buf[..nl]).into_owned();
-    let (seq, status) = parse_header(&header).ok_or(ProtocolError::Header(header))?;
-    let mut parts = parts.into_iter();
+    let (seq, status, body) = self.header.expect("set above");
+    while self.ends.len() < SECTIONS {
+      match self.buf[self.scanned..].iter().position(|&b| b == 0) {
+        Some(i) => {
+          self.ends.push(self.scanned + i);
+          self.scanned += i + 1;
+        }
+        None => {
+          self.scanned = self.buf.len();
+          if self.buf.len() > MAX_RECORD {
+            return Err(ProtocolError::TooLarge);
+          }
+          return Ok(None);
+        }
+      }
+    }
+    let mut start = body;
+    let mut parts = self.ends.drain(..).map(|end| {
+      let part = self.buf[start..end].to_vec();
+      start = end + 1;
+      part
+    });
     let mut next = || parts.next().unwrap_or_default();
     let snapshot = Snapshot {
       options: next(),
@@ -225,13 +261,21 @@ impl RecordReader {
       function_attrs: next(),
       aliases: next(),
     };
-    self.buf.drain(..used);
+    drop(parts);
+    self.buf.drain(..self.scanned);
+    self.scanned = 0;
+    self.header = None;
     Ok(Some(Record {
       seq,
       status,
       snapshot,
     }))
   }
+}
+
+/// A header that is not one, shown short (it may be any bytes a command wrote).
+fn garbled(bytes: &[u8]) -> ProtocolError {
+  ProtocolError::Header(String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_HEADER)]).into_owned())
 }
 
 fn parse_header(header: &str) -> Option<(u64, i32)> {
@@ -408,6 +452,35 @@ mod tests {
     let mut r = RecordReader::default();
     r.push(b"12\n\0\0\0\0\0\0");
     assert!(matches!(r.next_record(), Err(ProtocolError::Header(_))));
+  }
+
+  #[test]
+  fn a_header_that_cannot_be_one_is_an_error_at_once() {
+    // A command can write to the done fifo: bytes without a line end must not pile up.
+    let mut r = RecordReader::default();
+    r.push(&[b'a'; MAX_HEADER]);
+    assert_eq!(r.next_record(), Ok(None));
+    r.push(b"a");
+    assert!(matches!(r.next_record(), Err(ProtocolError::Header(h)) if h.len() <= MAX_HEADER));
+  }
+
+  #[test]
+  fn a_record_read_a_byte_at_a_time_is_the_same_record() {
+    let mut bytes = record_bytes(9, 1, ["o", "", "v\nw", "f", "", "al"]);
+    bytes.extend(record_bytes(10, 0, ["", "", "", "", "", ""]));
+    let mut r = RecordReader::default();
+    let mut got = Vec::new();
+    for b in bytes {
+      r.push(&[b]);
+      while let Some(rec) = r.next_record().unwrap() {
+        got.push(rec);
+      }
+    }
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].seq, got[0].status), (9, 1));
+    assert_eq!(got[0].snapshot.vars, b"v\nw");
+    assert_eq!(got[0].snapshot.aliases, b"al");
+    assert_eq!(got[1].seq, 10);
   }
 
   #[test]

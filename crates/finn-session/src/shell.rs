@@ -618,7 +618,21 @@ impl Session {
       if out || err {
         shell.life.on(Event::CommandOutput, Instant::now());
       }
-      while let Some(record) = shell.reader.next_record()? {
+      loop {
+        let record = match shell.reader.next_record() {
+          Ok(Some(record)) => record,
+          Ok(None) => break,
+          // Not the session's code: a command wrote to the done fifo (it can open it by name).
+          // Nothing the shell says can be trusted any more, and the command must not outlive
+          // its timeout: the shell is killed with its tree and a fresh one restored.
+          Err(_) => {
+            drain(&mut stdout, Stream::Stdout, sink);
+            drain(&mut stderr, Stream::Stderr, sink);
+            shell.life.on(Event::LeaderExited, Instant::now());
+            let killed = CommandStatus::Signaled(libc::SIGKILL);
+            return Ok((Exchange::ShellGone(killed), shell.life.command_cut()));
+          }
+        };
         if record.seq == seq {
           // Every write of the command's foreground processes precedes the record.
           drain(&mut stdout, Stream::Stdout, sink);

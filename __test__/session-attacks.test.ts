@@ -1,0 +1,53 @@
+// Attacks on a session from the commands it runs, and from the end of the thread that owns it.
+// Survival is judged by a /proc scan for a token each test puts in its processes' command lines.
+import { tmpdir } from 'node:os'
+import { afterAll, describe, expect, test } from 'vitest'
+import { createSession, WorkerPool } from '../index.js'
+import { holders } from './helpers.js'
+
+const pool = new WorkerPool()
+afterAll(() => pool.shutdown())
+
+let tokens = 0
+const token = (name: string) => `finn-sess-atk-${name}-${process.pid}-${++tokens}`
+
+// The done descriptor is a fifo in the session's directory (`$__finn_sess_dir/done`), and the
+// shell keeps a copy of it open while a command runs: a command can write to it.
+describe('the done fifo written by a command', () => {
+  test('a garbled record kills the command at once, and the session goes on with its state', async () => {
+    const s = await createSession({ pool, cwd: tmpdir() })
+    await s.exec('cd / && export KEPT=1')
+    const tok = token('garbled')
+    // Before the fix: the exec rejected, the sleep outlived its timeout, and every later exec
+    // rejected with the same parse error (the garbage stayed in the reader).
+    const r = await s.exec(
+      `printf 'garbage\\n\\0\\0\\0\\0\\0\\0' > "$__finn_sess_dir/done"; bash -c 'exec -a ${tok} sleep 300'`,
+      { timeoutMs: 1000 },
+    )
+    expect([r.exitCode, r.signal, r.sessionRestarted]).toEqual([null, 'SIGKILL', true])
+    expect(holders(tok)).toEqual([])
+    const next = await s.exec('echo "$PWD $KEPT"', { timeoutMs: 5000 })
+    expect([next.stdout, next.exitCode]).toEqual(['/ 1\n', 0])
+    await s.destroy()
+  })
+
+  test("bytes without end on the done fifo neither grow Node's memory nor outlast the command", async () => {
+    const s = await createSession({ pool, cwd: tmpdir() })
+    const before = process.memoryUsage().rss
+    // A valid header for this command (its seq is in its stdout fifo's name), then 400 MB with
+    // no NUL. Before the fix the reader kept it all (and rescanned it at every read).
+    const r = await s.exec(
+      'o=$(readlink /proc/$$/fd/1); { printf "%s 0\\n" "${o##*.}"; head -c 400000000 /dev/zero | tr "\\0" a; } > "$__finn_sess_dir/done"; echo after',
+      { timeoutMs: 60_000 },
+    )
+    expect(process.memoryUsage().rss - before).toBeLessThan(300 << 20)
+    expect([r.timedOut, r.signal, r.sessionRestarted]).toEqual([false, 'SIGKILL', true])
+    // A header that never ends is refused as soon as it cannot be one.
+    const t = Date.now()
+    const g = await s.exec("head -c 100000000 /dev/zero | tr '\\0' a > \"$__finn_sess_dir/done\"", { timeoutMs: 60_000 })
+    expect([g.timedOut, g.signal]).toEqual([false, 'SIGKILL'])
+    expect(Date.now() - t).toBeLessThan(10_000)
+    expect((await s.exec('echo ok')).stdout).toBe('ok\n')
+    await s.destroy()
+  }, 60_000)
+})
