@@ -1,10 +1,13 @@
 // Attacks on a session from the commands it runs, and from the end of the thread that owns it.
 // Survival is judged by a /proc scan for a token each test puts in its processes' command lines.
 import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Worker } from 'node:worker_threads'
 import { afterAll, describe, expect, test } from 'vitest'
 import { createSession, WorkerPool } from '../index.js'
-import { holders } from './helpers.js'
+import { holders, until } from './helpers.js'
 
+const root = join(import.meta.dirname, '..')
 const pool = new WorkerPool()
 afterAll(() => pool.shutdown())
 
@@ -50,4 +53,31 @@ describe('the done fifo written by a command', () => {
     expect((await s.exec('echo ok')).stdout).toBe('ok\n')
     await s.destroy()
   }, 60_000)
+})
+
+describe("the end of the session's thread", () => {
+  test('a worker thread ended by terminate(), Node living on: no process of its session survives', async () => {
+    // terminate() emits no 'exit' in the thread, and the session's thread ended only between
+    // commands: a running `sleep 300` (no timeout) lived on with Node.
+    const tok = token('worker')
+    const body = `
+      const { createSession } = require(${JSON.stringify(join(root, 'index.js'))})
+      const { parentPort } = require('node:worker_threads')
+      ;(async () => {
+        const s = await createSession({ cwd: ${JSON.stringify(tmpdir())} })
+        await s.exec("(bash -c 'exec -a ${tok} sleep 300' &); setsid bash -c 'exec -a ${tok} sleep 300' &")
+        s.exec("bash -c 'exec -a ${tok} sleep 300'")
+        s.exec('echo queued')
+        parentPort.postMessage('ready')
+      })()`
+    const worker = new Worker(body, { eval: true })
+    const ready = new Promise((resolve) => worker.once('message', resolve))
+    const exited = new Promise<void>((resolve) => worker.on('exit', () => resolve()))
+    await ready
+    await until(() => holders(tok).length === 3, 10_000)
+    await worker.terminate()
+    await exited
+    await until(() => holders(tok).length === 0, 5_000).catch(() => {})
+    expect(holders(tok)).toEqual([])
+  })
 })
