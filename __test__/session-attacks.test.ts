@@ -55,6 +55,27 @@ describe('the done fifo written by a command', () => {
   }, 60_000)
 })
 
+// The commands' fifos are made by name in the session's directory, which the shell (the
+// session's user) can write: before the fix, a name taken or the directory gone failed every
+// later exec of the session (EEXIST, ENOENT) while it lived.
+describe('the fifo directory changed by a command', () => {
+  test.each([
+    ['names taken ahead', 'touch "$__finn_sess_dir"/{o,e}.{1..40}; mkdir "$__finn_sess_dir"/o.5'],
+    ['the directory removed', 'rm -rf "$__finn_sess_dir"'],
+    ['the directory a symlink', 'd=$__finn_sess_dir; rm -rf "$d"; ln -s / "$d"'],
+    ['the directory closed', 'chmod 0 "$__finn_sess_dir"'],
+  ])('%s: the next commands run, and a restart too', async (_, attack) => {
+    const s = await createSession({ pool, cwd: tmpdir() })
+    await s.exec(`cd / && ${attack}`)
+    for (const c of ['echo one', 'echo two']) {
+      expect((await s.exec(c, { timeoutMs: 5000 })).stdout).toBe(`${c.slice(5)}\n`)
+    }
+    expect((await s.exec('exit 4')).sessionRestarted).toBe(true)
+    expect((await s.exec('pwd', { timeoutMs: 5000 })).stdout).toBe('/\n')
+    await s.destroy()
+  })
+})
+
 describe("the end of the session's thread", () => {
   test('a worker thread ended by terminate(), Node living on: no process of its session survives', async () => {
     // terminate() emits no 'exit' in the thread, and the session's thread ended only between

@@ -439,11 +439,12 @@ impl Session {
     isolation: Option<&Plan>,
     fresh: bool,
   ) -> Result<(Proc, OwnedFd, OwnedFd, OwnedFd), SessionError> {
+    ensure_private_dir(self.dir.path())?;
     let path = |name: &str| self.dir.path().join(name);
     let mut ends = Vec::new();
     for name in [SCRIPT_FIFO, DATA_FIFO, DONE_FIFO] {
       let p = path(name);
-      let _ = std::fs::remove_file(&p);
+      remove_any(&p)?;
       mkfifo(p.as_path(), Mode::S_IRUSR | Mode::S_IWUSR).map_err(to_io)?;
       let end =
         open(p.as_path(), OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(to_io)?;
@@ -544,6 +545,7 @@ impl Session {
   ) -> Result<(Exchange, Option<Cut>), SessionError> {
     self.seq += 1;
     let seq = self.seq;
+    ensure_private_dir(self.dir.path())?;
     let shell = self.shell.as_mut().expect("a shell runs");
     let fifo = |stream: char| self.dir.path().join(protocol::fifo_name(stream, seq));
     let mut fifos = Fifos::make(
@@ -775,6 +777,8 @@ impl Fifos {
     let mut paths = vec![stdout, stderr];
     paths.extend(stdin);
     for p in &paths {
+      // A command can write in the directory: what it left at this name goes first.
+      remove_any(p)?;
       mkfifo(p.as_path(), Mode::S_IRUSR | Mode::S_IWUSR).map_err(to_io)?;
     }
     let rd = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
@@ -806,6 +810,35 @@ impl Drop for Fifos {
     for p in &self.paths {
       let _ = std::fs::remove_file(p);
     }
+  }
+}
+
+/// Makes `dir` a directory private to this user again. The session's commands run as its user
+/// and may remove it, replace it, or take its permissions away: the next command then still
+/// gets its fifos (before, every later `exec` of the session failed, `ENOENT` or `EACCES`).
+fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+  use std::os::unix::fs::DirBuilderExt;
+  match std::fs::symlink_metadata(dir) {
+    Ok(m) if m.is_dir() => {
+      if m.permissions().mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+      }
+      return Ok(());
+    }
+    Ok(_) => std::fs::remove_file(dir)?,
+    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+    Err(e) => return Err(e),
+  }
+  std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// Removes whatever is at `path` (a file, a fifo, a symlink, a directory); nothing there is fine.
+fn remove_any(path: &Path) -> io::Result<()> {
+  match std::fs::symlink_metadata(path) {
+    Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+    Ok(_) => std::fs::remove_file(path),
+    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+    Err(e) => Err(e),
   }
 }
 
