@@ -76,6 +76,42 @@ describe('the fifo directory changed by a command', () => {
   })
 })
 
+describe('a background process', () => {
+  test("output in tiny chunks neither blocks Node's event loop nor breaks its log's sequence", async () => {
+    // The ring dropped its oldest event with Array.shift(), which copies the whole array once it
+    // is large: a process writing a byte at a time (dd bs=1) filled the default 8 MiB ring with
+    // 350,000 events, and Node's timers stopped firing for 42 s. Here the same ring is fed
+    // events as the addon delivers them, at a rate no pipe need reach, and timed.
+    const s = await createSession({ pool, cwd: tmpdir() })
+    const p = await s.startProcess('dd if=/dev/zero bs=1 count=2000000 status=none', { maxLogBytes: 1 << 20 })
+    expect((await p.waitForExit()).exitCode).toBe(0)
+    let prev = -1
+    for await (const e of p.streamLogs({ since: 0 })) {
+      if (prev >= 0) expect(e.seq).toBe(prev + 1)
+      prev = e.seq
+    }
+    const logs = await p.getLogs()
+    expect([logs.truncated, logs.stdout.length <= 1 << 20]).toEqual([true, true])
+
+    const q = await s.startProcess('sleep 30')
+    const deliver = (q.constructor as unknown as { deliver(p: unknown, e: unknown): void }).deliver
+    const chunk = Buffer.alloc(24, 'x')
+    // The default 8 MiB ring full of 24-byte events (350,000 of them), then 50,000 more.
+    for (let i = 0; i < 350_000; i++) deliver(q, { kind: 'stdout', data: chunk })
+    const t = Date.now()
+    for (let i = 0; i < 50_000; i++) deliver(q, { kind: 'stdout', data: chunk })
+    expect(Date.now() - t).toBeLessThan(2_500)
+    const events = []
+    for await (const e of q.streamLogs({ since: 390_000 })) {
+      events.push(e.seq)
+      if (events.length === 3) break
+    }
+    expect(events).toEqual([390_000, 390_001, 390_002])
+    expect((await q.getLogs()).stdout.length).toBeLessThanOrEqual(8 << 20)
+    await s.destroy()
+  }, 60_000)
+})
+
 describe("the end of the session's thread", () => {
   test('a worker thread ended by terminate(), Node living on: no process of its session survives', async () => {
     // terminate() emits no 'exit' in the thread, and the session's thread ended only between
