@@ -58,6 +58,25 @@ describe('the done fifo written by a command', () => {
 // The commands' fifos are made by name in the session's directory, which the shell (the
 // session's user) can write: before the fix, a name taken or the directory gone failed every
 // later exec of the session (EEXIST, ENOENT) while it lived.
+describe("the session's own code subverted by a command", () => {
+  test('set -t (onecmd) does not make later commands report success without running', async () => {
+    // With -t the shell exited after the request line, was restored with -t again, and exited
+    // again before each later command: a host's `echo checking; false` came back exit 0 with
+    // no output, and nothing had run.
+    const s = await createSession({ pool, cwd: tmpdir() })
+    await s.exec('set -t')
+    for (const attempt of [1, 2]) {
+      const r = await s.exec('echo checking; false', { timeoutMs: 5000 })
+      expect([attempt, r.stdout, r.exitCode]).toEqual([attempt, 'checking\n', 1])
+    }
+    await s.exec('set -o onecmd; cd /')
+    expect((await s.exec('exit 3')).sessionRestarted).toBe(true)
+    const r = await s.exec('pwd; (exit 7)', { timeoutMs: 5000 })
+    expect([r.stdout, r.exitCode]).toEqual(['/\n', 7])
+    await s.destroy()
+  })
+})
+
 describe('the fifo directory changed by a command', () => {
   test.each([
     ['names taken ahead', 'touch "$__finn_sess_dir"/{o,e}.{1..40}; mkdir "$__finn_sess_dir"/o.5'],

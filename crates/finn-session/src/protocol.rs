@@ -66,8 +66,9 @@ const NOT_RESTORED: &[&str] = &[
 ];
 
 /// `set -o` options never restored: `noexec` would stop the restored shell from running
-/// anything, the session's own code included.
-const OPTIONS_NOT_RESTORED: &[&str] = &["noexec"];
+/// anything, the session's own code included; `onecmd` (`set -t`) would end it after the
+/// restore, so that every later command found it gone (see [`bootstrap`]).
+const OPTIONS_NOT_RESTORED: &[&str] = &["noexec", "onecmd"];
 
 /// `shopt` options bash refuses to set.
 const SHOPTS_NOT_RESTORED: &[&str] = &["login_shell", "restricted_shell"];
@@ -84,7 +85,10 @@ const SHOPTS_NOT_RESTORED: &[&str] = &["login_shell", "restricted_shell"];
 /// the command with the user's options still on (so it uses only builtins that cannot fail,
 /// through `builtin`, in case the user defines functions named like them), writes the record,
 /// then turns off the flags that would change the session's own code (`-a` would export its
-/// variables, `-e`/`-u` could end it, `-x`/`-v` trace it, `-E`/`-T` carry traps into it).
+/// variables, `-e`/`-u` could end it, `-x`/`-v` trace it, `-E`/`-T` carry traps into it), and
+/// `-t` for good: with it the shell exited after the request line, and the next command, sent
+/// to a shell that had just been restored with `-t` again, was reported as exit status 0 with
+/// nothing run (an attack: a host's `false` came back a success).
 pub fn bootstrap(dir_len: usize, cwd_len: usize) -> String {
   format!(
     r#"exec {{__finn_sess_data}}<&{DATA_FD} {{__finn_sess_done}}>&{DONE_FD}
@@ -107,7 +111,7 @@ __finn_sess_post() {{
   builtin unset -v __finn_sess_cmd
   {{ builtin printf '%s %s\n' "$2" "$1"; builtin set +o; builtin printf '\0'; builtin shopt -p; builtin umask -p; builtin printf '\0'; builtin declare -p; builtin printf '\0'; builtin declare -f; builtin printf '\0'; builtin declare -F; builtin printf '\0'; builtin alias -p; builtin printf '\0'; }} >&"$__finn_sess_done" || :
   __finn_sess_flags=$-
-  builtin set +aeuvxET
+  builtin set +aeuvxETt
   builtin export -n __finn_sess_flags
   __finn_sess_flags=${{__finn_sess_flags//[!aeuvxET]/}}
 }}
@@ -549,7 +553,7 @@ mod tests {
   #[test]
   fn the_restore_sets_options_last_and_never_noexec() {
     let snap = Snapshot {
-      options: b"set -o errexit\nset +o noexec\nset -o nounset\n".to_vec(),
+      options: b"set -o errexit\nset +o noexec\nset -o nounset\nset -o onecmd\n".to_vec(),
       shopts: b"shopt -s extglob\nshopt -u login_shell\n".to_vec(),
       function_attrs: b"declare -f f\ndeclare -fx g\n".to_vec(),
       functions: b"f () \n{ \n    :\n}\n".to_vec(),
@@ -570,6 +574,7 @@ mod tests {
     assert!(at("builtin cd") < at("set -o errexit"));
     assert!(at("set -o errexit") < at("set -o nounset"));
     assert!(!script.contains("noexec"));
+    assert!(!script.contains("onecmd"));
     assert!(!script.contains("login_shell"));
     assert!(!script.contains("declare -f f\n"));
   }
