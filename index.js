@@ -658,6 +658,9 @@ class Process {
           if (event.type === 'exit') return
           continue
         }
+        // Past the exit event nothing more comes: a reader resuming after the last event it saw
+        // (the exit's seq + 1) waited for ever.
+        if (this.#endTime !== null && next >= this.#nextSeq) return
         await new Promise((resolve) => (wake = resolve))
       }
     } finally {

@@ -131,6 +131,32 @@ describe('a background process', () => {
   }, 60_000)
 })
 
+describe('a background process log read from past its end', () => {
+  test('streamLogs({ since }) after the exit event ends, for an ended process and at a later exit', async () => {
+    // A reader resuming after the last event it saw (the exit's seq + 1) waited for ever.
+    const s = await createSession({ pool, cwd: tmpdir() })
+    const p = await s.startProcess('echo a; echo b >&2')
+    await p.waitForExit()
+    const read = async (since: number) => {
+      const seqs: number[] = []
+      for await (const e of p.streamLogs({ since })) seqs.push(e.seq)
+      return seqs
+    }
+    const hung = new Promise((resolve) => setTimeout(() => resolve('hung'), 3000))
+    expect(await Promise.race([read(3), hung])).toEqual([])
+    expect(await read(2)).toEqual([2])
+    const q = await s.startProcess('sleep 0.3; echo late')
+    const later: number[] = []
+    const reading = (async () => {
+      for await (const e of q.streamLogs({ since: 100 })) later.push(e.seq)
+      return 'ended'
+    })()
+    expect(await Promise.race([reading, new Promise((resolve) => setTimeout(() => resolve('hung'), 5000))])).toBe('ended')
+    expect(later).toEqual([])
+    await s.destroy()
+  })
+})
+
 describe("the end of the session's thread", () => {
   test('a worker thread ended by terminate(), Node living on: no process of its session survives', async () => {
     // terminate() emits no 'exit' in the thread, and the session's thread ended only between
