@@ -34,6 +34,18 @@ describe('the done fifo written by a command', () => {
     await s.destroy()
   })
 
+  test('a DEBUG trap carried into the session\'s code (set -T) garbles the record: restored, not wedged', async () => {
+    // The trap's output goes where the session's code writes: into the record. Before the fix
+    // that exec and every later one rejected with the parse error.
+    const s = await createSession({ pool, cwd: tmpdir() })
+    await s.exec('cd / && export KEPT=1')
+    const r = await s.exec("set -T; trap 'echo x' DEBUG", { timeoutMs: 5000 })
+    expect([r.signal, r.sessionRestarted]).toEqual(['SIGKILL', true])
+    const next = await s.exec('echo "$PWD $KEPT"; false', { timeoutMs: 5000 })
+    expect([next.stdout, next.exitCode]).toEqual(['/ 1\n', 1])
+    await s.destroy()
+  })
+
   test("bytes without end on the done fifo neither grow Node's memory nor outlast the command", async () => {
     const s = await createSession({ pool, cwd: tmpdir() })
     const before = process.memoryUsage().rss
