@@ -87,6 +87,39 @@ describe("the session's own code subverted by a command", () => {
     expect([r.stdout, r.exitCode]).toEqual(['/\n', 7])
     await s.destroy()
   })
+
+  test('a readonly LC_ALL or IFS (what pre assigns) in posix mode does not stop every later command', async () => {
+    // pre's `LC_ALL=C IFS= read` failed on the readonly variable, in posix mode the request
+    // line was abandoned, and every later command timed out; the restore brought the readonly
+    // variable back, so no restart ended it.
+    for (const attack of ['set -o posix; readonly LC_ALL', 'set -o posix; declare -rx IFS=" "']) {
+      const s = await createSession({ pool, cwd: tmpdir() })
+      await s.exec(`cd / && ${attack}`)
+      for (const c of ['echo one', 'exit 4', 'echo two']) {
+        const r = await s.exec(c, { timeoutMs: 3000 })
+        expect([attack, c, r.timedOut]).toEqual([attack, c, false])
+      }
+      const r = await s.exec('echo "$PWD"; shopt -o posix', { timeoutMs: 3000 })
+      expect(r.stdout).toMatch(/^\/\nposix\s+on\n$/)
+      await s.destroy()
+    }
+  })
+
+  test('a shell ended by an earlier background job just before it reads a command: the command runs', async () => {
+    // The next command's stdout fifo appears before its request is sent; a job of an earlier
+    // command that kills the shell then (its trap exits 0) made the driver report the shell's
+    // exit status 0 as the result of a command that never ran (6 of 10 tries).
+    for (let i = 0; i < 10; i++) {
+      const s = await createSession({ pool, cwd: tmpdir() })
+      await s.exec(
+        `trap 'exit 0' USR1; o=$(readlink /proc/$$/fd/1); n=$(( \${o##*.} + 1 )); sh=$$; d=$__finn_sess_dir; (while [ ! -p "$d/o.$n" ]; do :; done; kill -USR1 $sh) >/dev/null 2>&1 &`,
+      )
+      const r = await s.exec('echo ran; false', { timeoutMs: 5000 })
+      expect([i, r.stdout === '' && r.exitCode === 0]).toEqual([i, false])
+      expect(r.stdout).toBe('ran\n')
+      await s.destroy()
+    }
+  })
 })
 
 describe('the fifo directory changed by a command', () => {

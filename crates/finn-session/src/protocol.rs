@@ -295,9 +295,16 @@ fn parse_header(header: &str) -> Option<(u64, i32)> {
 pub fn restore_script(snapshot: &Snapshot) -> Vec<u8> {
   let mut out = Vec::new();
   for entry in var_entries(&snapshot.vars) {
-    if var_name(entry).is_some_and(restorable_var) {
-      out.extend_from_slice(entry);
-      out.push(b'\n');
+    match var_name(entry) {
+      Some(name) if SESSION_ASSIGNS.iter().any(|n| n.as_bytes() == name) => {
+        out.extend_from_slice(&without_readonly(entry));
+        out.push(b'\n');
+      }
+      Some(name) if restorable_var(name) => {
+        out.extend_from_slice(entry);
+        out.push(b'\n');
+      }
+      _ => {}
     }
   }
   out.extend_from_slice(&snapshot.functions);
@@ -326,6 +333,41 @@ fn keep_lines(out: &mut Vec<u8>, text: &[u8], skip: &[&str]) {
     out.extend_from_slice(line);
     out.push(b'\n');
   }
+}
+
+/// Variables `pre` assigns for its own `read` (`LC_ALL=C IFS= builtin read ...`). Readonly, that
+/// assignment fails, and in posix mode it abandoned the request line: no command ran again and
+/// none ended but by its timeout, which restored the same readonly variable (an attack:
+/// `set -o posix; readonly LC_ALL` timed out every later command of the session). The driver
+/// replaces a shell whose snapshot shows one readonly ([`blocks_the_session`]), and the restore
+/// brings them back writable.
+const SESSION_ASSIGNS: &[&str] = &["LC_ALL", "IFS"];
+
+/// Whether the shell that took `snapshot` can no longer run the session's code as it should (a
+/// variable of [`SESSION_ASSIGNS`] is readonly): it is to be replaced before the next command.
+pub fn blocks_the_session(snapshot: &Snapshot) -> bool {
+  var_entries(&snapshot.vars).into_iter().any(|entry| {
+    var_name(entry).is_some_and(|name| SESSION_ASSIGNS.iter().any(|n| n.as_bytes() == name))
+      && entry[b"declare ".len()..]
+        .split(|&b| b == b' ')
+        .next()
+        .is_some_and(|flags| flags.contains(&b'r'))
+  })
+}
+
+/// A `declare -p` entry without its `r` attribute (`declare -rx A="1"` gives `declare -x A="1"`).
+fn without_readonly(entry: &[u8]) -> Vec<u8> {
+  let rest = &entry[b"declare ".len()..];
+  let space = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+  let flags: Vec<u8> = rest[..space]
+    .iter()
+    .copied()
+    .filter(|&b| b != b'r')
+    .collect();
+  let mut out = b"declare ".to_vec();
+  out.extend_from_slice(if flags == b"-" { b"--" } else { &flags });
+  out.extend_from_slice(&rest[space..]);
+  out
 }
 
 fn restorable_var(name: &[u8]) -> bool {
@@ -548,6 +590,24 @@ mod tests {
     assert!(!script.contains("PPID"));
     assert!(!script.contains("RANDOM"));
     assert!(!script.contains("__finn_sess_cmd"));
+  }
+
+  #[test]
+  fn the_restore_brings_back_lc_all_and_ifs_writable() {
+    let snap = Snapshot {
+      vars: b"declare -r LC_ALL=\"C\"\ndeclare -rx IFS=\" \"\ndeclare -r mine=\"1\"\n".to_vec(),
+      ..Snapshot::default()
+    };
+    let script = String::from_utf8(restore_script(&snap)).unwrap();
+    assert!(script.contains("declare -- LC_ALL=\"C\"\n"), "{script}");
+    assert!(script.contains("declare -x IFS=\" \"\n"), "{script}");
+    assert!(script.contains("declare -r mine=\"1\"\n"), "{script}");
+    assert!(blocks_the_session(&snap));
+    let plain = Snapshot {
+      vars: b"declare -x LC_ALL=\"C\"\ndeclare -r mine=\"1\"\n".to_vec(),
+      ..Snapshot::default()
+    };
+    assert!(!blocks_the_session(&plain));
   }
 
   #[test]

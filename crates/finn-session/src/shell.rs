@@ -222,6 +222,9 @@ impl Proc {
 enum Exchange {
   Done(Record),
   ShellGone(CommandStatus),
+  /// The shell ended before it read any of the command's text: the command never ran, and the
+  /// status is the shell's, not the command's.
+  NotStarted(CommandStatus),
   TimedOut,
 }
 
@@ -303,19 +306,38 @@ impl Session {
     if command.contains(&0) {
       return Err(SessionError::NulInCommand);
     }
-    if self
-      .shell
-      .as_mut()
-      .is_none_or(|s| s.proc.exited().is_some())
-    {
-      self.reap();
-      self.respawn()?;
-      self.replaced = true;
-    }
+    // A shell that ends between the check below and its read of the command (`set -t` did,
+    // after every request line, and a background job of an earlier command can kill it then)
+    // had its exit status reported as the command's, with nothing run: such a command is sent
+    // again, once, to a fresh shell.
+    let mut tries = 0;
+    let (exchange, cut) = loop {
+      if self
+        .shell
+        .as_mut()
+        .is_none_or(|s| s.proc.exited().is_some())
+      {
+        self.reap();
+        self.respawn()?;
+        self.replaced = true;
+      }
+      tries += 1;
+      match self.exchange(command, options, sink)? {
+        (Exchange::NotStarted(_), _) if tries < 2 => {
+          self.reap();
+        }
+        (Exchange::NotStarted(status), cut) => break (Exchange::ShellGone(status), cut),
+        other => break other,
+      }
+    };
     let restarted_before = std::mem::take(&mut self.replaced);
-    let (exchange, cut) = self.exchange(command, options, sink)?;
     let status = match exchange {
       Exchange::Done(record) => {
+        if protocol::blocks_the_session(&record.snapshot) {
+          // Replaced now; the next command finds a restored shell and says so.
+          self.reap();
+          self.replaced = true;
+        }
         self.snapshot = Some(record.snapshot);
         return Ok(CommandResult {
           stdout: Vec::new(),
@@ -325,7 +347,7 @@ impl Session {
           cut,
         });
       }
-      Exchange::ShellGone(status) => status,
+      Exchange::ShellGone(status) | Exchange::NotStarted(status) => status,
       Exchange::TimedOut => CommandStatus::TimedOut,
     };
     self.reap();
@@ -371,7 +393,9 @@ impl Session {
         self.snapshot = Some(record.snapshot);
         Ok(())
       }
-      Exchange::ShellGone(status) => Err(SessionError::DiedAtStart(status)),
+      Exchange::ShellGone(status) | Exchange::NotStarted(status) => {
+        Err(SessionError::DiedAtStart(status))
+      }
       Exchange::TimedOut => Err(SessionError::DiedAtStart(CommandStatus::TimedOut)),
     }
   }
@@ -663,7 +687,15 @@ impl Session {
         drain(&mut stdout, Stream::Stdout, sink);
         drain(&mut stderr, Stream::Stderr, sink);
         shell.life.on(Event::LeaderExited, Instant::now());
-        return Ok((Exchange::ShellGone(status), shell.life.command_cut()));
+        // Every byte of the text written so far still in the data pipe: `pre` never read it,
+        // so the command's `eval` never ran.
+        let written = command.len() - text.len();
+        let gone = if !command.is_empty() && unread(&shell.data) == Some(written) {
+          Exchange::NotStarted(status)
+        } else {
+          Exchange::ShellGone(status)
+        };
+        return Ok((gone, shell.life.command_cut()));
       }
       if fds[4].revents != 0 {
         text = &text[write_some(&shell.data, text).min(text.len())..];
@@ -846,6 +878,14 @@ fn writable(fd: Option<RawFd>) -> libc::pollfd {
   let mut p = poll::watch(fd);
   p.events = libc::POLLOUT;
   p
+}
+
+/// How many bytes wait in a pipe (`None`: unknown).
+fn unread(fd: &OwnedFd) -> Option<usize> {
+  let mut n: libc::c_int = 0;
+  // SAFETY: FIONREAD writes one int through a valid pointer.
+  let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+  (rc == 0).then_some(n as usize)
 }
 
 /// Reads what is there; `false` at EOF.
