@@ -122,6 +122,31 @@ describe("the session's own code subverted by a command", () => {
   })
 })
 
+describe('output faster than onStdout takes it', () => {
+  /** A callback that holds Node's thread for `ms` per chunk. */
+  const slow = (ms: number) => () => {
+    const until = Date.now() + ms
+    while (Date.now() < until);
+  }
+  const within = <T,>(p: Promise<T>, ms: number) =>
+    Promise.race([p, new Promise<string>((resolve) => setTimeout(() => resolve('still running'), ms))])
+
+  test('does not keep a command past its timeout, nor a finished one from ending', async () => {
+    // The driver read a fifo until it was empty before it looked at the deadline again: with
+    // `yes` writing faster than the callback took chunks, it never was, and the command ran
+    // past its 1 s timeout for good. A background writer held a finished command the same way.
+    const s = await createSession({ pool, cwd: tmpdir() })
+    const tok = token('yes')
+    const r = await within(s.exec(`bash -c 'exec -a ${tok} yes'`, { timeoutMs: 1000, onStdout: slow(50) }), 15_000)
+    expect(typeof r === 'string' ? r : [r.timedOut, r.timedOutBy]).toEqual([true, 'wall'])
+    expect(holders(tok)).toEqual([])
+    const bg = await within(s.exec(`bash -c 'exec -a ${tok} yes' & sleep 0.2`, { timeoutMs: 20_000, onStdout: slow(50) }), 15_000)
+    expect(typeof bg === 'string' ? bg : [bg.timedOut, bg.exitCode]).toEqual([false, 0])
+    await s.destroy()
+    expect(holders(tok)).toEqual([])
+  }, 40_000)
+})
+
 describe('the fifo directory changed by a command', () => {
   test.each([
     ['names taken ahead', 'touch "$__finn_sess_dir"/{o,e}.{1..40}; mkdir "$__finn_sess_dir"/o.5'],

@@ -639,8 +639,11 @@ impl Session {
         done = None;
       }
       // Only when poll says so: a fifo read before the shell has opened it reads as EOF.
-      let out = fds[1].revents != 0 && drain(&mut stdout, Stream::Stdout, sink);
-      let err = fds[2].revents != 0 && drain(&mut stderr, Stream::Stderr, sink);
+      // One read per stream per round: the deadline and the record are looked at between two
+      // (read until empty, a writer faster than the sink kept this loop away from them for
+      // ever: 'yes' with a slow onStdout ran past its timeout for good).
+      let out = fds[1].revents != 0 && drain(&mut stdout, Stream::Stdout, sink, READ_SIZE);
+      let err = fds[2].revents != 0 && drain(&mut stderr, Stream::Stderr, sink, READ_SIZE);
       if out || err {
         shell.life.on(Event::CommandOutput, Instant::now());
       }
@@ -652,8 +655,8 @@ impl Session {
           // Nothing the shell says can be trusted any more, and the command must not outlive
           // its timeout: the shell is killed with its tree and a fresh one restored.
           Err(_) => {
-            drain(&mut stdout, Stream::Stdout, sink);
-            drain(&mut stderr, Stream::Stderr, sink);
+            drain_present(&mut stdout, Stream::Stdout, sink);
+            drain_present(&mut stderr, Stream::Stderr, sink);
             shell.life.on(Event::LeaderExited, Instant::now());
             let killed = CommandStatus::Signaled(libc::SIGKILL);
             return Ok((Exchange::ShellGone(killed), shell.life.command_cut()));
@@ -661,8 +664,8 @@ impl Session {
         };
         if record.seq == seq {
           // Every write of the command's foreground processes precedes the record.
-          drain(&mut stdout, Stream::Stdout, sink);
-          drain(&mut stderr, Stream::Stderr, sink);
+          drain_present(&mut stdout, Stream::Stdout, sink);
+          drain_present(&mut stderr, Stream::Stderr, sink);
           ended = Some(record);
           break;
         }
@@ -684,8 +687,8 @@ impl Session {
         return Ok((Exchange::Done(record), shell.life.command_cut()));
       }
       if let Some(status) = exited {
-        drain(&mut stdout, Stream::Stdout, sink);
-        drain(&mut stderr, Stream::Stderr, sink);
+        drain_present(&mut stdout, Stream::Stdout, sink);
+        drain_present(&mut stderr, Stream::Stderr, sink);
         shell.life.on(Event::LeaderExited, Instant::now());
         // Every byte of the text written so far still in the data pipe: `pre` never read it,
         // so the command's `eval` never ran.
@@ -901,20 +904,44 @@ fn read_into(fd: &OwnedFd, reader: &mut RecordReader) -> bool {
   }
 }
 
-/// Reads a fifo until it would block, handing each read to `sink`; closes it at EOF. Returns
-/// whether any byte came.
-fn drain(fd: &mut Option<OwnedFd>, stream: Stream, sink: &mut dyn FnMut(Stream, &[u8])) -> bool {
+/// The most a fifo read takes at once.
+const READ_SIZE: usize = 64 * 1024;
+
+/// Reads what a fifo holds now, and no more: a background child that still writes to it must
+/// not keep the command from ending (it did, with a sink slower than its writes).
+fn drain_present(
+  fd: &mut Option<OwnedFd>,
+  stream: Stream,
+  sink: &mut dyn FnMut(Stream, &[u8]),
+) -> bool {
+  let present = fd.as_ref().and_then(unread).unwrap_or(0);
+  present > 0 && drain(fd, stream, sink, present)
+}
+
+/// Reads a fifo until it would block or `budget` bytes came, handing each read to `sink`;
+/// closes it at EOF. Returns whether any byte came.
+fn drain(
+  fd: &mut Option<OwnedFd>,
+  stream: Stream,
+  sink: &mut dyn FnMut(Stream, &[u8]),
+  mut budget: usize,
+) -> bool {
   let Some(f) = fd else { return false };
-  let mut buf = [0u8; 64 * 1024];
+  let mut buf = [0u8; READ_SIZE];
   let mut any = false;
   loop {
-    match nix::unistd::read(&*f, &mut buf) {
+    if budget == 0 {
+      return any;
+    }
+    let want = budget.min(buf.len());
+    match nix::unistd::read(&*f, &mut buf[..want]) {
       Ok(0) => {
         *fd = None;
         return any;
       }
       Ok(n) => {
         any = true;
+        budget -= n;
         sink(stream, &buf[..n]);
       }
       Err(nix::errno::Errno::EINTR) => {}
