@@ -1,5 +1,6 @@
 // Attacks on a session from the commands it runs, and from the end of the thread that owns it.
 // Survival is judged by a /proc scan for a token each test puts in its processes' command lines.
+import { existsSync, readFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Worker } from 'node:worker_threads'
@@ -14,8 +15,12 @@ afterAll(() => pool.shutdown())
 let tokens = 0
 const token = (name: string) => `finn-sess-atk-${name}-${process.pid}-${++tokens}`
 
-// The done descriptor is a fifo in the session's directory (`$__finn_sess_dir/done`), and the
-// shell keeps a copy of it open while a command runs: a command can write to it.
+// The done descriptor is a fifo the shell keeps open while a command runs (its name in the
+// session's directory was `$__finn_sess_dir/done`): a command can write to it, by name before
+// the name was removed, through `/proc/$$/fd` still.
+/** Sets `$d` to the shell's done fifo, as `/proc/$$/fd/<n>`. */
+const FIND_DONE = 'for f in /proc/$$/fd/*; do case $(readlink "$f") in */done|*"/done (deleted)") d=$f;; esac; done; '
+
 describe('the done fifo written by a command', () => {
   test('a garbled record kills the command at once, and the session goes on with its state', async () => {
     const s = await createSession({ pool, cwd: tmpdir() })
@@ -24,7 +29,7 @@ describe('the done fifo written by a command', () => {
     // Before the fix: the exec rejected, the sleep outlived its timeout, and every later exec
     // rejected with the same parse error (the garbage stayed in the reader).
     const r = await s.exec(
-      `printf 'garbage\\n\\0\\0\\0\\0\\0\\0' > "$__finn_sess_dir/done"; bash -c 'exec -a ${tok} sleep 300'`,
+      `${FIND_DONE}printf 'garbage\\n\\0\\0\\0\\0\\0\\0' > "$d"; bash -c 'exec -a ${tok} sleep 300'`,
       { timeoutMs: 1000 },
     )
     expect([r.exitCode, r.signal, r.sessionRestarted]).toEqual([null, 'SIGKILL', true])
@@ -52,14 +57,14 @@ describe('the done fifo written by a command', () => {
     // A valid header for this command (its seq is in its stdout fifo's name), then 400 MB with
     // no NUL. Before the fix the reader kept it all (and rescanned it at every read).
     const r = await s.exec(
-      'o=$(readlink /proc/$$/fd/1); { printf "%s 0\\n" "${o##*.}"; head -c 400000000 /dev/zero | tr "\\0" a; } > "$__finn_sess_dir/done"; echo after',
+      `${FIND_DONE}o=$(readlink /proc/$$/fd/1); { printf "%s 0\\n" "\${o##*.}"; head -c 400000000 /dev/zero | tr "\\0" a; } > "$d"; echo after`,
       { timeoutMs: 60_000 },
     )
     expect(process.memoryUsage().rss - before).toBeLessThan(300 << 20)
     expect([r.timedOut, r.signal, r.sessionRestarted]).toEqual([false, 'SIGKILL', true])
     // A header that never ends is refused as soon as it cannot be one.
     const t = Date.now()
-    const g = await s.exec("head -c 100000000 /dev/zero | tr '\\0' a > \"$__finn_sess_dir/done\"", { timeoutMs: 60_000 })
+    const g = await s.exec(`${FIND_DONE}head -c 100000000 /dev/zero | tr '\\0' a > "$d"`, { timeoutMs: 60_000 })
     expect([g.timedOut, g.signal]).toEqual([false, 'SIGKILL'])
     expect(Date.now() - t).toBeLessThan(10_000)
     expect((await s.exec('echo ok')).stdout).toBe('ok\n')
@@ -145,6 +150,24 @@ describe('output faster than onStdout takes it', () => {
     await s.destroy()
     expect(holders(tok)).toEqual([])
   }, 40_000)
+})
+
+describe('another session of the same user', () => {
+  test("cannot write code into a session's script fifo by name", async () => {
+    // The script fifo kept its name in the session's directory: a command of any session (or
+    // pool job) of the same user wrote a line there, and the other session's shell ran it as
+    // its own code, its environment in reach (an attack read its secret).
+    const victim = await createSession({ pool, cwd: tmpdir(), env: { SECRET: 'victim-secret' } })
+    const attacker = await createSession({ pool, cwd: tmpdir() })
+    const dir = (await victim.exec('echo "$__finn_sess_dir"')).stdout.trim()
+    const mark = join(dir, 'stolen')
+    await attacker.exec(`printf 'echo "$SECRET" > ${mark}\\n' > ${dir}/script & sleep 0.3; kill %1 2>/dev/null`, { timeoutMs: 5000 })
+    await victim.exec('true', { timeoutMs: 5000 })
+    expect(existsSync(mark) ? readFileSync(mark, 'utf8') : 'nothing').toBe('nothing')
+    expect((await victim.exec('echo ok', { timeoutMs: 5000 })).stdout).toBe('ok\n')
+    await victim.destroy()
+    await attacker.destroy()
+  })
 })
 
 describe('the fifo directory changed by a command', () => {

@@ -391,6 +391,13 @@ impl Session {
     match exchange {
       Exchange::Done(record) => {
         self.snapshot = Some(record.snapshot);
+        // The shell has its script, data and done descriptors open (it wrote a record): their
+        // names are no longer needed, and any process of this user could open them by name,
+        // a command of another session or pool job included, and write code the shell would
+        // run as the session's own (an attack read another session's secret that way).
+        for name in [SCRIPT_FIFO, DATA_FIFO, DONE_FIFO] {
+          let _ = std::fs::remove_file(self.dir.path().join(name));
+        }
         Ok(())
       }
       Exchange::ShellGone(status) | Exchange::NotStarted(status) => {
