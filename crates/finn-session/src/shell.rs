@@ -658,7 +658,8 @@ impl Session {
         let record = match shell.reader.next_record() {
           Ok(Some(record)) => record,
           Ok(None) => break,
-          // Not the session's code: a command wrote to the done fifo (it can open it by name).
+          // Not the session's code: a command wrote to the done fifo (through /proc/$$/fd, or
+          // a DEBUG trap carried into `post` by `set -T`).
           // Nothing the shell says can be trusted any more, and the command must not outlive
           // its timeout: the shell is killed with its tree and a fresh one restored.
           Err(_) => {
