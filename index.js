@@ -456,6 +456,14 @@ function waitFor(what, options, body) {
 }
 
 /**
+ * How many events a ring of `maxLogBytes` keeps at most: one per 64 bytes, and never fewer
+ * than 1024. Counted by bytes alone, a process writing a byte at a time filled an 8 MiB ring
+ * with 8 million events, each an object and a Buffer: 2 million of them already took 465 MB of
+ * Node's memory, so the whole ring would have taken about 2 GB.
+ */
+const ringEvents = (maxLogBytes) => Math.max(1024, Math.floor(maxLogBytes / 64))
+
+/**
  * A background process: its status, its output in a ring of sequence-numbered events, waits
  * on its log, a port or its exit, its stdin, and `kill`. Made by `startProcess`.
  */
@@ -577,7 +585,12 @@ class Process {
   #append(event) {
     this.#ring.push(event)
     this.#ringBytes += event.data ? event.data.length : 0
-    while (event.data && this.#ringBytes > this.#maxLogBytes && this.#ring.length - this.#head > 1) {
+    const maxEvents = ringEvents(this.#maxLogBytes)
+    while (
+      event.data &&
+      (this.#ringBytes > this.#maxLogBytes || this.#ring.length - this.#head > maxEvents) &&
+      this.#ring.length - this.#head > 1
+    ) {
       const old = this.#ring[this.#head]
       this.#ring[this.#head++] = undefined
       this.#firstSeq++

@@ -220,6 +220,20 @@ describe('a background process', () => {
     }
     expect(events).toEqual([390_000, 390_001, 390_002])
     expect((await q.getLogs()).stdout.length).toBeLessThanOrEqual(8 << 20)
+
+    // Events of a byte each: the ring's count of events is bounded too (an object and a Buffer
+    // each; by bytes alone 8 million of them, about 2 GB of Node's memory, fitted in 8 MiB).
+    const b = await s.startProcess('sleep 30')
+    const one = Buffer.from('x')
+    for (let i = 0; i < 300_000; i++) deliver(b, { kind: 'stdout', data: one })
+    let kept = 0
+    for await (const e of b.streamLogs({ since: 0 })) {
+      if (e.type === 'truncated') continue
+      kept++
+      if (e.seq === 299_999) break
+    }
+    expect(kept).toBeLessThanOrEqual((8 << 20) / 64)
+    expect((await b.getLogs()).truncated).toBe(true)
     await s.destroy()
   }, 60_000)
 })
