@@ -698,10 +698,16 @@ impl Session {
         drain_present(&mut stdout, Stream::Stdout, sink);
         drain_present(&mut stderr, Stream::Stderr, sink);
         shell.life.on(Event::LeaderExited, Instant::now());
-        // Every byte of the text written so far still in the data pipe: `pre` never read it,
-        // so the command's `eval` never ran.
+        // Every byte of the text written so far still in the data pipe (`pre` never read it),
+        // or the stdout fifo never opened (its redirection comes right before the `eval`): the
+        // command never ran.
         let written = command.len() - text.len();
-        let gone = if !command.is_empty() && unread(&shell.data) == Some(written) {
+        let never_opened = fifos
+          .stdout_opened
+          .as_ref()
+          .is_some_and(|w| !inotify_fired(w));
+        let gone = if !command.is_empty() && (unread(&shell.data) == Some(written) || never_opened)
+        {
           Exchange::NotStarted(status)
         } else {
           Exchange::ShellGone(status)
@@ -796,6 +802,10 @@ struct Fifos {
   /// writer stays open even with everything written: closed earlier, the fifo would have no
   /// writer when the shell opens it, and its open would wait for one for ever.
   stdin_opened: Option<OwnedFd>,
+  /// An inotify descriptor that reads once the stdout fifo was opened after our own open: by
+  /// the shell, right before the command's `eval`. A shell that ends without it never ran
+  /// the command.
+  stdout_opened: Option<OwnedFd>,
 }
 
 fn watch_open(path: &Path) -> io::Result<OwnedFd> {
@@ -837,8 +847,10 @@ impl Fifos {
       }
       None => (None, None, None),
     };
+    let stdout_opened = watch_open(&paths[0]).ok();
     Ok(Fifos {
       paths,
+      stdout_opened,
       stdout: Some(out),
       stderr: Some(err),
       _stdin_anchor: anchor,
@@ -889,6 +901,12 @@ fn writable(fd: Option<RawFd>) -> libc::pollfd {
   let mut p = poll::watch(fd);
   p.events = libc::POLLOUT;
   p
+}
+
+/// Whether an inotify descriptor has an event to read (it is non-blocking).
+fn inotify_fired(fd: &OwnedFd) -> bool {
+  let mut buf = [0u8; 4096];
+  matches!(nix::unistd::read(fd, &mut buf), Ok(n) if n > 0)
 }
 
 /// How many bytes wait in a pipe (`None`: unknown).
