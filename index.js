@@ -699,7 +699,13 @@ class Process {
     }
     try {
       return waitFor('waitForLog', options, (settle) => {
-        const partial = { stdout: '', stderr: '' }
+        // The pieces of each stream's unfinished line, joined once its newline comes: adding each
+        // chunk to one string and splitting it all again was quadratic, and a 20 MB line without
+        // a newline held Node's event loop for 5 s (a 100 MB one for minutes). A decoder per
+        // stream keeps a character split between two chunks whole.
+        const { StringDecoder } = require('node:string_decoder')
+        const pieces = { stdout: [], stderr: [] }
+        const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') }
         const cancel = {}
         const iterator = this.#stream(this.#firstSeq, cancel)
         settle.cleanup(() => cancel.stop())
@@ -708,16 +714,23 @@ class Process {
             if (settle.done) return
             if (event.type === 'exit') {
               for (const stream of ['stdout', 'stderr']) {
-                if (partial[stream] !== '' && matches(partial[stream])) return settle.resolve({ line: partial[stream], stream })
+                const last = pieces[stream].join('') + decoders[stream].end()
+                if (last !== '' && matches(last)) return settle.resolve({ line: last, stream })
               }
               return settle.reject(new SessionError(SessionErrorCode.EPROCESSEXITED, `waitForLog: the process exited without a line matching ${shown(pattern)}`))
             }
             if (event.type !== 'stdout' && event.type !== 'stderr') continue
-            const lines = (partial[event.type] + event.data.toString('utf8')).split('\n')
-            partial[event.type] = lines.pop()
-            for (const line of lines) {
+            const text = decoders[event.type].write(event.data)
+            const open = pieces[event.type]
+            let start = 0
+            for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', start)) {
+              open.push(text.slice(start, nl))
+              const line = open.join('')
+              open.length = 0
+              start = nl + 1
               if (matches(line)) return settle.resolve({ line, stream: event.type })
             }
+            if (start < text.length) open.push(text.slice(start))
           }
         }
         scan().catch((err) => settle.reject(err))

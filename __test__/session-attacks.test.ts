@@ -264,6 +264,19 @@ describe('a background process log read from past its end', () => {
   })
 })
 
+describe('waitForLog on a long line', () => {
+  test("a 40 MB line without a newline does not hold Node's event loop", async () => {
+    // Each chunk was added to the unfinished line and the whole of it split again: quadratic,
+    // a 20 MB line held Node's timers for 5 s.
+    const s = await createSession({ pool, cwd: tmpdir() })
+    const p = await s.startProcess("head -c 40000000 /dev/zero | tr '\\0' a; echo; echo READY")
+    const t = Date.now()
+    expect((await p.waitForLog('READY', { timeoutMs: 60_000 })).line).toBe('READY')
+    expect(Date.now() - t).toBeLessThan(5_000)
+    await s.destroy()
+  }, 90_000)
+})
+
 describe("the end of the session's thread", () => {
   test('a worker thread ended by terminate(), Node living on: no process of its session survives', async () => {
     // terminate() emits no 'exit' in the thread, and the session's thread ended only between
