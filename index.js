@@ -456,6 +456,14 @@ function waitFor(what, options, body) {
 }
 
 /**
+ * How many events a ring of `maxLogBytes` keeps at most: one per 64 bytes, and never fewer
+ * than 1024. Counted by bytes alone, a process writing a byte at a time filled an 8 MiB ring
+ * with 8 million events, each an object and a Buffer: 2 million of them already took 465 MB of
+ * Node's memory, so the whole ring would have taken about 2 GB.
+ */
+const ringEvents = (maxLogBytes) => Math.max(1024, Math.floor(maxLogBytes / 64))
+
+/**
  * A background process: its status, its output in a ring of sequence-numbered events, waits
  * on its log, a port or its exit, its stdin, and `kill`. Made by `startProcess`.
  */
@@ -470,8 +478,14 @@ class Process {
   #exitCode = null
   #signal = null
   #timedOut = false
-  /** The ring: events oldest first; `#ring[i].seq === #firstSeq + i`. */
+  /**
+   * The ring: events oldest first from `#head`; `#ring[#head + i].seq === #firstSeq + i`. Old
+   * events are dropped by moving `#head`, not by `shift()`, which copies the whole array once it
+   * is large: a process writing a byte at a time filled the ring with 350,000 events, and each
+   * new one blocked Node's event loop for most of a millisecond (42 s without a timer firing).
+   */
   #ring = []
+  #head = 0
   #ringBytes = 0
   #firstSeq = 0
   #nextSeq = 0
@@ -571,10 +585,21 @@ class Process {
   #append(event) {
     this.#ring.push(event)
     this.#ringBytes += event.data ? event.data.length : 0
-    while (event.data && this.#ringBytes > this.#maxLogBytes && this.#ring.length > 1) {
-      const old = this.#ring.shift()
+    const maxEvents = ringEvents(this.#maxLogBytes)
+    while (
+      event.data &&
+      (this.#ringBytes > this.#maxLogBytes || this.#ring.length - this.#head > maxEvents) &&
+      this.#ring.length - this.#head > 1
+    ) {
+      const old = this.#ring[this.#head]
+      this.#ring[this.#head++] = undefined
       this.#firstSeq++
       this.#ringBytes -= old.data ? old.data.length : 0
+    }
+    // Compacted once the dropped slots are half of the array: each event is copied O(1) times.
+    if (this.#head > 1024 && this.#head * 2 > this.#ring.length) {
+      this.#ring = this.#ring.slice(this.#head)
+      this.#head = 0
     }
     for (const follow of this.#followers) follow()
   }
@@ -588,7 +613,8 @@ class Process {
   async getLogs() {
     const out = []
     const err = []
-    for (const e of this.#ring) {
+    for (let i = this.#head; i < this.#ring.length; i++) {
+      const e = this.#ring[i]
       if (e.type === 'stdout') out.push(e.data)
       else if (e.type === 'stderr') err.push(e.data)
     }
@@ -638,13 +664,16 @@ class Process {
           next = this.#firstSeq
         }
         const at = next - this.#firstSeq
-        if (at < this.#ring.length) {
-          const event = this.#ring[at]
+        if (at < this.#ring.length - this.#head) {
+          const event = this.#ring[this.#head + at]
           next = event.seq + 1
           yield event
           if (event.type === 'exit') return
           continue
         }
+        // Past the exit event nothing more comes: a reader resuming after the last event it saw
+        // (the exit's seq + 1) waited for ever.
+        if (this.#endTime !== null && next >= this.#nextSeq) return
         await new Promise((resolve) => (wake = resolve))
       }
     } finally {
@@ -670,7 +699,13 @@ class Process {
     }
     try {
       return waitFor('waitForLog', options, (settle) => {
-        const partial = { stdout: '', stderr: '' }
+        // The pieces of each stream's unfinished line, joined once its newline comes: adding each
+        // chunk to one string and splitting it all again was quadratic, and a 20 MB line without
+        // a newline held Node's event loop for 5 s (a 100 MB one for minutes). A decoder per
+        // stream keeps a character split between two chunks whole.
+        const { StringDecoder } = require('node:string_decoder')
+        const pieces = { stdout: [], stderr: [] }
+        const decoders = { stdout: new StringDecoder('utf8'), stderr: new StringDecoder('utf8') }
         const cancel = {}
         const iterator = this.#stream(this.#firstSeq, cancel)
         settle.cleanup(() => cancel.stop())
@@ -679,16 +714,23 @@ class Process {
             if (settle.done) return
             if (event.type === 'exit') {
               for (const stream of ['stdout', 'stderr']) {
-                if (partial[stream] !== '' && matches(partial[stream])) return settle.resolve({ line: partial[stream], stream })
+                const last = pieces[stream].join('') + decoders[stream].end()
+                if (last !== '' && matches(last)) return settle.resolve({ line: last, stream })
               }
               return settle.reject(new SessionError(SessionErrorCode.EPROCESSEXITED, `waitForLog: the process exited without a line matching ${shown(pattern)}`))
             }
             if (event.type !== 'stdout' && event.type !== 'stderr') continue
-            const lines = (partial[event.type] + event.data.toString('utf8')).split('\n')
-            partial[event.type] = lines.pop()
-            for (const line of lines) {
+            const text = decoders[event.type].write(event.data)
+            const open = pieces[event.type]
+            let start = 0
+            for (let nl = text.indexOf('\n'); nl !== -1; nl = text.indexOf('\n', start)) {
+              open.push(text.slice(start, nl))
+              const line = open.join('')
+              open.length = 0
+              start = nl + 1
               if (matches(line)) return settle.resolve({ line, stream: event.type })
             }
+            if (start < text.length) open.push(text.slice(start))
           }
         }
         scan().catch((err) => settle.reject(err))

@@ -141,6 +141,9 @@ struct Shared {
   ended: AtomicBool,
   /// Commands that run on after their exec was answered, by exec id.
   detached: Mutex<HashMap<u64, DetachedCtl>>,
+  /// The JS environment that owns the session is gone (a worker thread ended by
+  /// `terminate()`): requests still queued are refused, and the session's thread ends.
+  abandoned: AtomicBool,
 }
 
 /// Node's side of a command that runs on after its exec was answered.
@@ -178,10 +181,84 @@ impl Shared {
   }
 }
 
-#[napi]
+#[napi(custom_finalize)]
 pub struct NativeSession {
-  tx: Mutex<Option<mpsc::Sender<Request>>>,
+  tx: Arc<Mutex<Option<mpsc::Sender<Request>>>>,
   shared: Arc<Shared>,
+  /// Ends the session with its environment (see [`Teardown`]); `None` where the hook could not
+  /// be added.
+  teardown: Option<Arc<Teardown>>,
+}
+
+/// Ends a session when its JS environment goes. `index.js` kills sessions from
+/// `process.on('exit')`, which a worker thread ended by `terminate()` never emits, and the
+/// session's thread only ends between two commands: a command running then (`sleep 300`, no
+/// timeout) lived on while Node did (an attack). At the environment's teardown this hook stops
+/// the running command, SIGKILLs the session's tree and closes the session's queue, so its
+/// thread refuses what is left and ends the shell.
+struct Teardown {
+  tx: Arc<Mutex<Option<mpsc::Sender<Request>>>>,
+  shared: Arc<Shared>,
+  ran: AtomicBool,
+}
+
+impl Teardown {
+  fn run(&self) {
+    if self.ran.swap(true, Ordering::SeqCst) {
+      return;
+    }
+    self.shared.abandoned.store(true, Ordering::SeqCst);
+    drop(self.tx.lock().unwrap_or_else(|e| e.into_inner()).take());
+    if let Some((_, w)) = &self.shared.stops().current {
+      let _ = nix::unistd::write(w.as_fd(), &[1]);
+    }
+    // The commands that run on after a yield or a background timeout go too.
+    let mut reapers: Vec<i32> = self.shared.detached().values().map(|d| d.reaper).collect();
+    if !self.shared.ended.load(Ordering::SeqCst) {
+      reapers.push(self.shared.reaper.load(Ordering::SeqCst));
+    }
+    reapers.retain(|&pid| pid > 0);
+    if !reapers.is_empty() {
+      finn_supervisor::kill_trees_now(&reapers);
+    }
+  }
+}
+
+unsafe extern "C" fn on_teardown(arg: *mut std::ffi::c_void) {
+  // SAFETY: the reference given to the hook in `add_teardown`, taken back once: the hook runs
+  // once, and `finalize` removes it (taking the reference back itself) only if it has not run.
+  let hook = unsafe { Arc::from_raw(arg as *const Teardown) };
+  let _ = std::panic::catch_unwind(|| hook.run());
+}
+
+fn add_teardown(env: &Env, hook: Teardown) -> Option<Arc<Teardown>> {
+  let hook = Arc::new(hook);
+  let arg = Arc::into_raw(hook.clone()) as *mut std::ffi::c_void;
+  // SAFETY: `env` is this call's environment; the hook's argument holds one reference.
+  let status = unsafe { napi::sys::napi_add_env_cleanup_hook(env.raw(), Some(on_teardown), arg) };
+  if status != napi::sys::Status::napi_ok {
+    // SAFETY: the reference made above, which the hook never got.
+    drop(unsafe { Arc::from_raw(arg as *const Teardown) });
+    return None;
+  }
+  Some(hook)
+}
+
+impl napi::bindgen_prelude::ObjectFinalize for NativeSession {
+  fn finalize(self, env: Env) -> napi::Result<()> {
+    if let Some(hook) = &self.teardown
+      && !hook.ran.load(Ordering::SeqCst)
+    {
+      let arg = Arc::as_ptr(hook) as *mut std::ffi::c_void;
+      // SAFETY: the hook added in `new` with this argument, on this environment's thread, and
+      // not run: removed, it never runs, so its reference is taken back here.
+      unsafe {
+        napi::sys::napi_remove_env_cleanup_hook(env.raw(), Some(on_teardown), arg);
+        drop(Arc::from_raw(arg as *const Teardown));
+      }
+    }
+    Ok(())
+  }
 }
 
 #[napi]
@@ -282,6 +359,7 @@ impl NativeSession {
       stops: Mutex::default(),
       ended: AtomicBool::new(false),
       detached: Mutex::default(),
+      abandoned: AtomicBool::new(false),
     });
     let (tx, rx) = mpsc::channel();
     let thread_shared = Arc::clone(&shared);
@@ -297,9 +375,19 @@ impl NativeSession {
           format!("start the session's thread: {e}"),
         )
       })?;
+    let tx = Arc::new(Mutex::new(Some(tx)));
+    let teardown = add_teardown(
+      &env,
+      Teardown {
+        tx: Arc::clone(&tx),
+        shared: Arc::clone(&shared),
+        ran: AtomicBool::new(false),
+      },
+    );
     Ok(NativeSession {
-      tx: Mutex::new(Some(tx)),
+      tx,
       shared,
+      teardown,
     })
   }
 
@@ -567,6 +655,21 @@ fn serve(
   let mut followers = Vec::new();
   while let Ok(request) = rx.recv() {
     followers.retain(|f: &std::thread::JoinHandle<()>| !f.is_finished());
+    if shared.abandoned.load(Ordering::SeqCst) {
+      // Nobody awaits these any more: refuse them, and end the shell below.
+      let deferred = match request {
+        Request::Start(d) | Request::End(d) => d,
+        Request::Exec { deferred, .. } => deferred,
+      };
+      settle(
+        deferred,
+        error_reply(
+          SessionErrorCode::Destroyed,
+          "the session is destroyed".into(),
+        ),
+      );
+      continue;
+    }
     match request {
       Request::Start(deferred) => {
         let reply = match config.take() {
@@ -641,11 +744,14 @@ fn serve(
         }
       }
       Request::End(deferred) => {
+        shared.ended.store(true, Ordering::SeqCst);
         if let Some(mut s) = session.take() {
           s.end();
         }
         end_detached(shared, followers);
         shared.ended.store(true, Ordering::SeqCst);
+        // Its reaper goes back to the supervisor's stock and may hold another job next.
+        shared.reaper.store(0, Ordering::SeqCst);
         settle(
           deferred,
           Reply {

@@ -115,7 +115,8 @@
 //! reapers (`finn_supervisor::shell_job`), started as a normal `Run` with the session's
 //! isolation plan (the fifo directory among its writable roots). Its three pipes are then fifos
 //! in the session's directory (`script`, `data`, `done`), which the driver holds open read-write
-//! so that neither side's open waits; a `bash -c` trampoline opens them at fds 3 to 5 and execs
+//! so that neither side's open waits, and whose names are removed once the shell has them open
+//! (another process of the user could otherwise write into them); a `bash -c` trampoline opens them at fds 3 to 5 and execs
 //! the shell in place, so the reaper's leader is the shell itself. The reaper's socket takes the
 //! place of the pidfd: it reports the shell's exit, and its end means the reaper is gone.
 //!

@@ -66,8 +66,9 @@ const NOT_RESTORED: &[&str] = &[
 ];
 
 /// `set -o` options never restored: `noexec` would stop the restored shell from running
-/// anything, the session's own code included.
-const OPTIONS_NOT_RESTORED: &[&str] = &["noexec"];
+/// anything, the session's own code included; `onecmd` (`set -t`) would end it after the
+/// restore, so that every later command found it gone (see [`bootstrap`]).
+const OPTIONS_NOT_RESTORED: &[&str] = &["noexec", "onecmd"];
 
 /// `shopt` options bash refuses to set.
 const SHOPTS_NOT_RESTORED: &[&str] = &["login_shell", "restricted_shell"];
@@ -84,7 +85,10 @@ const SHOPTS_NOT_RESTORED: &[&str] = &["login_shell", "restricted_shell"];
 /// the command with the user's options still on (so it uses only builtins that cannot fail,
 /// through `builtin`, in case the user defines functions named like them), writes the record,
 /// then turns off the flags that would change the session's own code (`-a` would export its
-/// variables, `-e`/`-u` could end it, `-x`/`-v` trace it, `-E`/`-T` carry traps into it).
+/// variables, `-e`/`-u` could end it, `-x`/`-v` trace it, `-E`/`-T` carry traps into it), and
+/// `-t` for good: with it the shell exited after the request line, and the next command, sent
+/// to a shell that had just been restored with `-t` again, was reported as exit status 0 with
+/// nothing run (an attack: a host's `false` came back a success).
 pub fn bootstrap(dir_len: usize, cwd_len: usize) -> String {
   format!(
     r#"exec {{__finn_sess_data}}<&{DATA_FD} {{__finn_sess_done}}>&{DONE_FD}
@@ -107,7 +111,7 @@ __finn_sess_post() {{
   builtin unset -v __finn_sess_cmd
   {{ builtin printf '%s %s\n' "$2" "$1"; builtin set +o; builtin printf '\0'; builtin shopt -p; builtin umask -p; builtin printf '\0'; builtin declare -p; builtin printf '\0'; builtin declare -f; builtin printf '\0'; builtin declare -F; builtin printf '\0'; builtin alias -p; builtin printf '\0'; }} >&"$__finn_sess_done" || :
   __finn_sess_flags=$-
-  builtin set +aeuvxET
+  builtin set +aeuvxETt
   builtin export -n __finn_sess_flags
   __finn_sess_flags=${{__finn_sess_flags//[!aeuvxET]/}}
 }}
@@ -174,18 +178,38 @@ pub struct Record {
   pub snapshot: Snapshot,
 }
 
+/// The longest header a shell writes: `"<u64> <i32>"`. The done descriptor's fifo can be opened
+/// by a command (it runs as the session's user), so what arrives there is bounded before it is
+/// trusted: bytes that are not a header by then are garbage, not a record still on its way.
+const MAX_HEADER: usize = 32;
+
+/// The largest record accepted: a snapshot holds every variable and function of the shell, so
+/// this is generous, but bytes without end (a command writing to the done fifo) must not grow
+/// the host's memory without bound.
+pub const MAX_RECORD: usize = 256 << 20;
+
 /// Why bytes from the done descriptor are not a record.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ProtocolError {
   #[error("parse the shell's completion record header {0:?}")]
   Header(String),
+  #[error("read the shell's completion record: more than {MAX_RECORD} bytes")]
+  TooLarge,
 }
 
 /// Collects bytes from [`DONE_FD`] into records: a header line `"<seq> <status>\n"`, then six
 /// NUL-terminated sections (bash strings cannot hold NUL, so NUL ends a section unambiguously).
+/// Each byte is scanned once (a record of many reads costs no more than one), and a header
+/// that cannot be one, or a record past [`MAX_RECORD`], is an error at once.
 #[derive(Debug, Default)]
 pub struct RecordReader {
   buf: Vec<u8>,
+  /// How far `buf` has been scanned for the current record's line end and NULs.
+  scanned: usize,
+  /// The current record's header, once its line end was seen: (seq, status, body start).
+  header: Option<(u64, i32, usize)>,
+  /// Where the current record's sections end, as found so far.
+  ends: Vec<usize>,
 }
 
 impl RecordReader {
@@ -196,26 +220,42 @@ impl RecordReader {
 
   /// The next complete record, if the bytes so far hold one.
   pub fn next_record(&mut self) -> Result<Option<Record>, ProtocolError> {
-    let Some(nl) = self.buf.iter().position(|&b| b == b'\n') else {
-      return Ok(None);
-    };
-    let body = &self.buf[nl + 1..];
-    let mut sections = body.split(|&b| b == 0);
-    let mut parts: Vec<Vec<u8>> = Vec::with_capacity(SECTIONS);
-    let mut used = nl + 1;
-    while parts.len() < SECTIONS {
-      // `split` yields the text after the last NUL too: complete only if another NUL follows.
-      match sections.next() {
-        Some(part) if used + part.len() < self.buf.len() => {
-          used += part.len() + 1;
-          parts.push(part.to_vec());
+    if self.header.is_none() {
+      let limit = self.buf.len().min(MAX_HEADER + 1);
+      match self.buf[..limit].iter().position(|&b| b == b'\n') {
+        Some(nl) => {
+          let header = &self.buf[..nl];
+          let parsed = std::str::from_utf8(header).ok().and_then(parse_header);
+          let (seq, status) = parsed.ok_or_else(|| garbled(header))?;
+          self.header = Some((seq, status, nl + 1));
+          self.scanned = nl + 1;
         }
-        _ => return Ok(None),
+        None if self.buf.len() > MAX_HEADER => return Err(garbled(&self.buf[..MAX_HEADER])),
+        None => return Ok(None),
       }
     }
-    let header = String::from_utf8_lossy(&self.buf[..nl]).into_owned();
-    let (seq, status) = parse_header(&header).ok_or(ProtocolError::Header(header))?;
-    let mut parts = parts.into_iter();
+    let (seq, status, body) = self.header.expect("set above");
+    while self.ends.len() < SECTIONS {
+      match self.buf[self.scanned..].iter().position(|&b| b == 0) {
+        Some(i) => {
+          self.ends.push(self.scanned + i);
+          self.scanned += i + 1;
+        }
+        None => {
+          self.scanned = self.buf.len();
+          if self.buf.len() > MAX_RECORD {
+            return Err(ProtocolError::TooLarge);
+          }
+          return Ok(None);
+        }
+      }
+    }
+    let mut start = body;
+    let mut parts = self.ends.drain(..).map(|end| {
+      let part = self.buf[start..end].to_vec();
+      start = end + 1;
+      part
+    });
     let mut next = || parts.next().unwrap_or_default();
     let snapshot = Snapshot {
       options: next(),
@@ -225,13 +265,21 @@ impl RecordReader {
       function_attrs: next(),
       aliases: next(),
     };
-    self.buf.drain(..used);
+    drop(parts);
+    self.buf.drain(..self.scanned);
+    self.scanned = 0;
+    self.header = None;
     Ok(Some(Record {
       seq,
       status,
       snapshot,
     }))
   }
+}
+
+/// A header that is not one, shown short (it may be any bytes a command wrote).
+fn garbled(bytes: &[u8]) -> ProtocolError {
+  ProtocolError::Header(String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_HEADER)]).into_owned())
 }
 
 fn parse_header(header: &str) -> Option<(u64, i32)> {
@@ -247,9 +295,16 @@ fn parse_header(header: &str) -> Option<(u64, i32)> {
 pub fn restore_script(snapshot: &Snapshot) -> Vec<u8> {
   let mut out = Vec::new();
   for entry in var_entries(&snapshot.vars) {
-    if var_name(entry).is_some_and(restorable_var) {
-      out.extend_from_slice(entry);
-      out.push(b'\n');
+    match var_name(entry) {
+      Some(name) if SESSION_ASSIGNS.iter().any(|n| n.as_bytes() == name) => {
+        out.extend_from_slice(&without_readonly(entry));
+        out.push(b'\n');
+      }
+      Some(name) if restorable_var(name) => {
+        out.extend_from_slice(entry);
+        out.push(b'\n');
+      }
+      _ => {}
     }
   }
   out.extend_from_slice(&snapshot.functions);
@@ -278,6 +333,41 @@ fn keep_lines(out: &mut Vec<u8>, text: &[u8], skip: &[&str]) {
     out.extend_from_slice(line);
     out.push(b'\n');
   }
+}
+
+/// Variables `pre` assigns for its own `read` (`LC_ALL=C IFS= builtin read ...`). Readonly, that
+/// assignment fails, and in posix mode it abandoned the request line: no command ran again and
+/// none ended but by its timeout, which restored the same readonly variable (an attack:
+/// `set -o posix; readonly LC_ALL` timed out every later command of the session). The driver
+/// replaces a shell whose snapshot shows one readonly ([`blocks_the_session`]), and the restore
+/// brings them back writable.
+const SESSION_ASSIGNS: &[&str] = &["LC_ALL", "IFS"];
+
+/// Whether the shell that took `snapshot` can no longer run the session's code as it should (a
+/// variable of [`SESSION_ASSIGNS`] is readonly): it is to be replaced before the next command.
+pub fn blocks_the_session(snapshot: &Snapshot) -> bool {
+  var_entries(&snapshot.vars).into_iter().any(|entry| {
+    var_name(entry).is_some_and(|name| SESSION_ASSIGNS.iter().any(|n| n.as_bytes() == name))
+      && entry[b"declare ".len()..]
+        .split(|&b| b == b' ')
+        .next()
+        .is_some_and(|flags| flags.contains(&b'r'))
+  })
+}
+
+/// A `declare -p` entry without its `r` attribute (`declare -rx A="1"` gives `declare -x A="1"`).
+fn without_readonly(entry: &[u8]) -> Vec<u8> {
+  let rest = &entry[b"declare ".len()..];
+  let space = rest.iter().position(|&b| b == b' ').unwrap_or(rest.len());
+  let flags: Vec<u8> = rest[..space]
+    .iter()
+    .copied()
+    .filter(|&b| b != b'r')
+    .collect();
+  let mut out = b"declare ".to_vec();
+  out.extend_from_slice(if flags == b"-" { b"--" } else { &flags });
+  out.extend_from_slice(&rest[space..]);
+  out
 }
 
 fn restorable_var(name: &[u8]) -> bool {
@@ -411,6 +501,35 @@ mod tests {
   }
 
   #[test]
+  fn a_header_that_cannot_be_one_is_an_error_at_once() {
+    // A command can write to the done fifo: bytes without a line end must not pile up.
+    let mut r = RecordReader::default();
+    r.push(&[b'a'; MAX_HEADER]);
+    assert_eq!(r.next_record(), Ok(None));
+    r.push(b"a");
+    assert!(matches!(r.next_record(), Err(ProtocolError::Header(h)) if h.len() <= MAX_HEADER));
+  }
+
+  #[test]
+  fn a_record_read_a_byte_at_a_time_is_the_same_record() {
+    let mut bytes = record_bytes(9, 1, ["o", "", "v\nw", "f", "", "al"]);
+    bytes.extend(record_bytes(10, 0, ["", "", "", "", "", ""]));
+    let mut r = RecordReader::default();
+    let mut got = Vec::new();
+    for b in bytes {
+      r.push(&[b]);
+      while let Some(rec) = r.next_record().unwrap() {
+        got.push(rec);
+      }
+    }
+    assert_eq!(got.len(), 2);
+    assert_eq!((got[0].seq, got[0].status), (9, 1));
+    assert_eq!(got[0].snapshot.vars, b"v\nw");
+    assert_eq!(got[0].snapshot.aliases, b"al");
+    assert_eq!(got[1].seq, 10);
+  }
+
+  #[test]
   fn var_entries_end_only_at_newlines_outside_quotes() {
     let text = b"declare -- a=\"x\ny\"\ndeclare -- b='p\nq'\ndeclare -- c=$'m\\'\nn'\ndeclare -x d=\"\\\"\nz\"\ndeclare -a e=([0]=\"1\" [1]=\"2\")\ndeclare -- f\\\ng\ndeclare -- h";
     let entries = var_entries(text);
@@ -474,9 +593,27 @@ mod tests {
   }
 
   #[test]
+  fn the_restore_brings_back_lc_all_and_ifs_writable() {
+    let snap = Snapshot {
+      vars: b"declare -r LC_ALL=\"C\"\ndeclare -rx IFS=\" \"\ndeclare -r mine=\"1\"\n".to_vec(),
+      ..Snapshot::default()
+    };
+    let script = String::from_utf8(restore_script(&snap)).unwrap();
+    assert!(script.contains("declare -- LC_ALL=\"C\"\n"), "{script}");
+    assert!(script.contains("declare -x IFS=\" \"\n"), "{script}");
+    assert!(script.contains("declare -r mine=\"1\"\n"), "{script}");
+    assert!(blocks_the_session(&snap));
+    let plain = Snapshot {
+      vars: b"declare -x LC_ALL=\"C\"\ndeclare -r mine=\"1\"\n".to_vec(),
+      ..Snapshot::default()
+    };
+    assert!(!blocks_the_session(&plain));
+  }
+
+  #[test]
   fn the_restore_sets_options_last_and_never_noexec() {
     let snap = Snapshot {
-      options: b"set -o errexit\nset +o noexec\nset -o nounset\n".to_vec(),
+      options: b"set -o errexit\nset +o noexec\nset -o nounset\nset -o onecmd\n".to_vec(),
       shopts: b"shopt -s extglob\nshopt -u login_shell\n".to_vec(),
       function_attrs: b"declare -f f\ndeclare -fx g\n".to_vec(),
       functions: b"f () \n{ \n    :\n}\n".to_vec(),
@@ -497,6 +634,7 @@ mod tests {
     assert!(at("builtin cd") < at("set -o errexit"));
     assert!(at("set -o errexit") < at("set -o nounset"));
     assert!(!script.contains("noexec"));
+    assert!(!script.contains("onecmd"));
     assert!(!script.contains("login_shell"));
     assert!(!script.contains("declare -f f\n"));
   }

@@ -237,6 +237,9 @@ impl Proc {
 enum Exchange {
   Done(Record),
   ShellGone(CommandStatus),
+  /// The shell ended before it read any of the command's text: the command never ran, and the
+  /// status is the shell's, not the command's.
+  NotStarted(CommandStatus),
   TimedOut,
   /// The caller is answered while the command runs on: it goes with its shell.
   Detach(Box<InFlight>),
@@ -321,21 +324,40 @@ impl Session {
     if command.contains(&0) {
       return Err(SessionError::NulInCommand);
     }
-    match self.shell.as_mut().map(|s| s.proc.exited().is_some()) {
-      // The last shell went with a detached command: its state before that command is the
-      // session's, and nothing was lost.
-      None => self.respawn()?,
-      Some(true) => {
-        self.reap();
-        self.respawn()?;
-        self.replaced = true;
+    // A shell that ends between the check below and its read of the command (`set -t` did,
+    // after every request line, and a background job of an earlier command can kill it then)
+    // had its exit status reported as the command's, with nothing run: such a command is sent
+    // again, once, to a fresh shell.
+    let mut tries = 0;
+    let (exchange, cut) = loop {
+      match self.shell.as_mut().map(|s| s.proc.exited().is_some()) {
+        // The last shell went with a detached command: its state before that command is the
+        // session's, and nothing was lost.
+        None if tries == 0 => self.respawn()?,
+        None | Some(true) => {
+          self.reap();
+          self.respawn()?;
+          self.replaced = true;
+        }
+        Some(false) => {}
       }
-      Some(false) => {}
-    }
+      tries += 1;
+      match self.exchange(command, options, sink)? {
+        (Exchange::NotStarted(_), _) if tries < 2 => {
+          self.reap();
+        }
+        (Exchange::NotStarted(status), cut) => break (Exchange::ShellGone(status), cut),
+        other => break other,
+      }
+    };
     let restarted_before = std::mem::take(&mut self.replaced);
-    let (exchange, cut) = self.exchange(command, options, sink)?;
     let status = match exchange {
       Exchange::Done(record) => {
+        if protocol::blocks_the_session(&record.snapshot) {
+          // Replaced now; the next command finds a restored shell and says so.
+          self.reap();
+          self.replaced = true;
+        }
         self.snapshot = Some(record.snapshot);
         return Ok(CommandResult {
           stdout: Vec::new(),
@@ -345,7 +367,7 @@ impl Session {
           cut,
         });
       }
-      Exchange::ShellGone(status) => status,
+      Exchange::ShellGone(status) | Exchange::NotStarted(status) => status,
       Exchange::TimedOut => CommandStatus::TimedOut,
       Exchange::Detach(cmd) => {
         let shell = self.shell.take().expect("a shell runs");
@@ -420,9 +442,18 @@ impl Session {
     match exchange {
       Exchange::Done(record) => {
         self.snapshot = Some(record.snapshot);
+        // The shell has its script, data and done descriptors open (it wrote a record): their
+        // names are no longer needed, and any process of this user could open them by name,
+        // a command of another session or pool job included, and write code the shell would
+        // run as the session's own (an attack read another session's secret that way).
+        for name in [SCRIPT_FIFO, DATA_FIFO, DONE_FIFO] {
+          let _ = std::fs::remove_file(self.dir.path().join(name));
+        }
         Ok(())
       }
-      Exchange::ShellGone(status) => Err(SessionError::DiedAtStart(status)),
+      Exchange::ShellGone(status) | Exchange::NotStarted(status) => {
+        Err(SessionError::DiedAtStart(status))
+      }
       Exchange::TimedOut | Exchange::Detach(_) => {
         Err(SessionError::DiedAtStart(CommandStatus::TimedOut))
       }
@@ -492,11 +523,12 @@ impl Session {
     isolation: Option<&Plan>,
     fresh: bool,
   ) -> Result<(Proc, OwnedFd, OwnedFd, OwnedFd), SessionError> {
+    ensure_private_dir(self.dir.path())?;
     let path = |name: &str| self.dir.path().join(name);
     let mut ends = Vec::new();
     for name in [SCRIPT_FIFO, DATA_FIFO, DONE_FIFO] {
       let p = path(name);
-      let _ = std::fs::remove_file(&p);
+      remove_any(&p)?;
       mkfifo(p.as_path(), Mode::S_IRUSR | Mode::S_IWUSR).map_err(to_io)?;
       let end =
         open(p.as_path(), OFlag::O_RDWR | OFlag::O_CLOEXEC, Mode::empty()).map_err(to_io)?;
@@ -598,6 +630,7 @@ impl Session {
   ) -> Result<(Exchange, Option<Cut>), SessionError> {
     self.seq += 1;
     let seq = self.seq;
+    ensure_private_dir(self.dir.path())?;
     let shell = self.shell.as_mut().expect("a shell runs");
     let fifo = |stream: char| self.dir.path().join(protocol::fifo_name(stream, seq));
     let piped = options.stdin_pipe || options.stdin.is_some();
@@ -634,6 +667,7 @@ impl Session {
     let mut cmd = InFlight {
       seq,
       text: command.to_vec(),
+      text_len: command.len(),
       stdin_data: if options.stdin_pipe {
         Vec::new()
       } else {
@@ -653,6 +687,9 @@ impl Session {
         Step::Done(record) => return Ok((Exchange::Done(record), shell.life.command_cut())),
         Step::ShellGone(status) => {
           return Ok((Exchange::ShellGone(status), shell.life.command_cut()));
+        }
+        Step::NotStarted(status) => {
+          return Ok((Exchange::NotStarted(status), shell.life.command_cut()));
         }
         Step::Answer => return Ok((Exchange::Detach(Box::new(cmd)), None)),
         Step::Stop => {
@@ -732,6 +769,8 @@ struct InFlight {
   seq: u64,
   /// The command's text, not yet written to the data fifo.
   text: Vec<u8>,
+  /// The whole text's length: what was written is `text_len - text.len()`.
+  text_len: usize,
   /// Bytes for its stdin, not yet written.
   stdin_data: Vec<u8>,
   /// `stdin: "pipe"`: the stdin fifo stays open for whoever holds its writer.
@@ -754,6 +793,8 @@ enum Step {
   Done(Record),
   /// The shell exited while running it.
   ShellGone(CommandStatus),
+  /// The shell exited before the command ran (see [`Exchange::NotStarted`]).
+  NotStarted(CommandStatus),
   /// The time to answer the caller has come (the command runs on).
   Answer,
   /// The caller's stop descriptor is readable.
@@ -802,16 +843,33 @@ fn drive(
       cmd.done_open = false;
     }
     // Only when poll says so: a fifo read before the shell has opened it reads as EOF.
-    let out = fds[1].revents != 0 && drain(&mut f.stdout, Stream::Stdout, sink);
-    let err = fds[2].revents != 0 && drain(&mut f.stderr, Stream::Stderr, sink);
+    // One read per stream per round: the deadline and the record are looked at between two
+    // (read until empty, a writer faster than the sink kept this loop away from them for
+    // ever: 'yes' with a slow onStdout ran past its timeout for good).
+    let out = fds[1].revents != 0 && drain(&mut f.stdout, Stream::Stdout, sink, READ_SIZE);
+    let err = fds[2].revents != 0 && drain(&mut f.stderr, Stream::Stderr, sink, READ_SIZE);
     if out || err {
       shell.life.on(Event::CommandOutput, Instant::now());
     }
-    while let Some(record) = shell.reader.next_record()? {
+    loop {
+      let record = match shell.reader.next_record() {
+        Ok(Some(record)) => record,
+        Ok(None) => break,
+        // Not the session's code: a command wrote to the done fifo (through /proc/$$/fd, or
+        // a DEBUG trap carried into `post` by `set -T`).
+        // Nothing the shell says can be trusted any more, and the command must not outlive
+        // its timeout: the shell is killed with its tree and a fresh one restored.
+        Err(_) => {
+          drain_present(&mut f.stdout, Stream::Stdout, sink);
+          drain_present(&mut f.stderr, Stream::Stderr, sink);
+          shell.life.on(Event::LeaderExited, Instant::now());
+          return Ok(Step::ShellGone(CommandStatus::Signaled(libc::SIGKILL)));
+        }
+      };
       if record.seq == seq {
         // Every write of the command's foreground processes precedes the record.
-        drain(&mut f.stdout, Stream::Stdout, sink);
-        drain(&mut f.stderr, Stream::Stderr, sink);
+        drain_present(&mut f.stdout, Stream::Stdout, sink);
+        drain_present(&mut f.stderr, Stream::Stderr, sink);
         cmd.ended = Some(record);
         break;
       }
@@ -833,9 +891,17 @@ fn drive(
       return Ok(Step::Done(record));
     }
     if let Some(status) = exited {
-      drain(&mut f.stdout, Stream::Stdout, sink);
-      drain(&mut f.stderr, Stream::Stderr, sink);
+      drain_present(&mut f.stdout, Stream::Stdout, sink);
+      drain_present(&mut f.stderr, Stream::Stderr, sink);
       shell.life.on(Event::LeaderExited, Instant::now());
+      // Every byte of the text written so far still in the data pipe (`pre` never read it),
+      // or the stdout fifo never opened (its redirection comes right before the `eval`): the
+      // command never ran.
+      let written = cmd.text_len - cmd.text.len();
+      let never_opened = f.stdout_opened.as_ref().is_some_and(|w| !inotify_fired(w));
+      if cmd.text_len > 0 && (unread(&shell.data) == Some(written) || never_opened) {
+        return Ok(Step::NotStarted(status));
+      }
       return Ok(Step::ShellGone(status));
     }
     if fds[4].revents != 0 {
@@ -890,6 +956,10 @@ struct Fifos {
   /// writer stays open even with everything written: closed earlier, the fifo would have no
   /// writer when the shell opens it, and its open would wait for one for ever.
   stdin_opened: Option<OwnedFd>,
+  /// An inotify descriptor that reads once the stdout fifo was opened after our own open: by
+  /// the shell, right before the command's `eval`. A shell that ends without it never ran
+  /// the command.
+  stdout_opened: Option<OwnedFd>,
 }
 
 fn watch_open(path: &Path) -> io::Result<OwnedFd> {
@@ -914,6 +984,8 @@ impl Fifos {
     let mut paths = vec![stdout, stderr];
     paths.extend(stdin);
     for p in &paths {
+      // A command can write in the directory: what it left at this name goes first.
+      remove_any(p)?;
       mkfifo(p.as_path(), Mode::S_IRUSR | Mode::S_IWUSR).map_err(to_io)?;
     }
     let rd = OFlag::O_RDONLY | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC;
@@ -929,8 +1001,10 @@ impl Fifos {
       }
       None => (None, None, None),
     };
+    let stdout_opened = watch_open(&paths[0]).ok();
     Ok(Fifos {
       paths,
+      stdout_opened,
       stdout: Some(out),
       stderr: Some(err),
       stdin_anchor: anchor,
@@ -948,10 +1022,53 @@ impl Drop for Fifos {
   }
 }
 
+/// Makes `dir` a directory private to this user again. The session's commands run as its user
+/// and may remove it, replace it, or take its permissions away: the next command then still
+/// gets its fifos (before, every later `exec` of the session failed, `ENOENT` or `EACCES`).
+fn ensure_private_dir(dir: &Path) -> io::Result<()> {
+  use std::os::unix::fs::DirBuilderExt;
+  match std::fs::symlink_metadata(dir) {
+    Ok(m) if m.is_dir() => {
+      if m.permissions().mode() & 0o7777 != 0o700 {
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))?;
+      }
+      return Ok(());
+    }
+    Ok(_) => std::fs::remove_file(dir)?,
+    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+    Err(e) => return Err(e),
+  }
+  std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// Removes whatever is at `path` (a file, a fifo, a symlink, a directory); nothing there is fine.
+fn remove_any(path: &Path) -> io::Result<()> {
+  match std::fs::symlink_metadata(path) {
+    Ok(m) if m.is_dir() => std::fs::remove_dir_all(path),
+    Ok(_) => std::fs::remove_file(path),
+    Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+    Err(e) => Err(e),
+  }
+}
+
 fn writable(fd: Option<RawFd>) -> libc::pollfd {
   let mut p = poll::watch(fd);
   p.events = libc::POLLOUT;
   p
+}
+
+/// Whether an inotify descriptor has an event to read (it is non-blocking).
+fn inotify_fired(fd: &OwnedFd) -> bool {
+  let mut buf = [0u8; 4096];
+  matches!(nix::unistd::read(fd, &mut buf), Ok(n) if n > 0)
+}
+
+/// How many bytes wait in a pipe (`None`: unknown).
+fn unread(fd: &OwnedFd) -> Option<usize> {
+  let mut n: libc::c_int = 0;
+  // SAFETY: FIONREAD writes one int through a valid pointer.
+  let rc = unsafe { libc::ioctl(fd.as_raw_fd(), libc::FIONREAD, &mut n) };
+  (rc == 0).then_some(n as usize)
 }
 
 /// Reads what is there; `false` at EOF.
@@ -967,20 +1084,44 @@ fn read_into(fd: &OwnedFd, reader: &mut RecordReader) -> bool {
   }
 }
 
-/// Reads a fifo until it would block, handing each read to `sink`; closes it at EOF. Returns
-/// whether any byte came.
-fn drain(fd: &mut Option<OwnedFd>, stream: Stream, sink: &mut dyn FnMut(Stream, &[u8])) -> bool {
+/// The most a fifo read takes at once.
+const READ_SIZE: usize = 64 * 1024;
+
+/// Reads what a fifo holds now, and no more: a background child that still writes to it must
+/// not keep the command from ending (it did, with a sink slower than its writes).
+fn drain_present(
+  fd: &mut Option<OwnedFd>,
+  stream: Stream,
+  sink: &mut dyn FnMut(Stream, &[u8]),
+) -> bool {
+  let present = fd.as_ref().and_then(unread).unwrap_or(0);
+  present > 0 && drain(fd, stream, sink, present)
+}
+
+/// Reads a fifo until it would block or `budget` bytes came, handing each read to `sink`;
+/// closes it at EOF. Returns whether any byte came.
+fn drain(
+  fd: &mut Option<OwnedFd>,
+  stream: Stream,
+  sink: &mut dyn FnMut(Stream, &[u8]),
+  mut budget: usize,
+) -> bool {
   let Some(f) = fd else { return false };
-  let mut buf = [0u8; 64 * 1024];
+  let mut buf = [0u8; READ_SIZE];
   let mut any = false;
   loop {
-    match nix::unistd::read(&*f, &mut buf) {
+    if budget == 0 {
+      return any;
+    }
+    let want = budget.min(buf.len());
+    match nix::unistd::read(&*f, &mut buf[..want]) {
       Ok(0) => {
         *fd = None;
         return any;
       }
       Ok(n) => {
         any = true;
+        budget -= n;
         sink(stream, &buf[..n]);
       }
       Err(nix::errno::Errno::EINTR) => {}
@@ -1150,7 +1291,7 @@ impl Detached {
     let status = loop {
       let actions = match drive(&mut self.shell, &mut self.cmd, sink, None) {
         Ok(Step::Done(record)) => break Some(CommandStatus::Exited(record.status)),
-        Ok(Step::ShellGone(status)) => break Some(status),
+        Ok(Step::ShellGone(status) | Step::NotStarted(status)) => break Some(status),
         Ok(Step::Answer) => Vec::new(),
         Ok(Step::Stop) => {
           let mut buf = [0u8; Control::SIZE * 64];
