@@ -35,6 +35,12 @@ pub struct SeccompRules {
   /// uid are not files, landlock does not see them, and an IPC namespace costs ~2.6 ms per exec
   /// as nobody.
   pub deny_ipc: bool,
+  /// The network through the reaper (`route.rs`), in place of `deny_network`'s rule: `socket()`
+  /// makes only TCP sockets (`AF_INET`/`AF_INET6`, `SOCK_STREAM`, protocol 0 or TCP) and Unix
+  /// ones (unless `deny_unix`); `connect`, `bind` and `listen` wait for the filter's listener
+  /// (the reaper); TCP fast open (`MSG_FASTOPEN`, which connects from `sendto`/`sendmsg`) is
+  /// refused.
+  pub route: bool,
 }
 
 impl SeccompRules {
@@ -44,6 +50,7 @@ impl SeccompRules {
     deny_network: true,
     deny_unix: true,
     deny_ipc: true,
+    route: false,
   };
 }
 
@@ -120,10 +127,11 @@ const CLONE_NS_FLAGS: &[u64] = &[
 /// The programs to install, in order (one). Built once per set of rules and kept: a job's
 /// preparation copies it.
 pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
-  static COMPILED: [OnceLock<BpfProgram>; 8] = [const { OnceLock::new() }; 8];
+  static COMPILED: [OnceLock<BpfProgram>; 16] = [const { OnceLock::new() }; 16];
   let slot = &COMPILED[usize::from(rules.deny_network)
     | usize::from(rules.deny_unix) << 1
-    | usize::from(rules.deny_ipc) << 2];
+    | usize::from(rules.deny_ipc) << 2
+    | usize::from(rules.route) << 3];
   if let Some(prog) = slot.get() {
     return Ok(vec![prog.clone()]);
   }
@@ -211,6 +219,9 @@ fn listed(rules: SeccompRules) -> Result<BTreeMap<i64, Listed>, SeccompError> {
   )?])?);
   map.insert(libc::SYS_ioprio_set, ioprio);
 
+  if rules.route {
+    return routed(map, rules.deny_unix);
+  }
   let socket_rules = match (rules.deny_network, rules.deny_unix) {
     (true, true) => Some(vec![]),
     (true, false) => Some(vec![SeccompRule::new(vec![SeccompCondition::new(
@@ -239,6 +250,87 @@ fn listed(rules: SeccompRules) -> Result<BTreeMap<i64, Listed>, SeccompError> {
       action: Action::Errno(libc::ENOSYS),
     },
   );
+  Ok(listed)
+}
+
+/// [`listed`] for a job whose network goes through its reaper (`route.rs`): `map` holds every
+/// other rule; the socket calls are added here.
+fn routed(
+  mut map: BTreeMap<i64, Vec<SeccompRule>>,
+  deny_unix: bool,
+) -> Result<BTreeMap<i64, Listed>, SeccompError> {
+  let cond =
+    |arg: u8, op: SeccompCmpOp, v: u64| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v);
+  let (unix, inet, inet6) = (
+    libc::AF_UNIX as u64,
+    libc::AF_INET as u64,
+    libc::AF_INET6 as u64,
+  );
+  // socket(family, type, protocol) is refused when the family is none of the three, ...
+  let mut socket = vec![SeccompRule::new(vec![
+    cond(0, SeccompCmpOp::Ne, unix)?,
+    cond(0, SeccompCmpOp::Ne, inet)?,
+    cond(0, SeccompCmpOp::Ne, inet6)?,
+  ])?];
+  if deny_unix {
+    socket.push(SeccompRule::new(vec![cond(0, SeccompCmpOp::Eq, unix)?])?);
+  }
+  for family in [inet, inet6] {
+    // ... or an IP socket's type (its low 4 bits; SOCK_NONBLOCK and SOCK_CLOEXEC sit above
+    // them, and the kernel refuses any other high bit) is not SOCK_STREAM (1): bit 0 clear, or
+    // any of bits 1-3 set. UDP, raw, packet and SCTP's SOCK_SEQPACKET all fail here.
+    socket.push(SeccompRule::new(vec![
+      cond(0, SeccompCmpOp::Eq, family)?,
+      cond(1, SeccompCmpOp::MaskedEq(1), 0)?,
+    ])?);
+    for bit in [2u64, 4, 8] {
+      socket.push(SeccompRule::new(vec![
+        cond(0, SeccompCmpOp::Eq, family)?,
+        cond(1, SeccompCmpOp::MaskedEq(bit), bit)?,
+      ])?);
+    }
+    // ... or its protocol is neither 0 nor TCP: SCTP's one-to-one sockets are SOCK_STREAM too,
+    // and connect from `sendmsg`; landlock's TCP rules do not cover them.
+    socket.push(SeccompRule::new(vec![
+      cond(0, SeccompCmpOp::Eq, family)?,
+      cond(2, SeccompCmpOp::Ne, 0)?,
+      cond(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+    ])?);
+  }
+  map.insert(libc::SYS_socket, socket);
+  // TCP fast open connects from the first send, to the address passed to it.
+  let fastopen = libc::MSG_FASTOPEN as u64;
+  for (nr, flags_arg) in [
+    (libc::SYS_sendto, 3),
+    (libc::SYS_sendmsg, 2),
+    (libc::SYS_sendmmsg, 3),
+  ] {
+    map.insert(
+      nr,
+      vec![SeccompRule::new(vec![cond(
+        flags_arg,
+        SeccompCmpOp::MaskedEq(fastopen),
+        fastopen,
+      )?])?],
+    );
+  }
+  let mut listed = refused(map, Action::Errno(libc::EPERM));
+  listed.insert(
+    libc::SYS_clone3,
+    Listed {
+      rules: vec![],
+      action: Action::Errno(libc::ENOSYS),
+    },
+  );
+  for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen] {
+    listed.insert(
+      nr,
+      Listed {
+        rules: vec![],
+        action: Action::Notify,
+      },
+    );
+  }
   Ok(listed)
 }
 
@@ -535,6 +627,7 @@ mod tests {
             deny_network,
             deny_unix,
             deny_ipc,
+            route: false,
           };
           let ours = compile(rules).unwrap();
           assert_eq!(ours.len(), 1);
