@@ -291,9 +291,9 @@ fn a_sockaddr_rewritten_during_the_connect_still_lands_only_on_the_target() {
   let r = route(&decoy, &target);
   let job = helper("race", &other.port().to_string(), r);
   let out = job.stdout();
-  assert!(out.contains("race done"), "{out}\n{}", job.stderr());
   other.assert_untouched("the address written over the proxy's");
   decoy.assert_untouched("what listens at the proxy address");
+  assert!(out.contains("race done"), "{out}\n{}", job.stderr());
   // Some connects were made while the address read as the proxy's: each landed on the target.
   let landed: usize = out
     .split("connected ")
@@ -400,19 +400,22 @@ fn another_jobs_listener_is_out_of_reach() {
     &[],
     r,
   );
-  // The host reaches the first job's server; then it ends.
-  let mut c = TcpStream::connect(("127.0.0.1", port)).unwrap();
-  c.write_all(b"host\n").unwrap();
-  let mut got = String::new();
-  c.read_to_string(&mut got).unwrap();
+  // The first job's server answers one connection and ends: had the second job's connect reached
+  // it, that would have been the one, and the host's would not be answered.
+  let host = TcpStream::connect(("127.0.0.1", port)).and_then(|mut c| {
+    c.write_all(b"host\n")?;
+    let mut got = String::new();
+    c.read_to_string(&mut got)?;
+    Ok(got)
+  });
   let first = first.join().unwrap();
-  assert!(second.stdout().contains("second=1"), "{}", second.stdout());
-  assert_eq!(got, "host\n", "{}", first.stderr());
   assert!(
     first.stdout().contains("accepted host\n"),
     "the second job's connect reached the first's server: {}",
     first.stdout()
   );
+  assert_eq!(host.ok().as_deref(), Some("host\n"), "{}", first.stderr());
+  assert!(second.stdout().contains("second=1"), "{}", second.stdout());
 }
 
 #[test]
@@ -442,6 +445,50 @@ fn a_process_killed_mid_connect_does_not_wedge_the_reaper() {
     "{:?}",
     target.lines()
   );
+  decoy.assert_untouched("what listens at the proxy address");
+}
+
+/// A target whose accept queue is full (backlog 0, one connection queued, never accepted): the
+/// reaper's connect of a blocking socket to it waits, and the job's process is killed while the
+/// reaper holds its call. The reaper's answer then finds no caller; the next call is answered.
+#[test]
+fn a_process_killed_while_the_reaper_holds_its_call_leaves_the_route_answering() {
+  needs_route!();
+  let decoy = Untouched::start();
+  // SAFETY: a socket of our own, bound to loopback and listening with backlog 0.
+  let stalled = unsafe {
+    let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+    let (addr, len) = sockaddr("127.0.0.1:0".parse().unwrap());
+    assert_eq!(
+      libc::bind(s, (&addr as *const libc::sockaddr_storage).cast(), len),
+      0
+    );
+    assert_eq!(libc::listen(s, 0), 0);
+    <TcpListener as std::os::fd::FromRawFd>::from_raw_fd(s)
+  };
+  let r = NetRoute {
+    proxy: SocketAddr::from(([127, 0, 0, 1], decoy.port())),
+    target: stalled.local_addr().unwrap(),
+  };
+  let other = Untouched::start();
+  let script = format!(
+    "exec 3<>/dev/tcp/127.0.0.1/{proxy}; echo first=$?
+     for i in 1 2 3; do
+       bash -c 'exec 4<>/dev/tcp/127.0.0.1/{proxy}' & victim=$!
+       sleep 0.2; kill -9 $victim
+     done
+     bash -c 'exec 5<>/dev/tcp/127.0.0.1/{other}'; echo after=$?",
+    proxy = decoy.port(),
+    other = other.port(),
+  );
+  let job = sh(&script, &[], r);
+  let (out, err) = (job.stdout(), job.stderr());
+  assert!(out.contains("first=0"), "{out}\n{err}");
+  assert!(out.contains("after=1"), "{out}\n{err}");
+  // Refused by the reaper, not failed for want of a listener (ENOSYS).
+  assert!(err.contains("Connection refused"), "{err}");
+  assert!(!err.contains("not implemented"), "{err}");
+  other.assert_untouched("a direct connect after the kills");
   decoy.assert_untouched("what listens at the proxy address");
 }
 

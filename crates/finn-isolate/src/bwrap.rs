@@ -1031,6 +1031,7 @@ mod tests {
       deny_network: true,
       deny_unix: true,
       deny_ipc: false,
+      route: false,
     })
     .unwrap();
     let b = bpf_bytes(&progs[0]);

@@ -779,6 +779,81 @@ mod tests {
     );
   }
 
+  /// The route's filter (`route.rs`): TCP and (unless denied) Unix sockets only, whatever the
+  /// flags beside the type; connect, bind and listen to the listener; fast open refused; every
+  /// other rule as in the strictest filter.
+  #[test]
+  fn the_routed_filter_makes_only_tcp_and_unix_sockets_and_hands_over_connects() {
+    let perm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let (allow, notify) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_USER_NOTIF);
+    for deny_unix in [false, true] {
+      let prog = compile(SeccompRules {
+        deny_unix,
+        route: true,
+        ..SeccompRules::STRICTEST
+      })
+      .unwrap();
+      let call = |nr: i64, args: [u64; 4]| {
+        let data = libc::seccomp_data {
+          nr: nr as i32,
+          arch: bpf::AUDIT_ARCH_X86_64,
+          instruction_pointer: 0,
+          args: [args[0], args[1], args[2], args[3], 0, 0],
+        };
+        verdict(&prog, &data)
+      };
+      let socket =
+        |f: i32, t: i32, p: i32| call(libc::SYS_socket, [f as u64, t as u64, p as u64, 0]);
+      let (inet, inet6, unix) = (libc::AF_INET, libc::AF_INET6, libc::AF_UNIX);
+      let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+      for family in [inet, inet6] {
+        assert_eq!(socket(family, libc::SOCK_STREAM, 0), allow);
+        assert_eq!(
+          socket(family, libc::SOCK_STREAM | flags, libc::IPPROTO_TCP),
+          allow
+        );
+        for ty in [
+          libc::SOCK_DGRAM,
+          libc::SOCK_RAW,
+          libc::SOCK_SEQPACKET,
+          libc::SOCK_RDM,
+          libc::SOCK_DGRAM | flags,
+          libc::SOCK_STREAM | 2,
+          libc::SOCK_STREAM | 8,
+          0,
+        ] {
+          assert_eq!(socket(family, ty, 0), perm, "{family} type {ty:#x}");
+        }
+        for proto in [libc::IPPROTO_SCTP, libc::IPPROTO_MPTCP, libc::IPPROTO_UDP] {
+          assert_eq!(
+            socket(family, libc::SOCK_STREAM, proto),
+            perm,
+            "{family} {proto}"
+          );
+        }
+      }
+      for family in [libc::AF_PACKET, libc::AF_NETLINK, libc::AF_VSOCK, 0, 255] {
+        assert_eq!(socket(family, libc::SOCK_STREAM, 0), perm, "{family}");
+      }
+      let unix_verdict = if deny_unix { perm } else { allow };
+      assert_eq!(socket(unix, libc::SOCK_STREAM, 0), unix_verdict);
+      assert_eq!(socket(unix, libc::SOCK_DGRAM | flags, 0), unix_verdict);
+      for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen] {
+        assert_eq!(call(nr, [3, 0, 16, 0]), notify);
+      }
+      let fastopen = libc::MSG_FASTOPEN as u64;
+      assert_eq!(call(libc::SYS_sendto, [3, 0, 1, fastopen]), perm);
+      assert_eq!(call(libc::SYS_sendto, [3, 0, 1, fastopen | 0x40]), perm);
+      assert_eq!(call(libc::SYS_sendto, [3, 0, 1, 0x40]), allow);
+      assert_eq!(call(libc::SYS_sendmsg, [3, 0, fastopen, 0]), perm);
+      assert_eq!(call(libc::SYS_sendmsg, [3, 0, 0, 0]), allow);
+      assert_eq!(call(libc::SYS_sendmmsg, [3, 0, 1, fastopen]), perm);
+      assert_eq!(call(libc::SYS_ptrace, [16, 1, 0, 0]), perm);
+      assert_eq!(call(libc::SYS_shmget, [0, 0, 0, 0]), perm);
+      assert_eq!(call(libc::SYS_read, [0, 0, 0, 0]), allow);
+    }
+  }
+
   /// The sandbox filter's instruction counts, printed for `npm run bench` to quote and kept
   /// small: the kernel emulates the program per syscall number at every load.
   #[test]
