@@ -112,10 +112,7 @@ impl NetCalls {
 
   fn decide(&mut self, req: &libc::seccomp_notif) -> Answer {
     let gone = Answer::Return(Err(libc::ESRCH));
-    let Some(tgid) = tgid_of(req.pid) else {
-      return gone;
-    };
-    let Ok(pidfd) = pidfd_open(tgid) else {
+    let Some(pidfd) = pidfd_of_thread(req.pid) else {
       return gone;
     };
     if !self.still_waiting(req.id) {
@@ -191,6 +188,21 @@ fn errno() -> i32 {
   io::Error::last_os_error()
     .raw_os_error()
     .unwrap_or(libc::EIO)
+}
+
+/// A pidfd whose fd table is the calling thread `tid`'s own: the thread's (`PIDFD_THREAD`,
+/// Linux 6.9), or else its process's, which every thread shares unless it was cloned without
+/// `CLONE_FILES` (then the reaper acts on the process's socket of that number, never on
+/// anything the job could not reach: connects still land on the target only).
+fn pidfd_of_thread(tid: u32) -> Option<OwnedFd> {
+  const PIDFD_THREAD: u32 = libc::O_EXCL as u32;
+  // SAFETY: pidfd_open takes integers only.
+  let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid as i32, PIDFD_THREAD) };
+  if fd >= 0 {
+    // SAFETY: a fresh fd the kernel just made for us.
+    return Some(unsafe { OwnedFd::from_raw_fd(fd as i32) });
+  }
+  pidfd_open(tgid_of(tid)?).ok()
 }
 
 /// The process (thread group) of the thread `tid`, from `/proc`.
