@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use finn_sandbox::core::exec::{EndedBy, Finished, RunLimits, SpawnSpec, StopCell};
-use finn_sandbox::core::isolate::{IsolationOptions, NetRoute, Plan, probe};
+use finn_sandbox::core::isolate::{IsolationOptions, Layer, NetRoute, Plan, probe};
 use finn_sandbox::core::supervisor::{self, JobTerms, RunError, Supervisor};
 use serde_json::json;
 
@@ -598,6 +598,57 @@ fn nothing_of_a_routed_job_survives_its_timeout() {
   );
   assert_eq!(holders(&tok), Vec::<i32>::new(), "survivors of the timeout");
   decoy.assert_untouched("what listens at the proxy address");
+}
+
+/// Without the landlock signal scope (a kernel before 6.12, or the ABI capped below 6) the route
+/// does not apply: the job fails naming `seccomp` before anything runs.
+#[test]
+fn without_the_landlock_signal_scope_the_route_is_unavailable() {
+  needs_route!();
+  let (target, decoy) = (Target::start(), Untouched::start());
+  let r = route(&decoy, &target);
+  let dir = tempfile::tempdir().unwrap();
+  let tok = token();
+  let opts = IsolationOptions::from_json(json!({
+    "mode": "native",
+    "namespaces": {"pid": false, "net": false, "mount": false},
+  }))
+  .unwrap();
+  let mut plan = Plan::resolve(&opts, dir.path(), probe()).unwrap().unwrap();
+  plan.landlock_abi = 5;
+  plan.net_route = Some(r);
+  let c = |s: &str| CString::new(s).unwrap();
+  let spec = SpawnSpec {
+    program: c("/bin/sleep"),
+    argv: vec![c("sleep"), c(&tok)],
+    env: vec![],
+    cwd: c(dir.path().to_str().unwrap()),
+  };
+  let limits = RunLimits {
+    timeout: Some(Duration::from_secs(30)),
+    max_output_bytes: 1 << 20,
+    kill_grace: Duration::ZERO,
+  };
+  let out = supervisor::run_blocking(
+    &supervisor(),
+    JobTerms {
+      spec: &spec,
+      isolation: Some(&plan),
+      limits: &limits,
+    },
+    Duration::from_millis(100),
+    &StopCell::<&'static str>::new(),
+    &mut finn_sandbox::core::exec::later::Nothing,
+    |_| (),
+  );
+  match out {
+    Err(RunError::Isolation(failed)) => {
+      assert_eq!(failed.layer, Layer::Seccomp, "{failed:?}");
+      assert_eq!(failed.errno, nix::errno::Errno::EOPNOTSUPP, "{failed:?}");
+    }
+    other => panic!("{:?}", other.map(|f| f.ended_by)),
+  }
+  assert_eq!(holders(&tok), Vec::<i32>::new());
 }
 
 /// The attacks that need a syscall no shell tool makes. Does nothing unless `FINN_ROUTE` is set.
