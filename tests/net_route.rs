@@ -149,10 +149,22 @@ fn run_in(
   route: NetRoute,
   timeout: Duration,
 ) -> Job {
+  run_under(dir, argv, env, Some(route), timeout)
+}
+
+/// [`run_in`] with `route`, or without one and with the network allowed.
+fn run_under(
+  dir: &std::path::Path,
+  argv: &[&str],
+  env: &[(&str, String)],
+  route: Option<NetRoute>,
+  timeout: Duration,
+) -> Job {
   let opts = IsolationOptions::from_json(json!({
     "mode": "native",
     "namespaces": {"pid": false, "net": false, "mount": false},
     "unixSockets": "allow",
+    "network": if route.is_some() { "deny" } else { "allow" },
   }))
   .unwrap();
   let mut plan = Plan::resolve(&opts, dir, probe()).unwrap().unwrap();
@@ -161,7 +173,7 @@ fn run_in(
     "{:?}",
     plan.layers
   );
-  plan.net_route = Some(route);
+  plan.net_route = route;
   let c = |s: &str| CString::new(s).unwrap();
   let mut envs = vec![c("PATH=/usr/local/bin:/usr/bin:/bin")];
   envs.extend(env.iter().map(|(k, v)| c(&format!("{k}={v}"))));
@@ -651,6 +663,51 @@ fn without_the_landlock_signal_scope_the_route_is_unavailable() {
   assert_eq!(holders(&tok), Vec::<i32>::new());
 }
 
+/// The cost of a connect through the route: 2,000 connects to the proxy address from inside a
+/// routed job, against 2,000 to the target from the test itself. Measures, does not test:
+/// `cargo test --release --test net_route route_connect_cost -- --ignored --nocapture`.
+#[test]
+#[ignore = "measurement; run by hand"]
+fn route_connect_cost() {
+  needs_route!();
+  // A target that accepts and closes at once, so its queue never fills.
+  let sink = TcpListener::bind("127.0.0.1:0").unwrap();
+  let at = sink.local_addr().unwrap();
+  std::thread::spawn(move || {
+    for c in sink.incoming() {
+      drop(c)
+    }
+  });
+  let decoy = Untouched::start();
+  let r = NetRoute {
+    proxy: SocketAddr::from(([127, 0, 0, 1], decoy.port())),
+    target: at,
+  };
+  let job = helper("connect-loop", "2000", r);
+  let routed = job.stdout().to_string();
+  // The same loop in a job with the network allowed, straight to the target.
+  let dir = tempfile::tempdir().unwrap();
+  let exe = std::env::current_exe().unwrap();
+  let direct = run_under(
+    dir.path(),
+    &[
+      exe.to_str().unwrap(),
+      "--exact",
+      "route_helper",
+      "--nocapture",
+      "--test-threads=1",
+    ],
+    &[
+      ("FINN_ROUTE", "connect-loop".to_string()),
+      ("FINN_ROUTE_ARG", "2000".to_string()),
+      ("FINN_ROUTE_PROXY_PORT", at.port().to_string()),
+    ],
+    None,
+    Duration::from_secs(60),
+  );
+  println!("{routed}{}", direct.stdout().replace("routed:", "direct:"));
+}
+
 /// The attacks that need a syscall no shell tool makes. Does nothing unless `FINN_ROUTE` is set.
 #[test]
 fn route_helper() {
@@ -673,6 +730,16 @@ fn route_helper() {
   unsafe {
     match attack.as_str() {
       "race" => race(arg.parse().unwrap()),
+      "connect-loop" => {
+        let n: u32 = arg.parse().unwrap();
+        let at = SocketAddr::from(([127, 0, 0, 1], proxy_port()));
+        let start = Instant::now();
+        for _ in 0..n {
+          drop(TcpStream::connect(at).unwrap());
+        }
+        let us = start.elapsed().as_secs_f64() * 1e6 / f64::from(n);
+        println!("routed: {us:.1} us per connect");
+      }
       "sockets" => {
         for (name, family, ty, proto) in [
           ("udp", libc::AF_INET, libc::SOCK_DGRAM, 0),
