@@ -399,6 +399,29 @@ fn a_sockaddr_rewritten_during_the_connect_still_lands_only_on_the_target() {
 }
 
 #[test]
+fn a_thread_with_a_file_table_of_its_own_has_its_own_socket_connected() {
+  needs_route!();
+  let (target, decoy) = (Target::start(), Untouched::start());
+  let r = route(&decoy, &target);
+  let job = helper("thread-files", "", r);
+  assert!(
+    job.stdout().contains("thread connect ok"),
+    "{}\n{}",
+    job.stdout(),
+    job.stderr()
+  );
+  let until = Instant::now() + Duration::from_secs(10);
+  while !target
+    .lines()
+    .contains(&"GET http://thread.test/ HTTP/1.1".to_string())
+  {
+    assert!(Instant::now() < until, "{:?}", target.lines());
+    std::thread::sleep(Duration::from_millis(10));
+  }
+  decoy.assert_untouched("what listens at the proxy address");
+}
+
+#[test]
 fn udp_raw_packet_netlink_and_sctp_sockets_are_refused() {
   needs_route!();
   let (target, decoy) = (Target::start(), Untouched::start());
@@ -730,6 +753,7 @@ fn route_helper() {
   unsafe {
     match attack.as_str() {
       "race" => race(arg.parse().unwrap()),
+      "thread-files" => thread_with_its_own_files(),
       "connect-loop" => {
         let n: u32 = arg.parse().unwrap();
         let at = SocketAddr::from(([127, 0, 0, 1], proxy_port()));
@@ -866,6 +890,79 @@ fn route_helper() {
       other => panic!("unknown attack {other}"),
     }
   }
+}
+
+/// A thread cloned without `CLONE_FILES` (a file table of its own) makes a socket and connects it
+/// to the proxy address: the reaper must take the thread's socket, not the fd of that number in
+/// its process's table (where none is open).
+fn thread_with_its_own_files() {
+  use std::sync::atomic::{AtomicI32, AtomicU16, Ordering};
+  static PORT: AtomicU16 = AtomicU16::new(0);
+  static DONE: AtomicI32 = AtomicI32::new(0);
+  // Raw calls only: the thread shares this one's thread pointer, so nothing that uses Rust's
+  // thread-locals runs in it.
+  extern "C" fn body(_: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: socket calls on the thread's own fds, buffers on its stack; exits the thread.
+    unsafe {
+      let mut sin: libc::sockaddr_in = std::mem::zeroed();
+      sin.sin_family = libc::AF_INET as u16;
+      sin.sin_port = PORT.load(Ordering::SeqCst).to_be();
+      sin.sin_addr.s_addr = u32::from_ne_bytes([127, 0, 0, 1]);
+      let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+      let r = libc::connect(
+        s,
+        (&sin as *const libc::sockaddr_in).cast(),
+        std::mem::size_of::<libc::sockaddr_in>() as u32,
+      );
+      let result = if r == 0 {
+        let req = b"GET http://thread.test/ HTTP/1.1\r\n\r\n";
+        libc::write(s, req.as_ptr().cast(), req.len());
+        1
+      } else {
+        2 + *libc::__errno_location()
+      };
+      DONE.store(result, Ordering::SeqCst);
+      libc::syscall(libc::SYS_exit, 0);
+    }
+    0
+  }
+  PORT.store(proxy_port(), Ordering::SeqCst);
+  let mut stack = vec![0u8; 256 * 1024];
+  let flags = libc::CLONE_VM
+    | libc::CLONE_FS
+    | libc::CLONE_SIGHAND
+    | libc::CLONE_THREAD
+    | libc::CLONE_SYSVSEM
+    | libc::CLONE_PARENT_SETTID
+    | libc::CLONE_CHILD_CLEARTID;
+  // Set to the thread's id by the clone, cleared by the kernel once the thread is gone.
+  static TID: AtomicI32 = AtomicI32::new(0);
+  // SAFETY: the stack outlives the thread (this function waits for the kernel to clear its id);
+  // `body` makes raw calls only and ends with SYS_exit.
+  let tid = unsafe {
+    libc::clone(
+      body,
+      stack.as_mut_ptr().add(stack.len()).cast(),
+      flags,
+      std::ptr::null_mut(),
+      TID.as_ptr(),
+      std::ptr::null_mut::<libc::c_void>(),
+      TID.as_ptr(),
+    )
+  };
+  assert!(tid > 0, "clone: {}", std::io::Error::last_os_error());
+  while DONE.load(Ordering::SeqCst) == 0 {
+    std::thread::yield_now();
+  }
+  match DONE.load(Ordering::SeqCst) {
+    1 => println!("thread connect ok"),
+    v => println!("thread connect failed: errno {}", v - 2),
+  }
+  // The stack is freed only once the thread is gone: its SYS_exit runs on it.
+  while TID.load(Ordering::SeqCst) != 0 {
+    std::thread::yield_now();
+  }
+  drop(stack);
 }
 
 /// Connects 2,000 times to the address in one shared buffer while another thread rewrites it
