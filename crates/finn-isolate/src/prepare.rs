@@ -225,6 +225,17 @@ impl Drop for PidnsAtFork {
 
 /// Builds everything `plan` asks for. Each layer's failure names the layer.
 pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
+  if plan.net_route.is_some()
+    && !(plan.layers.seccomp
+      && plan.layers.landlock
+      && plan.landlock_abi >= 6
+      && plan.bwrap.is_none())
+  {
+    // The reaper's answers lean on landlock denying the job's own TCP connects and binds, and
+    // on the landlock signal scope (without it the helpers' watch puts a listener of its own on
+    // the job, and the kernel allows one per chain). Refused before anything is built.
+    return Err(route_unavailable());
+  }
   let l = plan.limits;
   let cgroup = if plan.layers.cgroup {
     let name = uuid::Uuid::new_v4().simple().to_string();
@@ -251,7 +262,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
   } else {
     Vec::new()
   };
-  let landlock_fd: Result<_, IsolationError> = if plan.layers.landlock {
+  let landlock_fd = if plan.layers.landlock {
     let fd = ll::build(&FsRules {
       read_roots: &plan.read_roots,
       deny_read: &landlock_deny(plan.layers, &plan.deny_read),
@@ -263,26 +274,11 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       abi: plan.landlock_abi,
     })
     .map_err(|e| IsolationError::prepare(Layer::Landlock, e))?;
-    Ok(Some(fd))
+    Some(fd)
   } else {
-    Ok(None)
+    None
   };
 
-  if plan.net_route.is_some()
-    && !(plan.layers.seccomp
-      && plan.layers.landlock
-      && plan.landlock_abi >= 6
-      && plan.bwrap.is_none())
-  {
-    // The reaper's answers lean on landlock denying the job's own TCP connects and binds, and
-    // on the landlock signal scope (the scope's absence puts a listener of its own on the
-    // job, and the kernel allows one per chain).
-    return Err(IsolationError::prepare(
-      Layer::Seccomp,
-      std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
-    ));
-  }
-  let landlock_fd = landlock_fd?;
   let seccomp = if plan.layers.seccomp {
     seccomp::compile(SeccompRules {
       deny_network: plan.deny_network,
@@ -322,7 +318,8 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
         from_child,
       })
     }
-    _ => None,
+    (Some(_), _) => return Err(route_unavailable()),
+    (None, _) => None,
   };
 
   Ok(Prepared {
@@ -350,6 +347,14 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     report: plan.report(),
     held: None,
   })
+}
+
+/// A route this host or plan cannot carry: the job fails naming `seccomp`, whose layer it is.
+fn route_unavailable() -> IsolationError {
+  IsolationError::prepare(
+    Layer::Seccomp,
+    std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+  )
 }
 
 /// `/proc/sys` is read-only for the job: its mount namespace makes every mount read-only but
