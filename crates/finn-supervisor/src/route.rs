@@ -5,8 +5,9 @@
 //! For each call the reaper takes the job's socket (`pidfd_getfd`: the same socket, not a copy
 //! of it) and reads the address from the job's memory into its own; then it acts on that socket
 //! with that copy. A connect to the proxy address is made to the route's target, whatever the
-//! job writes afterwards; a bind to 127.0.0.1 or ::1 is made as asked; a `listen` is made on a
-//! socket bound there. Everything else fails (`ECONNREFUSED` for a connect, `EACCES` for a
+//! job writes afterwards, and one to a listener of the job's own to that listener; a bind to
+//! 127.0.0.1 or ::1 is made as asked; a `listen` is made on a socket bound there (or a Unix
+//! one). Everything else fails (`ECONNREFUSED` for a connect, `EACCES` for a
 //! bind or listen). Only a Unix socket's `connect` and `bind` are carried out by the kernel in
 //! the job's own context (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`: its path is the job's, and the
 //! job's landlock domain judges it): a TCP socket swapped in under the same fd number meanwhile
@@ -15,7 +16,9 @@
 //! The job's process is identified by the notification's pid, checked still waiting
 //! (`SECCOMP_IOCTL_NOTIF_ID_VALID`) after the pidfd is opened and after its memory is read, so
 //! a pid reused meanwhile is never acted on. A process that dies mid-call leaves an answer the
-//! kernel drops (`ENOENT`); nothing here waits on the job.
+//! kernel drops (`ENOENT`); nothing here waits on the job. A blocking socket's connect waits
+//! for the target, at most [`CONNECT_BOUND`], with the reaper's loop held meanwhile: only a
+//! target whose accept queue is full makes it wait.
 
 use std::io;
 use std::net::SocketAddr;
