@@ -229,11 +229,13 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     && !(plan.layers.seccomp
       && plan.layers.landlock
       && plan.landlock_abi >= 6
-      && plan.bwrap.is_none())
+      && plan.bwrap.is_none()
+      && plan.egress.is_none())
   {
     // The reaper's answers lean on landlock denying the job's own TCP connects and binds, and
     // on the landlock signal scope (without it the helpers' watch puts a listener of its own on
-    // the job, and the kernel allows one per chain). Refused before anything is built.
+    // the job, and the kernel allows one per chain). A job with a network namespace of its
+    // own takes rung 1's route instead. Refused before anything is built.
     return Err(route_unavailable());
   }
   let l = plan.limits;
