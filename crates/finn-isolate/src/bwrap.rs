@@ -375,6 +375,13 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
   let Some(bwrap) = &plan.bwrap else {
     return prepare(plan).map(Isolated::Native);
   };
+  if plan.net_route.is_some() {
+    // The route is the native backend's (`route.rs`).
+    return Err(IsolationError::prepare(
+      Layer::Seccomp,
+      std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+    ));
+  }
   // The native preparation with every layer but the cgroup off: rlimits and the cgroup.
   let base = prepare(&Plan {
     layers: Layers {
@@ -382,6 +389,7 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
       ..Layers::default()
     },
     bwrap: None,
+    net_route: None,
     ..plan.clone()
   })?;
   let seccomp_fds = if plan.layers.seccomp {
@@ -390,6 +398,7 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
       deny_unix: plan.deny_unix,
       // As native: refused rather than an IPC namespace (`--unshare-ipc` costs ~2.6 ms).
       deny_ipc: true,
+      route: false,
     })
     .map_err(|e| IsolationError::prepare(Layer::Seccomp, e))?;
     programs
@@ -438,6 +447,14 @@ pub fn prepare_job(plan: &Plan) -> Result<Isolated, IsolationError> {
 }
 
 impl Isolated {
+  /// See [`Prepared::take_route`]; the bwrap backend has no route.
+  pub fn take_route(&mut self) -> Option<(super::route::NetRoute, OwnedFd)> {
+    match self {
+      Isolated::Native(p) => p.take_route(),
+      Isolated::Bwrap(_) => None,
+    }
+  }
+
   pub fn report(&self) -> &IsolationReport {
     match self {
       Isolated::Native(p) => p.report(),
@@ -1014,6 +1031,7 @@ mod tests {
       deny_network: true,
       deny_unix: true,
       deny_ipc: false,
+      route: false,
     })
     .unwrap();
     let b = bpf_bytes(&progs[0]);

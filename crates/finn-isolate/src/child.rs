@@ -95,6 +95,11 @@ impl Prepared {
       check(unsafe { libc::syscall(libc::SYS_landlock_restrict_self, fd.as_raw_fd(), 0u32) })
         .map_err(failed(Layer::Landlock))?;
     }
+    if let Some(route) = &self.route {
+      // The one program, with a listener that goes to the reaper before the command runs.
+      return super::route::install_and_send(&route.prog, &route.to_reaper)
+        .map_err(failed(Layer::Seccomp));
+    }
     for prog in &self.seccomp {
       // apply_filter builds its `sock_fprog` on the stack and makes two syscalls; its error
       // carries an io::Error from errno, which does not allocate.

@@ -15,6 +15,7 @@ mod plan;
 mod prepare;
 mod probe;
 mod release;
+mod route;
 mod seccomp;
 mod userns;
 
@@ -36,5 +37,8 @@ pub use prepare::{IsolationReport, PidnsAtFork, Prepared, prepare};
 pub use probe::{
   AbiMaxError, CgroupKind, Doctor, LANDLOCK_ABI_MAX_VAR, LANDLOCK_RIGHTS, LayerReport, Probe,
   doctor, landlock_abi_max, probe,
+};
+pub use route::{
+  BindVerdict, ConnectVerdict, NetRoute, bind as route_bind, listen as route_listen, parse_sockaddr,
 };
 pub use seccomp::{guard_helpers, hand_over, seccomp_instructions};

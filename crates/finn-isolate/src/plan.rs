@@ -130,6 +130,11 @@ pub struct Plan {
   /// `FINN_SANDBOX_LANDLOCK_ABI_MAX` caps it (rights and scopes of later ABIs are left out).
   #[serde(default)]
   pub landlock_abi: i32,
+  /// The job's network goes through its reaper to one address (`route.rs`). Set by the one who
+  /// runs the job's proxy, never from the public options; needs the native backend with
+  /// landlock (ABI 6) and seccomp.
+  #[serde(default)]
+  pub net_route: Option<super::route::NetRoute>,
   /// Not serialized: sent as fds beside the plan.
   #[serde(skip)]
   pub checked: CheckedRoots,
@@ -205,6 +210,7 @@ impl Plan {
       bwrap: None,
       cwd: roots.cwd,
       landlock_abi: probe.landlock.unwrap_or(0),
+      net_route: None,
       checked: roots.checked,
     };
     if let Some(bwrap) = super::bwrap::choose(opts, probe)? {

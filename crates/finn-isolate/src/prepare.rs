@@ -50,6 +50,9 @@ pub struct Prepared {
   /// Shared with the reaper's cache of carved rulesets (`landlock::build`).
   pub(super) landlock_fd: Option<Arc<OwnedFd>>,
   pub(super) seccomp: Vec<BpfProgram>,
+  /// The network through the reaper (`route.rs`): the filter is `seccomp`'s one program,
+  /// installed with a listener that goes to the reaper.
+  pub(super) route: Option<RouteEnds>,
   /// The working directory that passed the check: the child enters it with `fchdir` before
   /// any namespace is made (so the new mount namespace carries it over), whatever its path
   /// names by then.
@@ -160,6 +163,28 @@ impl Prepared {
   }
 }
 
+/// The two ends of the socket pair the child sends its filter's listener over (`route.rs`).
+pub(super) struct RouteEnds {
+  pub(super) route: super::route::NetRoute,
+  /// The program, as `seccomp`'s, in the kernel's layout.
+  pub(super) prog: Vec<libc::sock_filter>,
+  /// The child's end (close-on-exec).
+  pub(super) to_reaper: OwnedFd,
+  /// The reaper's end.
+  from_child: OwnedFd,
+}
+
+impl Prepared {
+  /// In the reaper, once the command runs: the route and the listener of the job's filter (see
+  /// `route.rs`), for the reaper to answer the job's `connect`, `bind` and `listen`. `None`
+  /// without a route, or once taken.
+  pub fn take_route(&mut self) -> Option<(super::route::NetRoute, OwnedFd)> {
+    let ends = self.route.take()?;
+    let listener = super::route::receive_listener(&ends.from_child)?;
+    Some((ends.route, listener))
+  }
+}
+
 /// The calling thread's next child is pid 1 of a new pid namespace until this is dropped
 /// ([`Prepared::pid_namespace_at_fork`]).
 #[derive(Debug)]
@@ -200,6 +225,19 @@ impl Drop for PidnsAtFork {
 
 /// Builds everything `plan` asks for. Each layer's failure names the layer.
 pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
+  if plan.net_route.is_some()
+    && !(plan.layers.seccomp
+      && plan.layers.landlock
+      && plan.landlock_abi >= 6
+      && plan.bwrap.is_none()
+      && plan.egress.is_none())
+  {
+    // The reaper's answers lean on landlock denying the job's own TCP connects and binds, and
+    // on the landlock signal scope (without it the helpers' watch puts a listener of its own on
+    // the job, and the kernel allows one per chain). A job with a network namespace of its
+    // own takes rung 1's route instead. Refused before anything is built.
+    return Err(route_unavailable());
+  }
   let l = plan.limits;
   let cgroup = if plan.layers.cgroup {
     let name = uuid::Uuid::new_v4().simple().to_string();
@@ -232,7 +270,8 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       deny_read: &landlock_deny(plan.layers, &plan.deny_read),
       writable: &plan.writable,
       writable_fds: &plan.checked.writable,
-      deny_network: plan.deny_network,
+      // With the route, the job's own TCP connects and binds are denied: the reaper makes them.
+      deny_network: plan.deny_network || plan.net_route.is_some(),
       deny_unix: plan.deny_unix,
       abi: plan.landlock_abi,
     })
@@ -246,6 +285,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     seccomp::compile(SeccompRules {
       deny_network: plan.deny_network,
       deny_unix: plan.deny_unix,
+      route: plan.net_route.is_some(),
       // Not an IPC namespace: making one costs ~2.6 ms per exec as nobody (measured with
       // tests/isolate_cost.rs), more than all the other layers together.
       deny_ipc: true,
@@ -253,6 +293,35 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     .map_err(|e| IsolationError::prepare(Layer::Seccomp, e))?
   } else {
     Vec::new()
+  };
+  let route = match (plan.net_route, seccomp.as_slice()) {
+    (Some(route), [prog]) => {
+      use nix::sys::socket::{AddressFamily, SockFlag, SockType, socketpair};
+      let (to_reaper, from_child) = socketpair(
+        AddressFamily::Unix,
+        SockType::SeqPacket,
+        None,
+        SockFlag::SOCK_CLOEXEC,
+      )
+      .map_err(|e| IsolationError::prepare(Layer::Seccomp, std::io::Error::from(e)))?;
+      let prog = prog
+        .iter()
+        .map(|i| libc::sock_filter {
+          code: i.code,
+          jt: i.jt,
+          jf: i.jf,
+          k: i.k,
+        })
+        .collect();
+      Some(RouteEnds {
+        route,
+        prog,
+        to_reaper,
+        from_child,
+      })
+    }
+    (Some(_), _) => return Err(route_unavailable()),
+    (None, _) => None,
   };
 
   Ok(Prepared {
@@ -270,6 +339,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     cap_last_cap: plan.cap_last_cap,
     landlock_fd,
     seccomp,
+    route,
     cwd_fd: plan.checked.cwd.clone(),
     egress: if plan.egress.is_some() {
       Some(super::egress::Link::new().map_err(|e| IsolationError::prepare(Layer::Netns, e))?)
@@ -279,6 +349,14 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     report: plan.report(),
     held: None,
   })
+}
+
+/// A route this host or plan cannot carry: the job fails naming `seccomp`, whose layer it is.
+fn route_unavailable() -> IsolationError {
+  IsolationError::prepare(
+    Layer::Seccomp,
+    std::io::Error::from_raw_os_error(libc::EOPNOTSUPP),
+  )
 }
 
 /// `/proc/sys` is read-only for the job: its mount namespace makes every mount read-only but

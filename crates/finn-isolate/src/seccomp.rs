@@ -35,6 +35,12 @@ pub struct SeccompRules {
   /// uid are not files, landlock does not see them, and an IPC namespace costs ~2.6 ms per exec
   /// as nobody.
   pub deny_ipc: bool,
+  /// The network through the reaper (`route.rs`), in place of `deny_network`'s rule: `socket()`
+  /// makes only TCP sockets (`AF_INET`/`AF_INET6`, `SOCK_STREAM`, protocol 0 or TCP) and Unix
+  /// ones (unless `deny_unix`); `connect`, `bind` and `listen` wait for the filter's listener
+  /// (the reaper); TCP fast open (`MSG_FASTOPEN`, which connects from `sendto`/`sendmsg`) is
+  /// refused.
+  pub route: bool,
 }
 
 impl SeccompRules {
@@ -44,6 +50,7 @@ impl SeccompRules {
     deny_network: true,
     deny_unix: true,
     deny_ipc: true,
+    route: false,
   };
 }
 
@@ -120,10 +127,11 @@ const CLONE_NS_FLAGS: &[u64] = &[
 /// The programs to install, in order (one). Built once per set of rules and kept: a job's
 /// preparation copies it.
 pub fn compile(rules: SeccompRules) -> Result<Vec<BpfProgram>, SeccompError> {
-  static COMPILED: [OnceLock<BpfProgram>; 8] = [const { OnceLock::new() }; 8];
+  static COMPILED: [OnceLock<BpfProgram>; 16] = [const { OnceLock::new() }; 16];
   let slot = &COMPILED[usize::from(rules.deny_network)
     | usize::from(rules.deny_unix) << 1
-    | usize::from(rules.deny_ipc) << 2];
+    | usize::from(rules.deny_ipc) << 2
+    | usize::from(rules.route) << 3];
   if let Some(prog) = slot.get() {
     return Ok(vec![prog.clone()]);
   }
@@ -211,6 +219,9 @@ fn listed(rules: SeccompRules) -> Result<BTreeMap<i64, Listed>, SeccompError> {
   )?])?);
   map.insert(libc::SYS_ioprio_set, ioprio);
 
+  if rules.route {
+    return routed(map, rules.deny_unix);
+  }
   let socket_rules = match (rules.deny_network, rules.deny_unix) {
     (true, true) => Some(vec![]),
     (true, false) => Some(vec![SeccompRule::new(vec![SeccompCondition::new(
@@ -239,6 +250,87 @@ fn listed(rules: SeccompRules) -> Result<BTreeMap<i64, Listed>, SeccompError> {
       action: Action::Errno(libc::ENOSYS),
     },
   );
+  Ok(listed)
+}
+
+/// [`listed`] for a job whose network goes through its reaper (`route.rs`): `map` holds every
+/// other rule; the socket calls are added here.
+fn routed(
+  mut map: BTreeMap<i64, Vec<SeccompRule>>,
+  deny_unix: bool,
+) -> Result<BTreeMap<i64, Listed>, SeccompError> {
+  let cond =
+    |arg: u8, op: SeccompCmpOp, v: u64| SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, v);
+  let (unix, inet, inet6) = (
+    libc::AF_UNIX as u64,
+    libc::AF_INET as u64,
+    libc::AF_INET6 as u64,
+  );
+  // socket(family, type, protocol) is refused when the family is none of the three, ...
+  let mut socket = vec![SeccompRule::new(vec![
+    cond(0, SeccompCmpOp::Ne, unix)?,
+    cond(0, SeccompCmpOp::Ne, inet)?,
+    cond(0, SeccompCmpOp::Ne, inet6)?,
+  ])?];
+  if deny_unix {
+    socket.push(SeccompRule::new(vec![cond(0, SeccompCmpOp::Eq, unix)?])?);
+  }
+  for family in [inet, inet6] {
+    // ... or an IP socket's type (its low 4 bits; SOCK_NONBLOCK and SOCK_CLOEXEC sit above
+    // them, and the kernel refuses any other high bit) is not SOCK_STREAM (1): bit 0 clear, or
+    // any of bits 1-3 set. UDP, raw, packet and SCTP's SOCK_SEQPACKET all fail here.
+    socket.push(SeccompRule::new(vec![
+      cond(0, SeccompCmpOp::Eq, family)?,
+      cond(1, SeccompCmpOp::MaskedEq(1), 0)?,
+    ])?);
+    for bit in [2u64, 4, 8] {
+      socket.push(SeccompRule::new(vec![
+        cond(0, SeccompCmpOp::Eq, family)?,
+        cond(1, SeccompCmpOp::MaskedEq(bit), bit)?,
+      ])?);
+    }
+    // ... or its protocol is neither 0 nor TCP: SCTP's one-to-one sockets are SOCK_STREAM too,
+    // and connect from `sendmsg`; landlock's TCP rules do not cover them.
+    socket.push(SeccompRule::new(vec![
+      cond(0, SeccompCmpOp::Eq, family)?,
+      cond(2, SeccompCmpOp::Ne, 0)?,
+      cond(2, SeccompCmpOp::Ne, libc::IPPROTO_TCP as u64)?,
+    ])?);
+  }
+  map.insert(libc::SYS_socket, socket);
+  // TCP fast open connects from the first send, to the address passed to it.
+  let fastopen = libc::MSG_FASTOPEN as u64;
+  for (nr, flags_arg) in [
+    (libc::SYS_sendto, 3),
+    (libc::SYS_sendmsg, 2),
+    (libc::SYS_sendmmsg, 3),
+  ] {
+    map.insert(
+      nr,
+      vec![SeccompRule::new(vec![cond(
+        flags_arg,
+        SeccompCmpOp::MaskedEq(fastopen),
+        fastopen,
+      )?])?],
+    );
+  }
+  let mut listed = refused(map, Action::Errno(libc::EPERM));
+  listed.insert(
+    libc::SYS_clone3,
+    Listed {
+      rules: vec![],
+      action: Action::Errno(libc::ENOSYS),
+    },
+  );
+  for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen] {
+    listed.insert(
+      nr,
+      Listed {
+        rules: vec![],
+        action: Action::Notify,
+      },
+    );
+  }
   Ok(listed)
 }
 
@@ -535,6 +627,7 @@ mod tests {
             deny_network,
             deny_unix,
             deny_ipc,
+            route: false,
           };
           let ours = compile(rules).unwrap();
           assert_eq!(ours.len(), 1);
@@ -684,6 +777,81 @@ mod tests {
       call(libc::SYS_pidfd_send_signal, [3, 9, 0]),
       libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32
     );
+  }
+
+  /// The route's filter (`route.rs`): TCP and (unless denied) Unix sockets only, whatever the
+  /// flags beside the type; connect, bind and listen to the listener; fast open refused; every
+  /// other rule as in the strictest filter.
+  #[test]
+  fn the_routed_filter_makes_only_tcp_and_unix_sockets_and_hands_over_connects() {
+    let perm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+    let (allow, notify) = (libc::SECCOMP_RET_ALLOW, libc::SECCOMP_RET_USER_NOTIF);
+    for deny_unix in [false, true] {
+      let prog = compile(SeccompRules {
+        deny_unix,
+        route: true,
+        ..SeccompRules::STRICTEST
+      })
+      .unwrap();
+      let call = |nr: i64, args: [u64; 4]| {
+        let data = libc::seccomp_data {
+          nr: nr as i32,
+          arch: bpf::AUDIT_ARCH_X86_64,
+          instruction_pointer: 0,
+          args: [args[0], args[1], args[2], args[3], 0, 0],
+        };
+        verdict(&prog, &data)
+      };
+      let socket =
+        |f: i32, t: i32, p: i32| call(libc::SYS_socket, [f as u64, t as u64, p as u64, 0]);
+      let (inet, inet6, unix) = (libc::AF_INET, libc::AF_INET6, libc::AF_UNIX);
+      let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+      for family in [inet, inet6] {
+        assert_eq!(socket(family, libc::SOCK_STREAM, 0), allow);
+        assert_eq!(
+          socket(family, libc::SOCK_STREAM | flags, libc::IPPROTO_TCP),
+          allow
+        );
+        for ty in [
+          libc::SOCK_DGRAM,
+          libc::SOCK_RAW,
+          libc::SOCK_SEQPACKET,
+          libc::SOCK_RDM,
+          libc::SOCK_DGRAM | flags,
+          libc::SOCK_STREAM | 2,
+          libc::SOCK_STREAM | 8,
+          0,
+        ] {
+          assert_eq!(socket(family, ty, 0), perm, "{family} type {ty:#x}");
+        }
+        for proto in [libc::IPPROTO_SCTP, libc::IPPROTO_MPTCP, libc::IPPROTO_UDP] {
+          assert_eq!(
+            socket(family, libc::SOCK_STREAM, proto),
+            perm,
+            "{family} {proto}"
+          );
+        }
+      }
+      for family in [libc::AF_PACKET, libc::AF_NETLINK, libc::AF_VSOCK, 0, 255] {
+        assert_eq!(socket(family, libc::SOCK_STREAM, 0), perm, "{family}");
+      }
+      let unix_verdict = if deny_unix { perm } else { allow };
+      assert_eq!(socket(unix, libc::SOCK_STREAM, 0), unix_verdict);
+      assert_eq!(socket(unix, libc::SOCK_DGRAM | flags, 0), unix_verdict);
+      for nr in [libc::SYS_connect, libc::SYS_bind, libc::SYS_listen] {
+        assert_eq!(call(nr, [3, 0, 16, 0]), notify);
+      }
+      let fastopen = libc::MSG_FASTOPEN as u64;
+      assert_eq!(call(libc::SYS_sendto, [3, 0, 1, fastopen]), perm);
+      assert_eq!(call(libc::SYS_sendto, [3, 0, 1, fastopen | 0x40]), perm);
+      assert_eq!(call(libc::SYS_sendto, [3, 0, 1, 0x40]), allow);
+      assert_eq!(call(libc::SYS_sendmsg, [3, 0, fastopen, 0]), perm);
+      assert_eq!(call(libc::SYS_sendmsg, [3, 0, 0, 0]), allow);
+      assert_eq!(call(libc::SYS_sendmmsg, [3, 0, 1, fastopen]), perm);
+      assert_eq!(call(libc::SYS_ptrace, [16, 1, 0, 0]), perm);
+      assert_eq!(call(libc::SYS_shmget, [0, 0, 0, 0]), perm);
+      assert_eq!(call(libc::SYS_read, [0, 0, 0, 0]), allow);
+    }
   }
 
   /// The sandbox filter's instruction counts, printed for `npm run bench` to quote and kept

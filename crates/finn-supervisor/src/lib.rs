@@ -11,6 +11,7 @@ pub mod entry;
 pub mod error;
 pub mod protocol;
 pub mod reaper;
+pub mod route;
 pub mod run;
 pub mod server;
 pub mod shell_job;

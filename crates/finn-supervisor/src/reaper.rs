@@ -25,6 +25,7 @@ use nix::unistd::Pid;
 use super::child::{self, StartError};
 use super::descendants::{Tree, descendants};
 use super::protocol::{FromReaper, Timeout, ToReaper};
+use super::route::NetCalls;
 use super::shield::{Guard, Watch};
 use super::wire::Conn;
 use finn_exec::lifecycle::{Action, Actions, COMMAND_END_BOUND, End, Event, Lifecycle};
@@ -361,6 +362,12 @@ impl Reaper {
       }
       _ => None,
     };
+    // The job's network through this reaper, on hosts without a network namespace for it (the
+    // child sent its filter's listener before exec; `route.rs`).
+    let net_calls = prepared
+      .as_mut()
+      .and_then(|p| p.take_route())
+      .map(|(route, listener)| NetCalls::new(route, listener));
     let mut life = Lifecycle::<()>::owner(
       deadline.map(|(at, _)| at),
       deadline.map_or(Duration::ZERO, |(_, grace)| grace),
@@ -372,6 +379,7 @@ impl Reaper {
       tree: Tree::new(self.me),
       host_gone: false,
       watch: listener.map(|l| Watch::new(l, self.me)),
+      net_calls,
     };
     // Sent first in the next report, or alone at this time.
     let mut spawned_due = Some(Instant::now() + SPAWNED_WITHIN);
@@ -439,6 +447,7 @@ impl Reaper {
         watch(job.watch.as_ref().map(Watch::fd)),
         watch(listening[0]),
         watch(listening[1]),
+        watch(job.net_calls.as_ref().map(NetCalls::fd)),
       ];
       poll(&mut fds, wake);
       if let Some(r) = &route
@@ -447,6 +456,17 @@ impl Reaper {
       {
         // The proxy is gone: the command's connections now find nothing listening.
         route = None;
+      }
+      if let Some(calls) = &mut job.net_calls {
+        let ready = fds[6].revents;
+        // Readable: a call waits. Hung up alone: no process of the job is left under it.
+        if ready & libc::POLLIN != 0 {
+          if calls.answer().is_err() {
+            job.net_calls = None;
+          }
+        } else if ready != 0 {
+          job.net_calls = None;
+        }
       }
       if let Some(w) = &job.watch {
         let ready = fds[3].revents;
@@ -630,6 +650,9 @@ struct ReaperJob {
   host_gone: bool,
   /// The listener of the job's watch, answered here (see `shield::watch_program`).
   watch: Option<Watch>,
+  /// The job's network through this reaper: its `connect`, `bind` and `listen`, answered here
+  /// (`route.rs`).
+  net_calls: Option<NetCalls>,
 }
 
 const NO_SPARE: &dyn Fn(i32) -> bool = &|_| false;
