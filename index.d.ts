@@ -109,8 +109,8 @@ export interface IsolationProbe {
   bwrap: string | false
   sysAdmin: boolean
   uid: number
-  /** The network allowlist's rung here: 1, a job gets a network namespace of its own whose only route is the egress proxy; 3, no namespace can be made and an allowlist means no network (docs/network.md). */
-  egress: 1 | 3
+  /** The network allowlist's rung here: 1, a job gets a network namespace of its own whose only route is the egress proxy; 2, no namespace can be made and the job's reaper makes each of its TCP connects, to the proxy or nowhere; 3, neither, and an allowlist means no network (docs/network.md). */
+  egress: 1 | 2 | 3
 }
 
 /** Why each isolation layer is or is not available here, and what would fix it. */
@@ -119,7 +119,7 @@ export interface IsolationDoctor {
   layers: Array<{ name: string; available: boolean; reason?: string; remedy?: string }>
   ms: number
   /** The network allowlist's rung (see `IsolationProbe.egress`), why, and what would raise it. */
-  egress: { rung: 1 | 3; reason: string; remedy?: string }
+  egress: { rung: 1 | 2 | 3; reason: string; remedy?: string }
 }
 
 /** Throws when `FINN_SANDBOX_LANDLOCK_ABI_MAX` is set to anything but a whole number. */

@@ -1125,7 +1125,9 @@ class ToolSandbox {
     }
     const cfg = isolation != null ? { ...config, isolation: JSON.stringify(isolation) } : { ...config }
     // A policy's `network` crosses as JSON too, so serde names the field of any error.
-    if (config != null && typeof config === 'object' && config.policies != null && typeof config.policies === 'object') {
+    const policies = config != null && typeof config === 'object' ? config.policies : undefined
+    // Only a plain object of policies: anything else goes as it is, for the addon to refuse.
+    if (policies != null && typeof policies === 'object' && !Array.isArray(policies) && Object.values(policies).some((p) => p != null && typeof p === 'object' && p.network !== undefined)) {
       cfg.policies = Object.fromEntries(
         Object.entries(config.policies).map(([name, p]) =>
           p != null && typeof p === 'object' && p.network !== undefined ? [name, { ...p, network: JSON.stringify(p.network) }] : [name, p],

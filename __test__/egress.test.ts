@@ -3,7 +3,7 @@
 // (allowed.test) and 127.0.0.2 (denied.test), named through `hosts`, stand in for the internet;
 // nothing here sends a byte outside 127.0.0.0/8, ::1 or the job's own namespace. Every refusal
 // is judged from the host: the server saw no connection. Every allowed request gets its bytes.
-import { spawnSync } from 'node:child_process'
+import { execFile, spawnSync } from 'node:child_process'
 import { createSocket, type Socket as UdpSocket } from 'node:dgram'
 import { mkdirSync, mkdtempSync, readFileSync, realpathSync, writeFileSync } from 'node:fs'
 import { createServer as createHttpServer, type Server as HttpServer } from 'node:http'
@@ -327,9 +327,66 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
   })
 })
 
+// Rung 2 where this host would take rung 1: a Node of its own with the test switch that makes
+// the probe find no namespaces (it only ever takes layers away).
+const probe = probeIsolation()
+const canRoute = probe.seccomp && typeof probe.landlock === 'number' && probe.landlock >= 6
+
+describe.skipIf(!canRoute)('rung 2: no namespace, the reaper makes every TCP connect of the job', () => {
+  test('curl reaches the allowed host through the proxy; a denied host, a direct connect, UDP and raw sockets do not', async () => {
+    const script = `
+      const sandbox = require(${JSON.stringify(join(import.meta.dirname, '..', 'index.js'))})
+      const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
+      const network = JSON.parse(process.env.NETWORK)
+      const run = (script) => pool.exec({ binaryPath: '/bin/bash', args: ['-c', script], cwd: process.env.DIR, env: JSON.parse(process.env.JOB_ENV), isolation: { mode: 'auto', network }, timeoutMs: 60000 })
+      ;(async () => {
+        const out = { rung: sandbox.probeIsolation().egress, results: [] }
+        for (const cmd of JSON.parse(process.env.COMMANDS)) {
+          const r = await run(cmd)
+          out.results.push({ stdout: r.stdout, exitCode: r.exitCode, applied: r.isolation && r.isolation.applied, degraded: r.isolation && r.isolation.degraded })
+        }
+        await pool.shutdown()
+        process.stdout.write(JSON.stringify(out))
+      })().catch((e) => { process.stdout.write(JSON.stringify({ error: String(e && e.message || e) })); })`
+    const py = (code: string) => `/usr/bin/python3 -c '${code}' 2>/dev/null && echo OPEN || echo REFUSED`
+    const commands = [
+      `curl -sS http://allowed.test:${allowed.port}/rung2-ok`,
+      `curl -sS http://denied.test:${denied.port}/rung2-no`,
+      `(exec 3<>/dev/tcp/127.0.0.1/${allowed.port}) 2>/dev/null && echo OPEN || echo REFUSED`,
+      `curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:${allowed.port}/rung2-direct >/dev/null 2>&1 && echo OPEN || echo REFUSED`,
+      py(`import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("127.0.0.1", ${udpPort}))`),
+      py('import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)'),
+    ]
+    const before = counts()
+    const datagramsBefore = datagrams
+    const env = { ...process.env, FINN_SANDBOX_TEST_HOOKS: '1', FINN_SANDBOX_TEST_NO_NAMESPACES: '1', NETWORK: JSON.stringify(network()), COMMANDS: JSON.stringify(commands), DIR: dir, JOB_ENV: JSON.stringify({ ...ENV, HOME: dir }) }
+    // Not spawnSync: the servers answer from this process's event loop.
+    const stdout = await new Promise<string>((resolve) =>
+      execFile(process.execPath, ['-e', script], { env, encoding: 'utf8', timeout: 120_000 }, (_err, out) => resolve(out)),
+    )
+    const out = JSON.parse(stdout || '{}')
+    expect(out.error).toBeUndefined()
+    expect(out.rung).toBe(2)
+    const [ok, refused, devTcp, direct, udp, raw] = out.results
+    expect(ok.stdout).toBe('allowed-http-5be1')
+    expect(ok.applied).toContain('egress')
+    expect(ok.applied).not.toContain('netns')
+    expect(refused.stdout).toContain('denied.test')
+    expect(refused.stdout).not.toContain('denied-http-0c7d')
+    expect([devTcp.stdout.trim(), direct.stdout.trim(), udp.stdout.trim(), raw.stdout.trim()]).toEqual(['REFUSED', 'REFUSED', 'REFUSED', 'REFUSED'])
+    // The allowed server saw the one request through the proxy; nothing else reached any server.
+    const after = counts()
+    expect(after[0]).toBe(before[0] + 1)
+    expect(after.slice(1)).toEqual(before.slice(1))
+    expect(allowed.paths).toContain('/rung2-ok')
+    expect(allowed.paths).not.toContain('/rung2-direct')
+    expect(datagrams).toBe(datagramsBefore)
+  })
+})
+
 describe('the option', () => {
   test('probeIsolation() and doctor() name the rung', () => {
-    expect([1, 3]).toContain(rung)
+    expect([1, 2, 3]).toContain(rung)
     expect(doctor().egress.rung).toBe(rung)
     expect(doctor().egress.reason.length).toBeGreaterThan(0)
   })

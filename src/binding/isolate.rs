@@ -78,10 +78,17 @@ pub fn probe_isolation_json() -> napi::Result<String> {
 
 /// Which rung of the network allowlist's ladder this host stands on: 1 where a job can get a
 /// network namespace of its own (root, or user namespaces), whose only route out is the
-/// proxy; 3 where it cannot, and an allowlist then means no network (refused when
-/// `required`). Rung 2 (seccomp and a pathname socket, without user namespaces) is not built.
+/// proxy; 2 where it cannot but seccomp and landlock ABI 6 let its reaper make every TCP
+/// connect of the job (`finn_isolate::route`); 3 otherwise, and an allowlist then means no
+/// network (refused when `required`).
 fn egress_rung(p: &isolate::Probe) -> u8 {
-  if p.sys_admin || p.userns { 1 } else { 3 }
+  if p.sys_admin || p.userns {
+    1
+  } else if p.seccomp && p.landlock.is_some_and(|abi| abi >= 6) {
+    2
+  } else {
+    3
+  }
 }
 
 /// The probe with `FINN_SANDBOX_LANDLOCK_ABI_MAX` applied; a bad value is an error naming it.
@@ -122,6 +129,11 @@ pub fn doctor_json() -> napi::Result<String> {
     1 => {
       serde_json::json!({"rung": 1, "reason": "a job with a network allowlist gets a network namespace of its own whose only route out is the pool's egress proxy"})
     }
+    2 => serde_json::json!({
+      "rung": 2,
+      "reason": "no network namespace can be made (no CAP_SYS_ADMIN and no user namespaces): a job with a network allowlist makes TCP sockets only, and its reaper makes every connect, to the pool's egress proxy or nowhere (seccomp user notification, landlock)",
+      "remedy": "nothing needed; user namespaces would give each job a network namespace of its own (rung 1)",
+    }),
     _ => serde_json::json!({
       "rung": 3,
       "reason": "no network namespace can be made (no CAP_SYS_ADMIN and no user namespaces): a job with a network allowlist gets no network (refused with ISOLATION_UNAVAILABLE when required)",

@@ -224,16 +224,18 @@ impl Plan {
       return Ok(Some(plan));
     }
     let mut native = NativeLayers::decide(opts, probe, deny_network, !base.protect.is_empty());
-    let egress = native.egress(opts, probe);
+    let route = native.egress(opts, probe);
     let (layers, degraded) = native.required()?;
     Ok(Some(Plan {
       deny_read: deny_host_ptys(base.deny_read),
       layers,
       degraded,
       // The job's own network namespace holds nothing but the route to the proxy: its
-      // sockets may be made and connected (seccomp and landlock leave TCP alone).
-      deny_network: deny_network && !egress,
-      egress: opts.egress.clone().filter(|_| egress),
+      // sockets may be made and connected (seccomp and landlock leave TCP alone). On rung 2
+      // the route's own rules replace the network's.
+      deny_network: deny_network && route.is_none(),
+      egress: opts.egress.clone().filter(|_| route.is_some()),
+      net_route: route.flatten(),
       ..base
     }))
   }
@@ -405,6 +407,16 @@ fn cgroup_layer(probe: &Probe) -> Decided {
   }
 }
 
+/// Rung 2's route: the job is told the proxy is at 127.0.0.1:[`PORT`](super::egress::PORT), as
+/// on rung 1; its reaper connects each connect to that address to a listener of its own, whose
+/// address it puts in `target` when the job starts.
+fn egress_route() -> super::route::NetRoute {
+  super::route::NetRoute {
+    proxy: std::net::SocketAddr::from(([127, 0, 0, 1], super::egress::PORT)),
+    target: std::net::SocketAddr::from(([127, 0, 0, 1], 0)),
+  }
+}
+
 /// Why a job on the bwrap backend gets no egress route.
 const EGRESS_ON_BWRAP: &str = "egress: the bwrap backend has no route to the egress proxy; the \
                                command's network is as `network` says";
@@ -499,13 +511,25 @@ impl NativeLayers {
     n
   }
 
-  /// A network allowlist: its route needs a network namespace of the job's own (root, or a
-  /// user namespace). Where none can be made, a required one is missing and otherwise named in
-  /// `degraded`: the command then gets no network at all, never all of it. Returns whether the
-  /// route is made; it turns the network namespace on.
-  fn egress(&mut self, opts: &IsolationOptions, probe: &Probe) -> bool {
-    if opts.egress.is_none() {
-      return false;
+  /// A network allowlist: its route is a network namespace of the job's own (root, or a user
+  /// namespace: rung 1), else the job's TCP through its reaper (seccomp user notification and
+  /// landlock ABI 6: rung 2, `route.rs`). Where neither can be made, a required one is missing
+  /// and otherwise named in `degraded`: the command then gets no network at all, never all of
+  /// it. Returns the route: `None` for none, `Some(None)` for rung 1 (it turns the network
+  /// namespace on), `Some(Some(route))` for rung 2.
+  fn egress(
+    &mut self,
+    opts: &IsolationOptions,
+    probe: &Probe,
+  ) -> Option<Option<super::route::NetRoute>> {
+    opts.egress.as_ref()?;
+    if !probe.sys_admin
+      && !probe.userns
+      && self.layers.seccomp
+      && self.layers.landlock
+      && probe.landlock.is_some_and(|abi| abi >= 6)
+    {
+      return Some(Some(egress_route()));
     }
     if !probe.sys_admin && !probe.userns {
       let why = probe.userns_reason.as_deref().unwrap_or("unknown");
@@ -522,11 +546,11 @@ impl NativeLayers {
       if (opts.required || opts.mode == Mode::Native) && opts.network == Access::Deny {
         self.missing.push("egress".into());
       }
-      return false;
+      return None;
     }
     self.layers.netns = true;
     self.layers.userns = user_namespace(self.layers, probe);
-    true
+    Some(None)
   }
 
   /// Records `d`'s reasons and whether it is missing; returns whether it applies.
@@ -1235,9 +1259,10 @@ mod tests {
     assert!(users.contains("/home/u/.ssh"));
   }
 
-  /// An allowlist's only route is a network namespace of the job's own. Where none can be
-  /// made, `required` refuses the job naming `egress`, and `auto` runs it with no network at
-  /// all (seccomp and landlock still refuse sockets), never with the whole network.
+  /// An allowlist's only route is a network namespace of the job's own, else its reaper (rung
+  /// 2). Where neither can be made, `required` refuses the job naming `egress`, and `auto`
+  /// runs it with no network at all (seccomp and landlock still refuse sockets), never with
+  /// the whole network.
   #[test]
   fn an_allowlist_gets_its_own_network_namespace_or_no_network() {
     let network = json!({"allow": ["github.com"]});
@@ -1260,8 +1285,25 @@ mod tests {
     };
     let p = resolve(&userns, false).unwrap().unwrap();
     assert!(p.layers.netns && p.layers.userns && p.egress.is_some() && !p.deny_network);
-    // Neither: no route, so no network; named in `degraded`, or refused when required.
+    // Neither, with seccomp and landlock ABI 6: the reaper makes the job's connects (rung 2),
+    // with no namespace; the route's own rules replace the network's.
     let p = resolve(&host(false), false).unwrap().unwrap();
+    assert!(
+      !p.layers.netns && p.egress.is_some() && !p.deny_network,
+      "{p:?}"
+    );
+    let route = p.net_route.expect("rung 2's route");
+    assert_eq!(route.proxy.port(), super::super::egress::PORT);
+    assert!(route.proxy.ip().is_loopback());
+    assert!(p.report().applied.contains(&"egress"), "{:?}", p.report());
+    // Neither, and landlock before ABI 6: no route, so no network; named in `degraded`, or
+    // refused when required.
+    let old = Probe {
+      landlock: Some(5),
+      ..host(false)
+    };
+    let p = resolve(&old, false).unwrap().unwrap();
+    assert!(p.net_route.is_none());
     assert!(
       p.egress.is_none() && p.deny_network && p.layers.seccomp,
       "{p:?}"
@@ -1274,10 +1316,22 @@ mod tests {
       "{:?}",
       p.degraded
     );
-    match resolve(&host(false), true) {
+    match resolve(&old, true) {
       Err(IsolationError::Unavailable(missing)) => assert!(missing.contains(&"egress".into())),
       other => panic!("{other:?}"),
     }
+    // Without seccomp: no route either.
+    let no_seccomp = Probe {
+      seccomp: false,
+      ..host(false)
+    };
+    assert!(
+      resolve(&no_seccomp, false)
+        .unwrap()
+        .unwrap()
+        .net_route
+        .is_none()
+    );
   }
 
   #[test]

@@ -60,6 +60,9 @@ pub struct Prepared {
   /// The job's route to the egress proxy: the socket pair its child sends its listeners over
   /// (`egress.rs`).
   pub(super) egress: Option<super::egress::Link>,
+  /// The job reaches the network only through the egress proxy: the proxy variables go in its
+  /// environment.
+  pub(super) egress_env: bool,
   report: IsolationReport,
   /// The job's mount namespace, held by its reaper once the command runs and released off the
   /// job's path when this is dropped (see `release.rs`).
@@ -121,9 +124,9 @@ impl Prepared {
       .unwrap_or_default()
   }
 
-  /// Whether the job's only route out is the egress proxy.
+  /// Whether the job's only route out is the egress proxy (either rung).
   pub fn has_egress(&self) -> bool {
-    self.egress.is_some()
+    self.egress_env
   }
 
   /// Enters `net` in the child instead of making a network namespace. Only for a job that
@@ -230,7 +233,7 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
       && plan.layers.landlock
       && plan.landlock_abi >= 6
       && plan.bwrap.is_none()
-      && plan.egress.is_none())
+      && !plan.layers.netns)
   {
     // The reaper's answers lean on landlock denying the job's own TCP connects and binds, and
     // on the landlock signal scope (without it the helpers' watch puts a listener of its own on
@@ -341,7 +344,10 @@ pub fn prepare(plan: &Plan) -> Result<Prepared, IsolationError> {
     seccomp,
     route,
     cwd_fd: plan.checked.cwd.clone(),
-    egress: if plan.egress.is_some() {
+    egress_env: plan.egress.is_some(),
+    // Rung 1: the child's listeners on the job's own loopback. Rung 2 has none (the reaper
+    // listens, `route.rs`).
+    egress: if plan.egress.is_some() && plan.net_route.is_none() {
       Some(super::egress::Link::new().map_err(|e| IsolationError::prepare(Layer::Netns, e))?)
     } else {
       None

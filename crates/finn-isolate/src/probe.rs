@@ -53,6 +53,9 @@ pub const CGROUP_PARENT: &str = "finn-sandbox";
 /// signal scope below 6). Read when a pool starts and by `probeIsolation()` and `doctor()`.
 pub const LANDLOCK_ABI_MAX_VAR: &str = "FINN_SANDBOX_LANDLOCK_ABI_MAX";
 
+/// With `FINN_SANDBOX_TEST_HOOKS=1`: the probe finds no user namespaces and no CAP_SYS_ADMIN.
+pub const NO_NAMESPACES_VAR: &str = "FINN_SANDBOX_TEST_NO_NAMESPACES";
+
 /// The cap set by [`LANDLOCK_ABI_MAX_VAR`] (`None`: unset or empty). A value that is not a whole
 /// number fails: a cap that silently does nothing would hide the very layers a run means to
 /// leave out.
@@ -114,14 +117,23 @@ fn probe_now() -> Probe {
     Ok(k) => (Some(k), None),
     Err(r) => (None, Some(r)),
   };
-  let userns_reason = userns_available().err();
+  // A test switch, honoured only with the test hooks on: the host as if it could make no
+  // namespace (no user namespaces, no CAP_SYS_ADMIN), to run the network allowlist's rung 2
+  // where rung 1 would be taken. It only ever takes layers away.
+  let no_namespaces = std::env::var_os("FINN_SANDBOX_TEST_HOOKS").is_some_and(|v| v == "1")
+    && std::env::var_os(NO_NAMESPACES_VAR).is_some_and(|v| v == "1");
+  let userns_reason = if no_namespaces {
+    Some(format!("turned off by {NO_NAMESPACES_VAR}"))
+  } else {
+    userns_available().err()
+  };
   Probe {
     landlock: landlock_abi(),
     landlock_kernel: None,
     seccomp: seccomp_available(),
     userns: userns_reason.is_none(),
     userns_reason,
-    sys_admin: has_effective_cap(21),
+    sys_admin: !no_namespaces && has_effective_cap(21),
     cgroup,
     cgroup_reason,
     bwrap: system_binary("bwrap"),

@@ -355,19 +355,37 @@ impl Reaper {
     if let Some(p) = prepared.as_mut() {
       p.hold_namespace(leader.as_raw());
     }
-    // The job's only route out: its listeners, each connection passed to the proxy.
-    let mut route = match (prepared.as_mut().map(|p| p.egress_listeners()), egress) {
-      (Some(listeners), Some(channel)) if !listeners.is_empty() => {
-        Some(Route::new(listeners, channel))
-      }
-      _ => None,
-    };
+    // The job's only route out: its listeners, each connection passed to the proxy (rung 1:
+    // the child's, on the job's own loopback).
+    let listeners = prepared
+      .as_mut()
+      .map(|p| p.egress_listeners())
+      .unwrap_or_default();
     // The job's network through this reaper, on hosts without a network namespace for it (the
     // child sent its filter's listener before exec; `route.rs`).
-    let net_calls = prepared
-      .as_mut()
-      .and_then(|p| p.take_route())
-      .map(|(route, listener)| NetCalls::new(route, listener));
+    let taken = prepared.as_mut().and_then(|p| p.take_route());
+    let (mut route, net_calls) = match (taken, egress) {
+      // Rung 2: a connect to the proxy's address is made by this reaper to a listener of its
+      // own on the host's loopback, whose connections go to the proxy like rung 1's. Without
+      // it (no port free) every connect is refused: the job gets no network, never more.
+      (Some((mut net, filter)), Some(channel)) => match route_target() {
+        Ok((listener, addr)) => {
+          net.target = addr;
+          (
+            Some(Route::new(vec![listener], channel)),
+            Some(NetCalls::new(net, filter)),
+          )
+        }
+        Err(_) => (None, Some(NetCalls::new(net, filter))),
+      },
+      (taken, egress) => (
+        match egress {
+          Some(channel) if !listeners.is_empty() => Some(Route::new(listeners, channel)),
+          _ => None,
+        },
+        taken.map(|(net, filter)| NetCalls::new(net, filter)),
+      ),
+    };
     let mut life = Lifecycle::<()>::owner(
       deadline.map(|(at, _)| at),
       deadline.map_or(Duration::ZERO, |(_, grace)| grace),
@@ -565,6 +583,15 @@ impl Reaper {
       }
     }
   }
+}
+
+/// Rung 2's listener: a TCP socket of this reaper on 127.0.0.1, port chosen by the kernel. The
+/// job cannot reach it but through its route (its own connects are refused by landlock, and the
+/// reaper connects only the proxy's address here).
+fn route_target() -> std::io::Result<(OwnedFd, std::net::SocketAddr)> {
+  let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+  let addr = l.local_addr()?;
+  Ok((OwnedFd::from(l), addr))
 }
 
 /// A job's route to the egress proxy: the listeners its child made on the job's loopback
