@@ -48,6 +48,12 @@ const repo = join(dir, 'repo.git')
 function handler(body: string) {
   return (seen: { paths: string[] }) => (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse) => {
     seen.paths.push(req.url ?? '')
+    // A registry's answer for one package, for npm.
+    if (req.url === '/finn-egress-demo') {
+      const packument = { name: 'finn-egress-demo', 'dist-tags': { latest: '1.2.3' }, versions: { '1.2.3': { name: 'finn-egress-demo', version: '1.2.3', dist: { tarball: 'http://example.invalid/x.tgz' } } } }
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(packument))
+      return
+    }
     if (req.url?.startsWith('/repo.git/')) {
       try {
         const file = readFileSync(join(repo, req.url.slice('/repo.git/'.length).split('?')[0]))
@@ -184,6 +190,19 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
     expect(r.isolation?.applied).toContain('egress')
     expect(r.isolation?.applied).toContain('netns')
     expect(denied.connections + deniedTls.connections).toBe(0)
+  })
+
+  test.skipIf(spawnSync('sh', ['-c', 'command -v npm']).status !== 0)('npm reads the registry through the proxy; a registry the list does not name is refused', async () => {
+    const npm = (host: string, port: number) =>
+      run(`npm view finn-egress-demo version --registry=http://${host}:${port}/ --cache=${dir}/npm-cache --no-update-notifier --fetch-retries=0 2>&1`)
+    const ok = await npm('allowed.test', allowed.port)
+    expect(ok.stdout.trim()).toBe('1.2.3')
+    expect(allowed.paths).toContain('/finn-egress-demo')
+    const before = denied.connections
+    const no = await npm('denied.test', denied.port)
+    expect(no.exitCode).not.toBe(0)
+    expect(no.stdout).toContain('403')
+    expect(denied.connections).toBe(before)
   })
 
   test('every other way out is refused, and no server sees a connection', async () => {
@@ -333,7 +352,7 @@ const probe = probeIsolation()
 const canRoute = probe.seccomp && typeof probe.landlock === 'number' && probe.landlock >= 6
 
 describe.skipIf(!canRoute)('rung 2: no namespace, the reaper makes every TCP connect of the job', () => {
-  test('curl reaches the allowed host through the proxy; a denied host, a direct connect, UDP and raw sockets do not', async () => {
+  test('curl and npm reach the allowed host through the proxy; a denied host, a direct connect, UDP and raw sockets do not', async () => {
     const script = `
       const sandbox = require(${JSON.stringify(join(import.meta.dirname, '..', 'index.js'))})
       const pool = new sandbox.WorkerPool({ interactiveWorkers: 1 })
@@ -356,6 +375,7 @@ describe.skipIf(!canRoute)('rung 2: no namespace, the reaper makes every TCP con
       `curl -sS --max-time 5 --noproxy '*' http://127.0.0.1:${allowed.port}/rung2-direct >/dev/null 2>&1 && echo OPEN || echo REFUSED`,
       py(`import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("127.0.0.1", ${udpPort}))`),
       py('import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP)'),
+      `npm view finn-egress-demo version --registry=http://allowed.test:${allowed.port}/ --cache=${dir}/npm-cache-2 --no-update-notifier --fetch-retries=0 2>&1 || true`,
     ]
     const before = counts()
     const datagramsBefore = datagrams
@@ -367,16 +387,18 @@ describe.skipIf(!canRoute)('rung 2: no namespace, the reaper makes every TCP con
     const out = JSON.parse(stdout || '{}')
     expect(out.error).toBeUndefined()
     expect(out.rung).toBe(2)
-    const [ok, refused, devTcp, direct, udp, raw] = out.results
+    const [ok, refused, devTcp, direct, udp, raw, npm] = out.results
     expect(ok.stdout).toBe('allowed-http-5be1')
     expect(ok.applied).toContain('egress')
     expect(ok.applied).not.toContain('netns')
     expect(refused.stdout).toContain('denied.test')
     expect(refused.stdout).not.toContain('denied-http-0c7d')
     expect([devTcp.stdout.trim(), direct.stdout.trim(), udp.stdout.trim(), raw.stdout.trim()]).toEqual(['REFUSED', 'REFUSED', 'REFUSED', 'REFUSED'])
-    // The allowed server saw the one request through the proxy; nothing else reached any server.
+    const npmWorks = spawnSync('sh', ['-c', 'command -v npm']).status === 0
+    if (npmWorks) expect(npm.stdout.trim()).toBe('1.2.3')
+    // The allowed server saw the requests through the proxy; nothing else reached any server.
     const after = counts()
-    expect(after[0]).toBe(before[0] + 1)
+    expect(after[0]).toBeGreaterThanOrEqual(before[0] + (npmWorks ? 2 : 1))
     expect(after.slice(1)).toEqual(before.slice(1))
     expect(allowed.paths).toContain('/rung2-ok')
     expect(allowed.paths).not.toContain('/rung2-direct')
