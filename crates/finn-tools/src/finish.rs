@@ -307,10 +307,9 @@ enum FileNow {
 /// Whether the file at `path`, or a directory on its way below `from`, changed (its ctime) at
 /// or after `since`: a directory renamed away while a symlink out stood in its place (the
 /// search went through it) and renamed back, or a hard link replaced by a plain file once
-/// read, is the same name, changed. The kernel stamps a change from a clock that never runs
-/// ahead of the real time, so nothing changed before the call counts; a coarse stamp may lag
-/// the real time by a tick, so a change within a tick of the plan may pass (the runner has
-/// not even started by then).
+/// read, is the same name, changed. The plan waited until the kernel's coarse clock passed
+/// `since` (`plan.rs`): every change while the runner ran is stamped after it, every change
+/// before the plan at or before it.
 fn changed_since(from: &Path, path: &Path, since: std::time::SystemTime) -> bool {
   let Ok(since) = since.duration_since(std::time::UNIX_EPOCH) else {
     return true;

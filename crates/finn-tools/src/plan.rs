@@ -636,9 +636,14 @@ fn plan_checked(
       ("git", argv, None)
     }
   };
-  // A change made before now is stamped before now (a filesystem's clock, fine or coarse,
-  // never runs ahead of the real time); one made while the runner runs, later.
+  // A change made before now is stamped at or before now: from the fine clock, from the coarse
+  // one (which lags it), or from a multigrain floor (a fine reading handed out earlier). A
+  // change made after now may be stamped from the coarse clock, up to a tick before now: a swap
+  // made within that tick passed (1 leak in some thousand racing searches). So the plan waits
+  // until the coarse clock has passed now; every change after that (while the runner runs) is
+  // stamped after now.
   let planned_at = std::time::SystemTime::now();
+  coarse_clock_past(planned_at);
   Ok(Plan {
     binary,
     args: argv,
@@ -652,6 +657,35 @@ fn plan_checked(
       planned_at,
     },
   })
+}
+
+/// `CLOCK_REALTIME_COARSE`: the clock the kernel stamps file changes from.
+fn coarse_now() -> std::time::SystemTime {
+  let mut ts = libc::timespec {
+    tv_sec: 0,
+    tv_nsec: 0,
+  };
+  // SAFETY: clock_gettime writes one timespec through a valid pointer.
+  if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } != 0 {
+    // Unavailable: the fine clock, which is never behind it.
+    return std::time::SystemTime::now();
+  }
+  std::time::UNIX_EPOCH
+    + std::time::Duration::new(
+      u64::try_from(ts.tv_sec).unwrap_or(0),
+      u32::try_from(ts.tv_nsec).unwrap_or(0),
+    )
+}
+
+/// Waits (a tick at most, off Node's thread: `executeTool` plans on a blocking thread) until
+/// the coarse clock reads later than `instant`. Gives up after 50 ms.
+fn coarse_clock_past(instant: std::time::SystemTime) {
+  for _ in 0..200 {
+    if coarse_now() > instant {
+      return;
+    }
+    std::thread::sleep(std::time::Duration::from_micros(250));
+  }
 }
 
 #[cfg(test)]
