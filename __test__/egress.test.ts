@@ -209,6 +209,12 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
     const before = counts()
     const datagramsBefore = datagrams
     const py = (code: string) => `/usr/bin/python3 -c '${code}' 2>/dev/null && echo OPEN || echo REFUSED`
+    // A pathname Unix socket on the host (a docker.sock or ssh-agent stand-in): `unixSockets`
+    // is "deny" by default. (Abstract sockets: the landlock scope, isolation.md.)
+    let unixConnections = 0
+    const unixServers = [createTcpServer(() => unixConnections++)]
+    const unixPath = join(dir, 'agent.sock')
+    await new Promise<void>((r) => unixServers[0].listen(unixPath, () => r()))
     const r = await run([
       // Through the proxy, to a host the list does not open: the proxy's 403.
       `curl -sS -o /dev/null -w 'denied-http=%{http_code}\\n' http://denied.test:${denied.port}/`,
@@ -229,6 +235,8 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
       `echo -n udp=; ${py(`import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.sendto(b"x", ("127.0.0.1", ${udpPort})); s.sendto(b"x", ("127.0.0.1", ${udpPort}))`)}`,
       // No name resolves inside: the command needs no DNS, and gets none.
       `getent hosts allowed.test >/dev/null && echo resolve=YES || echo resolve=NO`,
+      // A Unix socket by path.
+      `echo -n unix-path=; ${py(`import socket; socket.socket(socket.AF_UNIX).connect("${unixPath}")`)}`,
       // Node's fetch under Node 20 ignores the proxy variables (Node 24 honours them with
       // NODE_USE_ENV_PROXY=1): with no route of its own it fails.
       `node -e 'fetch("http://allowed.test:${allowed.port}/node").then(() => console.log("node-fetch=OPEN"), () => console.log("node-fetch=REFUSED"))'`,
@@ -239,7 +247,9 @@ describe.skipIf(rung !== 1)('rung 1: a network namespace whose only way out is t
     expect(out).toContain('literal=403')
     expect(out).toContain('literal6=403')
     expect(out).toContain('host-mismatch=403')
-    for (const way of ['devtcp-allowed', 'devtcp-denied', 'devtcp-v6', 'raw-socket', 'noproxy', 'dns', 'node-fetch']) {
+    await Promise.all(unixServers.map((u) => new Promise((r) => u.close(r))))
+    expect(unixConnections).toBe(0)
+    for (const way of ['devtcp-allowed', 'devtcp-denied', 'devtcp-v6', 'raw-socket', 'noproxy', 'dns', 'node-fetch', 'unix-path']) {
       expect(out, way).toContain(`${way}=REFUSED`)
     }
     expect(out).toContain('resolve=NO')
