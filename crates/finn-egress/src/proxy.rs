@@ -141,7 +141,7 @@ async fn relay<S: Stream>(
     let r = splice::relay(
       socket,
       splice::Socket::Tcp(&upstream),
-      &pipes,
+      pipes,
       &mut up,
       &mut down,
     )

@@ -16,10 +16,11 @@ use nix::unistd::pipe2;
 use tokio::io::Interest;
 use tokio::net::{TcpStream, UnixStream};
 
-/// What a pipe of the relay asks to hold. A splice moves at most a pipe's worth, so a larger
-/// pipe means fewer system calls and wake-ups per byte. The kernel caps it for users without
-/// CAP_SYS_RESOURCE (`/proc/sys/fs/pipe-max-size`, and a per-user total in
-/// `pipe-user-pages-soft`); a pipe that cannot grow keeps its default 64 KiB and works as well.
+/// What a pipe grows to once a direction fills it (a bulk transfer): a splice moves at most a
+/// pipe's worth, so a larger pipe costs fewer system calls and wake-ups per byte. Pipes start at
+/// the kernel's 64 KiB and most connections never fill them: pipe capacity counts against a
+/// per-user total (`/proc/sys/fs/pipe-user-pages-soft`), beyond which every new pipe of that
+/// user is small. A pipe the kernel does not let grow keeps its size and works as well.
 pub const PIPE_BYTES: usize = 1024 * 1024;
 
 /// A connected stream socket, as the relay splices from and to it.
@@ -85,11 +86,17 @@ struct Pipe {
 impl Pipe {
   fn new() -> io::Result<Pipe> {
     let (read, write) = pipe2(OFlag::O_CLOEXEC | OFlag::O_NONBLOCK)?;
-    // A pipe that cannot grow keeps its default size.
-    let size = fcntl(&write, FcntlArg::F_SETPIPE_SZ(PIPE_BYTES as i32))
-      .map(|n| n as usize)
-      .unwrap_or(64 * 1024);
+    let size = fcntl(&write, FcntlArg::F_GETPIPE_SZ)? as usize;
     Ok(Pipe { read, write, size })
+  }
+
+  /// Grows the pipe to [`PIPE_BYTES`] if the kernel lets it, once.
+  fn grow(&mut self) {
+    if self.size < PIPE_BYTES
+      && let Ok(n) = fcntl(&self.write, FcntlArg::F_SETPIPE_SZ(PIPE_BYTES as i32))
+    {
+      self.size = n as usize;
+    }
   }
 }
 
@@ -107,7 +114,13 @@ const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLI
 
 /// Moves `src`'s bytes to `dst` until `src` ends, then shuts `dst`'s write side, as a copy does.
 /// `moved` counts the bytes taken from `src`, also when an error ends the direction.
-async fn one_way(src: Socket<'_>, dst: Socket<'_>, pipe: &Pipe, moved: &mut u64) -> io::Result<()> {
+async fn one_way(
+  src: Socket<'_>,
+  dst: Socket<'_>,
+  pipe: &mut Pipe,
+  moved: &mut u64,
+) -> io::Result<()> {
+  let mut grown = false;
   loop {
     let n = src
       .io(Interest::READABLE, || {
@@ -118,6 +131,10 @@ async fn one_way(src: Socket<'_>, dst: Socket<'_>, pipe: &Pipe, moved: &mut u64)
       break;
     }
     *moved += n as u64;
+    if n == pipe.size && !grown {
+      pipe.grow();
+      grown = true;
+    }
     let mut left = n;
     while left > 0 {
       left -= dst
@@ -135,13 +152,14 @@ async fn one_way(src: Socket<'_>, dst: Socket<'_>, pipe: &Pipe, moved: &mut u64)
 pub async fn relay(
   a: Socket<'_>,
   b: Socket<'_>,
-  pipes: &Pipes,
+  pipes: Pipes,
   from_a: &mut u64,
   from_b: &mut u64,
 ) -> io::Result<()> {
+  let Pipes(mut to_b, mut to_a) = pipes;
   tokio::try_join!(
-    one_way(a, b, &pipes.0, from_a),
-    one_way(b, a, &pipes.1, from_b)
+    one_way(a, b, &mut to_b, from_a),
+    one_way(b, a, &mut to_a, from_b)
   )
   .map(drop)
 }
