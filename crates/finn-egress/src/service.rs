@@ -132,6 +132,11 @@ fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
 /// own, read by the addon); at most [`AUDIT_BACKLOG`] wait there, more are dropped, so a
 /// reader that stalls never holds up a job.
 pub fn run(control: OwnedFd, audit: Option<OwnedFd>, resolver: Arc<dyn Resolve>) -> io::Result<()> {
+  use nix::sys::signal::{SigHandler, Signal, signal};
+  // A splice to a socket whose peer is gone raises SIGPIPE (splice(2) takes no MSG_NOSIGNAL);
+  // the relay reads EPIPE as that connection's end, never the process's.
+  // SAFETY: SIG_IGN installs no handler, so nothing runs in signal context.
+  unsafe { signal(Signal::SIGPIPE, SigHandler::SigIgn) }?;
   let rt = tokio::runtime::Builder::new_current_thread()
     .enable_all()
     .build()?;

@@ -437,3 +437,46 @@ async fn a_malformed_request_is_closed_with_a_400() {
   }
   assert!(server.saw_nothing());
 }
+
+/// A client that resets its tunnel in the middle of a download ends the relay with an error in
+/// the record, and the proxy lets go of the destination: the server's writes fail.
+#[tokio::test(flavor = "current_thread")]
+async fn a_client_that_resets_mid_download_ends_the_relay_and_its_destination() {
+  let mut h = Harness::new();
+  let server = Server::on("127.0.0.1");
+  let target = format!("allowed.test:{}", server.port());
+  let proxy = h
+    .job("tcp", options(std::slice::from_ref(&target), false, true))
+    .await;
+  let listener = server.listener.try_clone().unwrap();
+  let served = std::thread::spawn(move || {
+    use std::io::Write;
+    let (mut s, _) = listener.accept().unwrap();
+    let chunk = vec![7u8; 1024 * 1024];
+    // Writes until the proxy lets go; a relay that held on would keep this loop going.
+    while s.write_all(&chunk).is_ok() {}
+  });
+  let mut c = TcpStream::connect(proxy).await.unwrap();
+  c.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+    .await
+    .unwrap();
+  let mut established = [0u8; 39];
+  c.read_exact(&mut established).await.unwrap();
+  c.write_all(b"\0first").await.unwrap();
+  let mut chunk = vec![0u8; 64 * 1024];
+  let mut got = 0;
+  while got < 4 * 1024 * 1024 {
+    got += c.read(&mut chunk).await.unwrap();
+  }
+  // A zero linger turns the close into a reset.
+  c.set_zero_linger().unwrap();
+  drop(c);
+  let r = h.record().await;
+  assert_eq!(r.decision, Decision::Allowed);
+  let reason = r.reason.unwrap_or_default();
+  assert!(reason.starts_with("ended by an error"), "{reason}");
+  assert!(r.bytes_down >= got as u64, "{} < {got}", r.bytes_down);
+  tokio::task::spawn_blocking(move || served.join().unwrap())
+    .await
+    .unwrap();
+}
