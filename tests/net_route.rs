@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use finn_sandbox::core::exec::{EndedBy, Finished, RunLimits, SpawnSpec, StopCell};
-use finn_sandbox::core::isolate::{IsolationOptions, Layer, NetRoute, Plan, probe};
+use finn_sandbox::core::isolate::{IsolationOptions, Layer, NetRoute, Plan, probe, sockaddr};
 use finn_sandbox::core::supervisor::{self, JobTerms, RunError, Supervisor};
 use serde_json::json;
 
@@ -1016,28 +1016,4 @@ fn proxy_port() -> u16 {
     .ok()
     .and_then(|p| p.parse().ok())
     .expect("FINN_ROUTE_PROXY_PORT")
-}
-
-fn sockaddr(at: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-  // SAFETY: a zeroed sockaddr_storage is valid; each arm writes a sockaddr that fits in it.
-  unsafe {
-    let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-    let len = match at {
-      SocketAddr::V4(a) => {
-        let sin = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
-        (*sin).sin_family = libc::AF_INET as libc::sa_family_t;
-        (*sin).sin_port = a.port().to_be();
-        (*sin).sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-        std::mem::size_of::<libc::sockaddr_in>()
-      }
-      SocketAddr::V6(a) => {
-        let sin6 = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
-        (*sin6).sin6_family = libc::AF_INET6 as libc::sa_family_t;
-        (*sin6).sin6_port = a.port().to_be();
-        (*sin6).sin6_addr.s6_addr = a.ip().octets();
-        std::mem::size_of::<libc::sockaddr_in6>()
-      }
-    };
-    (ss, len as libc::socklen_t)
-  }
 }

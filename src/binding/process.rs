@@ -239,32 +239,8 @@ impl NativeProcess {
     env: &'env Env,
     data: Buffer,
   ) -> napi::Result<PromiseRaw<'env, String>> {
-    let (deferred, promise) = env.create_deferred::<String, Settle>()?;
     let fd = self.stdin.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let Some(fd) = fd else {
-      deferred.resolve(Box::new(|_| Ok("ENOTCONN".to_owned())));
-      return Ok(PromiseRaw::new(env.raw(), promise.raw()));
-    };
-    let bytes: Vec<u8> = data.to_vec();
-    let runtime = jobs_runtime().map_err(|e| {
-      coded(
-        env,
-        PoolErrorCode::WorkerCrashed.as_str(),
-        format!("no job runtime: {e}"),
-      )
-    })?;
-    runtime.spawn_blocking(move || {
-      // The errno's name (nix's `Debug` of it: `EPIPE`), or nothing.
-      let code = match write_all(&fd, &bytes) {
-        Ok(()) => String::new(),
-        Err(e) => format!(
-          "{:?}",
-          nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
-        ),
-      };
-      deferred.resolve(Box::new(move |_| Ok(code)));
-    });
-    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+    write_stdin(env, fd, &data, PoolErrorCode::WorkerCrashed.as_str())
   }
 
   /// Closes our end of the command's stdin (after writes in flight): the command reads EOF.
@@ -272,6 +248,37 @@ impl NativeProcess {
   pub fn close_stdin(&self) {
     self.stdin.lock().unwrap_or_else(|e| e.into_inner()).take();
   }
+}
+
+/// A `writeStdin` promise: writes `data` to `fd` off Node's thread and resolves once all of it
+/// is in the pipe, with `""`, or with why not: `ENOTCONN` without a pipe (`None`), `EPIPE` once
+/// the command's end is closed, another errno's name. `code`: the error's code when no thread
+/// can be had.
+pub(super) fn write_stdin<'env>(
+  env: &'env Env,
+  fd: Option<std::sync::Arc<OwnedFd>>,
+  data: &[u8],
+  code: &str,
+) -> napi::Result<PromiseRaw<'env, String>> {
+  let (deferred, promise) = env.create_deferred::<String, Settle>()?;
+  let Some(fd) = fd else {
+    deferred.resolve(Box::new(|_| Ok("ENOTCONN".to_owned())));
+    return Ok(PromiseRaw::new(env.raw(), promise.raw()));
+  };
+  let bytes: Vec<u8> = data.to_vec();
+  let runtime = jobs_runtime().map_err(|e| coded(env, code, format!("no job runtime: {e}")))?;
+  runtime.spawn_blocking(move || {
+    // The errno's name (nix's `Debug` of it: `EPIPE`), or nothing.
+    let code = match write_all(&fd, &bytes) {
+      Ok(()) => String::new(),
+      Err(e) => format!(
+        "{:?}",
+        nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+      ),
+    };
+    deferred.resolve(Box::new(move |_| Ok(code)));
+  });
+  Ok(PromiseRaw::new(env.raw(), promise.raw()))
 }
 
 /// How a `writeStdin` promise is settled: with the errno's name, or `""`.

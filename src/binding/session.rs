@@ -38,8 +38,8 @@ use finn_session::{
   SessionError, SessionErrorCode, Stream,
 };
 
-use super::pool::{NativeWorkerPool, jobs_runtime};
-use super::process::{EVENT_QUEUE, EventFn, ProcessEvent, Settle, write_all};
+use super::pool::NativeWorkerPool;
+use super::process::{EVENT_QUEUE, EventFn, ProcessEvent};
 
 /// How a session's shell is started (validated by `index.js`; checked again here where a bad
 /// value would reach the system).
@@ -513,35 +513,12 @@ impl NativeSession {
     id: f64,
     data: Buffer,
   ) -> napi::Result<PromiseRaw<'env, String>> {
-    let (deferred, promise) = env.create_deferred::<String, Settle>()?;
     let fd = self
       .shared
       .detached()
       .get(&(id as u64))
       .and_then(|d| d.stdin.clone());
-    let Some(fd) = fd else {
-      deferred.resolve(Box::new(|_| Ok("ENOTCONN".to_owned())));
-      return Ok(PromiseRaw::new(env.raw(), promise.raw()));
-    };
-    let bytes: Vec<u8> = data.to_vec();
-    let runtime = jobs_runtime().map_err(|e| {
-      super::error::coded(
-        env,
-        SessionErrorCode::Invalid.as_str(),
-        format!("no job runtime: {e}"),
-      )
-    })?;
-    runtime.spawn_blocking(move || {
-      let code = match write_all(&fd, &bytes) {
-        Ok(()) => String::new(),
-        Err(e) => format!(
-          "{:?}",
-          nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
-        ),
-      };
-      deferred.resolve(Box::new(move |_| Ok(code)));
-    });
-    Ok(PromiseRaw::new(env.raw(), promise.raw()))
+    super::process::write_stdin(env, fd, &data, SessionErrorCode::Invalid.as_str())
   }
 
   /// Closes the stdin of exec `id`'s command (after writes in flight): it reads EOF.

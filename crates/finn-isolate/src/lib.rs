@@ -39,6 +39,7 @@ pub use probe::{
   doctor, landlock_abi_max, probe,
 };
 pub use route::{
-  BindVerdict, ConnectVerdict, NetRoute, bind as route_bind, listen as route_listen, parse_sockaddr,
+  BindVerdict, ConnectVerdict, NetRoute, bind as route_bind, listen as route_listen,
+  parse_sockaddr, sockaddr,
 };
 pub use seccomp::{guard_helpers, hand_over, seccomp_instructions};

@@ -277,38 +277,13 @@ fn read_memory(tid: u32, addr: u64, len: usize) -> Option<Vec<u8>> {
   Some(buf)
 }
 
-/// `at` as a C socket address: the storage and its length.
-fn storage(at: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
-  // SAFETY: a zeroed sockaddr_storage is valid; each arm writes a sockaddr that fits in it.
-  unsafe {
-    let mut ss: libc::sockaddr_storage = std::mem::zeroed();
-    let len = match at {
-      SocketAddr::V4(a) => {
-        let sin = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in>();
-        (*sin).sin_family = libc::AF_INET as libc::sa_family_t;
-        (*sin).sin_port = a.port().to_be();
-        (*sin).sin_addr.s_addr = u32::from_ne_bytes(a.ip().octets());
-        std::mem::size_of::<libc::sockaddr_in>()
-      }
-      SocketAddr::V6(a) => {
-        let sin6 = (&mut ss as *mut libc::sockaddr_storage).cast::<libc::sockaddr_in6>();
-        (*sin6).sin6_family = libc::AF_INET6 as libc::sa_family_t;
-        (*sin6).sin6_port = a.port().to_be();
-        (*sin6).sin6_addr.s6_addr = a.ip().octets();
-        std::mem::size_of::<libc::sockaddr_in6>()
-      }
-    };
-    (ss, len as libc::socklen_t)
-  }
-}
-
 /// `connect` or `bind` of `sock` to `at`.
 fn to_addr(
   call: unsafe extern "C" fn(libc::c_int, *const libc::sockaddr, libc::socklen_t) -> libc::c_int,
   sock: &OwnedFd,
   at: SocketAddr,
 ) -> Result<(), i32> {
-  let (ss, len) = storage(at);
+  let (ss, len) = finn_isolate::sockaddr(at);
   // SAFETY: `ss` holds a valid sockaddr of `len` bytes on our stack.
   let r = unsafe {
     call(
