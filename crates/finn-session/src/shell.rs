@@ -1024,7 +1024,8 @@ impl Drop for Fifos {
 
 /// Makes `dir` a directory private to this user again. The session's commands run as its user
 /// and may remove it, replace it, or take its permissions away: the next command then still
-/// gets its fifos (before, every later `exec` of the session failed, `ENOENT` or `EACCES`).
+/// gets its fifos, where otherwise every later `exec` of the session would fail (`ENOENT` or
+/// `EACCES`).
 fn ensure_private_dir(dir: &Path) -> io::Result<()> {
   use std::os::unix::fs::DirBuilderExt;
   match std::fs::symlink_metadata(dir) {

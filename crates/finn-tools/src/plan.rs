@@ -214,8 +214,9 @@ fn literal_glob(rel: &Path) -> String {
 /// grep has no option that skips one path (`--exclude-dir` matches base names): with a host
 /// directory below `cwd`, grep gets as operands the entries of `cwd` instead, each ancestor of a
 /// host directory replaced by its own entries, the host directory left out. Hidden names,
-/// symlinks, FIFOs and devices are left out, as grep's recursion leaves them. `None`: no host directory below, or a name that is not
-/// UTF-8 on the way (an argv is text): the search then runs as before.
+/// symlinks, FIFOs and devices are left out, as grep's recursion leaves them. `None`: no host
+/// directory below, or a name that is not UTF-8 on the way (an argv is text): grep then
+/// searches `cwd` recursively itself.
 fn grep_operands(cwd: &Path, hidden: &[PathBuf]) -> Option<Vec<String>> {
   fn expand(cwd: &Path, rel: &Path, hidden: &[PathBuf], out: &mut Vec<String>) -> Option<()> {
     let mut names: Vec<_> = std::fs::read_dir(cwd.join(rel))
