@@ -225,6 +225,7 @@ impl Plan {
     }
     let mut native = NativeLayers::decide(opts, probe, deny_network, !base.protect.is_empty());
     let route = native.egress(opts, probe);
+    let routed = route != EgressRoute::None;
     let (layers, degraded) = native.required()?;
     Ok(Some(Plan {
       deny_read: deny_host_ptys(base.deny_read),
@@ -233,9 +234,12 @@ impl Plan {
       // The job's own network namespace holds nothing but the route to the proxy: its
       // sockets may be made and connected (seccomp and landlock leave TCP alone). On rung 2
       // the route's own rules replace the network's.
-      deny_network: deny_network && route.is_none(),
-      egress: opts.egress.clone().filter(|_| route.is_some()),
-      net_route: route.flatten(),
+      deny_network: deny_network && !routed,
+      egress: opts.egress.clone().filter(|_| routed),
+      net_route: match route {
+        EgressRoute::Reaper(net) => Some(net),
+        EgressRoute::None | EgressRoute::Namespace => None,
+      },
       ..base
     }))
   }
@@ -407,6 +411,17 @@ fn cgroup_layer(probe: &Probe) -> Decided {
   }
 }
 
+/// A network allowlist's route, as [`NativeLayers::egress`] decides it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EgressRoute {
+  /// No allowlist, or no route for it here: the command gets no network.
+  None,
+  /// Rung 1: a network namespace of the job's own.
+  Namespace,
+  /// Rung 2: the job's TCP through its reaper.
+  Reaper(super::route::NetRoute),
+}
+
 /// Rung 2's route: the job is told the proxy is at 127.0.0.1:[`PORT`](super::egress::PORT), as
 /// on rung 1; its reaper connects each connect to that address to a listener of its own, whose
 /// address it puts in `target` when the job starts.
@@ -515,21 +530,18 @@ impl NativeLayers {
   /// namespace: rung 1), else the job's TCP through its reaper (seccomp user notification and
   /// landlock ABI 6: rung 2, `route.rs`). Where neither can be made, a required one is missing
   /// and otherwise named in `degraded`: the command then gets no network at all, never all of
-  /// it. Returns the route: `None` for none, `Some(None)` for rung 1 (it turns the network
-  /// namespace on), `Some(Some(route))` for rung 2.
-  fn egress(
-    &mut self,
-    opts: &IsolationOptions,
-    probe: &Probe,
-  ) -> Option<Option<super::route::NetRoute>> {
-    opts.egress.as_ref()?;
+  /// it. Rung 1 turns the network namespace on.
+  fn egress(&mut self, opts: &IsolationOptions, probe: &Probe) -> EgressRoute {
+    if opts.egress.is_none() {
+      return EgressRoute::None;
+    }
     if !probe.sys_admin
       && !probe.userns
       && self.layers.seccomp
       && self.layers.landlock
       && probe.landlock.is_some_and(|abi| abi >= 6)
     {
-      return Some(Some(egress_route()));
+      return EgressRoute::Reaper(egress_route());
     }
     if !probe.sys_admin && !probe.userns {
       let why = probe.userns_reason.as_deref().unwrap_or("unknown");
@@ -546,11 +558,11 @@ impl NativeLayers {
       if (opts.required || opts.mode == Mode::Native) && opts.network == Access::Deny {
         self.missing.push("egress".into());
       }
-      return None;
+      return EgressRoute::None;
     }
     self.layers.netns = true;
     self.layers.userns = user_namespace(self.layers, probe);
-    Some(None)
+    EgressRoute::Namespace
   }
 
   /// Records `d`'s reasons and whether it is missing; returns whether it applies.
